@@ -1,0 +1,256 @@
+/*
+ * Communicator creation and teardown: configuration from the environment,
+ * rendezvous, host grouping, then the transports (shared memory within a
+ * host, TCP across hosts).
+ */
+#include "comm/transport.h"
+
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DEFAULT_TIMEOUT_S 30.0
+#define DEFAULT_CHANNELS 2
+#define DEFAULT_STORE_PORT 29477
+
+int ai_comm_rank(const ai_comm *c) { return c->rank; }
+int ai_comm_size(const ai_comm *c) { return c->size; }
+int ai_comm_nhosts(const ai_comm *c) { return c->nhosts; }
+int ai_comm_host_of(const ai_comm *c, int rank)
+{
+    return rank >= 0 && rank < c->size ? c->host_of[rank] : -1;
+}
+ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
+
+/* Group ranks by host id: host indices in order of each host's lowest rank. */
+static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
+{
+    int n = c->size;
+    c->host_of = malloc((size_t)n * sizeof(int));
+    c->host_first = malloc(((size_t)n + 1) * sizeof(int));
+    c->host_ranks = malloc((size_t)n * sizeof(int));
+    if (!c->host_of || !c->host_first || !c->host_ranks)
+        return ai_fail(AI_ERR_NOMEM, "host tables");
+    c->nhosts = 0;
+    for (int r = 0; r < n; r++) {
+        c->host_of[r] = -1;
+        for (int q = 0; q < r; q++)
+            if (strcmp(table[q].host, table[r].host) == 0) {
+                c->host_of[r] = c->host_of[q];
+                break;
+            }
+        if (c->host_of[r] < 0)
+            c->host_of[r] = c->nhosts++;
+    }
+    int pos = 0;
+    for (int h = 0; h < c->nhosts; h++) {
+        c->host_first[h] = pos;
+        for (int r = 0; r < n; r++)
+            if (c->host_of[r] == h) {
+                if (r == c->rank)
+                    c->local_rank = pos - c->host_first[h];
+                c->host_ranks[pos++] = r;
+            }
+    }
+    c->host_first[c->nhosts] = pos;
+    int me = c->host_of[c->rank];
+    c->local_size = c->host_first[me + 1] - c->host_first[me];
+    return AI_OK;
+}
+
+static ai_status_t check_config(const ai_comm_config *cfg)
+{
+    if (!cfg)
+        return ai_fail(AI_ERR_INVALID, "no communicator configuration");
+    if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
+        return ai_fail(AI_ERR_INVALID, "rank %d is outside a job of %d ranks", cfg->rank, cfg->size);
+    if (cfg->size > 1 && (!cfg->store_host || !*cfg->store_host))
+        return ai_fail(AI_ERR_INVALID, "no rendezvous host (set AUTOINFRA_ADDR=host:port)");
+    if (cfg->size > 1 && (cfg->store_port < 1 || cfg->store_port > 65535))
+        return ai_fail(AI_ERR_INVALID, "rendezvous port %d is not in 1..65535", cfg->store_port);
+    if (cfg->channels > COMM_MAX_CHANNELS)
+        return ai_fail(AI_ERR_INVALID, "%d channels requested; at most %d", cfg->channels,
+                       COMM_MAX_CHANNELS);
+    if (cfg->host_id && strlen(cfg->host_id) >= COMM_HOST_MAX)
+        return ai_fail(AI_ERR_INVALID, "host id '%s' is longer than %d characters", cfg->host_id,
+                       COMM_HOST_MAX - 1);
+    return AI_OK;
+}
+
+ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+{
+    ai_status_t st = check_config(cfg);
+    if (st != AI_OK)
+        return st;
+    ai_comm *c = calloc(1, sizeof *c);
+    comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
+    if (!c || !table) {
+        free(c);
+        free(table);
+        return ai_fail(AI_ERR_NOMEM, "communicator");
+    }
+    c->rank = cfg->rank;
+    c->size = cfg->size;
+    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S;
+    c->channels = cfg->channels > 0 ? cfg->channels : DEFAULT_CHANNELS;
+    c->active_channels = c->channels;
+    c->state = AI_OK;
+    ai_log_set_rank(c->rank);
+
+    c->tp = calloc(1, sizeof *c->tp);
+    if (!c->tp || !(c->tp->peers = calloc((size_t)c->size, sizeof(comm_peer)))) {
+        st = ai_fail(AI_ERR_NOMEM, "communicator");
+        goto err;
+    }
+    struct comm_transport *tp = c->tp;
+    tp->listen_fd = -1;
+    tp->no_shm = cfg->no_shm;
+    const char *token = cfg->token ? cfg->token : "";
+    tp->token_hash = ai_hash64(token, strlen(token), 0x6175746f696e6672ULL);
+    for (int j = 0; j < c->size; j++)
+        for (int k = 0; k < COMM_MAX_CHANNELS; k++)
+            tp->peers[j].tx[k].fd = tp->peers[j].rx[k].fd = -1;
+
+    comm_rank_info self = {.pid = (int32_t)getpid()};
+    if (cfg->host_id)
+        snprintf(self.host, sizeof self.host, "%s", cfg->host_id);
+    else if (gethostname(self.host, sizeof self.host - 1) != 0)
+        snprintf(self.host, sizeof self.host, "localhost");
+
+    if (c->size > 1) {
+        /* Listen for data connections on every interface; peers learn our
+         * address from the interface we reached rank 0 through. */
+        st = comm_tcp_listen(htonl(INADDR_ANY), &tp->listen_fd, &self.port);
+        if (st != AI_OK)
+            goto err;
+        st = comm_bootstrap(cfg, tp->token_hash, &self, table);
+        if (st != AI_OK)
+            goto err;
+    } else {
+        table[0] = self;
+    }
+    if ((st = group_hosts(c, table)) != AI_OK)
+        goto err;
+    for (int j = 0; j < c->size; j++) {
+        comm_peer *p = &tp->peers[j];
+        p->rank = j;
+        p->pid = table[j].pid;
+        p->addr = table[j].addr;
+        p->port = table[j].port;
+        snprintf(p->host, sizeof p->host, "%s", table[j].host);
+        if (j == c->rank)
+            p->kind = CHAN_NONE;
+        else
+            p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
+    }
+    if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
+        goto err;
+    if (tp->listen_fd >= 0) {
+        close(tp->listen_fd);
+        tp->listen_fd = -1;
+    }
+    free(table);
+    *out = c;
+    return AI_OK;
+err:
+    ai_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
+    free(table);
+    ai_comm_destroy(c);
+    return st;
+}
+
+void ai_comm_destroy(ai_comm *c)
+{
+    if (!c)
+        return;
+    if (c->tp) {
+        comm_tcp_close(c);
+        comm_shm_close(c);
+        if (c->tp->listen_fd >= 0)
+            close(c->tp->listen_fd);
+        free(c->tp->peers);
+        free(c->tp);
+    }
+    for (int i = 0; i < COMM_SCRATCH_SLOTS; i++)
+        free(c->scratch[i]);
+    free(c->host_of);
+    free(c->host_first);
+    free(c->host_ranks);
+    free(c);
+}
+
+/* ------------------------------------------------------- environment */
+
+/* Rank and size from our own variables or those of the usual launchers. */
+static const char *const rank_vars[][2] = {
+    {"AUTOINFRA_RANK", "AUTOINFRA_SIZE"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, /* Open MPI mpirun */
+    {"PMI_RANK", "PMI_SIZE"},                         /* MPICH hydra */
+    {"PMIX_RANK", "PMIX_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS"},                 /* srun */
+};
+
+/* A job id the launcher gives every rank alike: a default token and port. */
+static const char *const job_vars[] = {
+    "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "PMI_KVSNAME",
+    "SLURM_STEP_ID", "SLURM_JOB_ID",
+};
+
+ai_status_t ai_comm_create_env(ai_comm **out)
+{
+    ai_comm_config cfg = {0};
+    cfg.size = 1;
+    const char *rv = NULL;
+    for (size_t i = 0; i < AI_ARRAY_LEN(rank_vars); i++) {
+        const char *r = ai_env_str(rank_vars[i][0], NULL), *s = ai_env_str(rank_vars[i][1], NULL);
+        if (!r || !s)
+            continue;
+        long lr, ls;
+        if (ai_parse_long(r, &lr) != AI_OK || ai_parse_long(s, &ls) != AI_OK || ls < 1 ||
+            ls > 1 << 20 || lr < 0 || lr >= ls)
+            return ai_fail(AI_ERR_INVALID, "%s='%s' / %s='%s' are not a valid rank and size",
+                           rank_vars[i][0], r, rank_vars[i][1], s);
+        cfg.rank = (int)lr;
+        cfg.size = (int)ls;
+        rv = rank_vars[i][0];
+        break;
+    }
+    char jobkey[256] = "";
+    for (size_t i = 0; i < AI_ARRAY_LEN(job_vars); i++) {
+        const char *v = ai_env_str(job_vars[i], NULL);
+        if (v) {
+            size_t len = strlen(jobkey);
+            snprintf(jobkey + len, sizeof jobkey - len, "%s=%s;", job_vars[i], v);
+        }
+    }
+    char host[256];
+    const char *addr = ai_env_str("AUTOINFRA_ADDR", NULL);
+    cfg.store_host = "127.0.0.1";
+    cfg.store_port = DEFAULT_STORE_PORT;
+    if (addr) {
+        const char *colon = strrchr(addr, ':');
+        long port;
+        if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host ||
+            ai_parse_long(colon + 1, &port) != AI_OK || port < 1 || port > 65535)
+            return ai_fail(AI_ERR_INVALID, "AUTOINFRA_ADDR='%s' is not host:port", addr);
+        memcpy(host, addr, (size_t)(colon - addr));
+        host[colon - addr] = '\0';
+        cfg.store_host = host;
+        cfg.store_port = (int)port;
+    } else if (cfg.size > 1 && jobkey[0]) {
+        /* Same job, same port: derived from the launcher's job id. */
+        cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 20000);
+        ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at 127.0.0.1:%d (set AUTOINFRA_ADDR "
+               "for jobs spanning machines)", rv, cfg.store_port);
+    }
+    cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
+    cfg.host_id = ai_env_str("AUTOINFRA_HOST", NULL);
+    ai_status_t st;
+    if ((st = ai_env_double("AUTOINFRA_TIMEOUT", 0, &cfg.timeout_s)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_CHANNELS", 0, &cfg.channels)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_NO_SHM", 0, &cfg.no_shm)) != AI_OK)
+        return st;
+    return ai_comm_create(&cfg, out);
+}

@@ -1,0 +1,152 @@
+/*
+ * comm layer internals: the communicator, the point-to-point engine the
+ * collective algorithms are written against, and the algorithm registry.
+ *
+ * Engine model. Algorithms post non-blocking requests (comm_isend,
+ * comm_irecv, comm_irecv_reduce) into caller-owned comm_req structs and
+ * complete them with comm_wait(). Between one pair of ranks, messages in
+ * each direction are matched in posting order (FIFO, no tags): every rank
+ * runs the same algorithm, so both sides post the same sequence. A message
+ * is received with exactly the byte count it was sent with; a mismatch is a
+ * protocol error. Zero-byte requests complete at once and move nothing.
+ *
+ * Every wait is bounded by the communicator's timeout. On any failure the
+ * communicator is marked failed, every peer is told (shared-memory abort
+ * flag, TCP sockets shut down) and every later call returns AI_ERR_ABORTED.
+ *
+ * Hot path: posting and progressing requests allocates nothing and takes
+ * no locks.
+ */
+#ifndef AI_COMM_H
+#define AI_COMM_H
+
+#include "util/util.h"
+
+#include <stdatomic.h>
+
+#define COMM_MAX_CHANNELS 8
+
+typedef enum { COMM_REQ_SEND, COMM_REQ_RECV, COMM_REQ_RECV_REDUCE } comm_req_kind;
+
+/* One posted operation. Fields below `private` belong to the engine. */
+typedef struct comm_req {
+    comm_req_kind kind;
+    int peer;
+    const void *sbuf;  /* send: data */
+    void *rbuf;        /* recv: destination; recv_reduce: dst */
+    const void *src;   /* recv_reduce: other operand (may equal rbuf) */
+    size_t bytes;
+    ai_dtype dt;
+    ai_op op;
+    /* private */
+    int done;
+    int started;
+    int nchan;
+    size_t chan_off[COMM_MAX_CHANNELS + 1]; /* channel k moves [off[k], off[k+1]) */
+    size_t chan_done[COMM_MAX_CHANNELS];     /* payload bytes moved per channel */
+    size_t chan_hdr[COMM_MAX_CHANNELS];      /* header bytes moved per channel */
+    unsigned char hdr[COMM_MAX_CHANNELS][16];
+} comm_req;
+
+/* Post a send of `bytes` bytes to `peer`; buf must stay valid until done. */
+void comm_isend(ai_comm *c, comm_req *r, int peer, const void *buf, size_t bytes);
+/* Post a receive of exactly `bytes` bytes from `peer` into buf. */
+void comm_irecv(ai_comm *c, comm_req *r, int peer, void *buf, size_t bytes);
+/* Post a receive that reduces on arrival: dst[i] = src[i] op in[i] for
+ * count elements. src may equal dst (accumulate in place); src and dst must
+ * not partially overlap. op is never AI_AVG here. */
+void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void *src,
+                       size_t count, ai_dtype dt, ai_op op);
+/* Complete n requests (in any order of progress). On failure returns the
+ * error (already recorded with ai_fail naming the peer) and the
+ * communicator is failed. */
+ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n);
+
+/* Blocking conveniences built on the above. */
+ai_status_t comm_send(ai_comm *c, int peer, const void *buf, size_t bytes);
+ai_status_t comm_recv(ai_comm *c, int peer, void *buf, size_t bytes);
+ai_status_t comm_sendrecv(ai_comm *c, int to, const void *sbuf, size_t sbytes,
+                          int from, void *rbuf, size_t rbytes);
+ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sbytes,
+                                 int from, void *dst, const void *src, size_t count,
+                                 ai_dtype dt, ai_op op);
+
+/* Local reduction: dst[i] = a[i] op b[i]. dst may equal a or b. op != AVG. */
+void comm_reduce_local(void *dst, const void *a, const void *b, size_t count,
+                       ai_dtype dt, ai_op op);
+/* buf[i] /= divisor (AVG's final step; integer types divide truncating). */
+void comm_scale_div(void *buf, size_t count, ai_dtype dt, int divisor);
+
+/* Scratch buffers owned by the communicator, grown on demand and kept, so
+ * repeated calls allocate nothing. slot in [0, COMM_SCRATCH_SLOTS). */
+#define COMM_SCRATCH_SLOTS 4
+ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out);
+
+/* ------------------------------------------------------------ the object */
+
+struct comm_transport; /* engine private */
+
+struct ai_comm {
+    int rank, size;
+    /* Hosts: ranks with equal host ids share memory. Host indices are
+     * numbered in order of each host's lowest rank. */
+    int nhosts;
+    int *host_of;        /* [size] rank -> host index */
+    int *host_first;     /* [nhosts + 1] offsets into host_ranks */
+    int *host_ranks;     /* ranks grouped by host, ascending within a host */
+    int local_rank, local_size; /* position within my host */
+
+    double timeout_s;
+    int channels;        /* TCP connections per peer pair */
+    int active_channels; /* channels the current call may use (<= channels) */
+    uint32_t call_seq;   /* collective calls issued, for matching checks */
+
+    ai_status_t state;   /* AI_OK until a failure */
+    char failure[512];   /* what broke it */
+    void *scratch[COMM_SCRATCH_SLOTS];
+    size_t scratch_len[COMM_SCRATCH_SLOTS];
+
+    struct comm_transport *tp;
+};
+
+/* Mark failed (first error wins), tell peers, return `status`. */
+ai_status_t comm_abort(ai_comm *c, ai_status_t status);
+
+/* ------------------------------------------------------------ algorithms */
+
+/* Arguments as an algorithm sees them, after the public wrapper resolved
+ * in-place forms and AVG (op is SUM for AVG; the wrapper divides after):
+ *  - allreduce:      sendbuf may equal recvbuf;
+ *  - reduce_scatter: sendbuf holds count*size elements, recvbuf count;
+ *                    recvbuf may equal sendbuf + rank*count elements;
+ *  - allgather:      sendbuf count, recvbuf count*size; sendbuf may equal
+ *                    recvbuf + rank*count elements;
+ *  - broadcast:      recvbuf is the buffer (sendbuf unused);
+ *  - reduce:         at root sendbuf may equal recvbuf; recvbuf unused
+ *                    (possibly NULL) at other ranks;
+ *  - alltoall:       sendbuf and recvbuf count*size, never aliased;
+ *  - barrier:        no buffers.
+ */
+typedef struct coll_args {
+    ai_coll coll;
+    const void *sendbuf;
+    void *recvbuf;
+    size_t count;
+    ai_dtype dt;
+    ai_op op;
+    int root;
+    size_t chunk_bytes; /* 0: algorithm's default */
+} coll_args;
+
+typedef ai_status_t (*coll_algo_fn)(ai_comm *c, const coll_args *a);
+
+typedef struct coll_algo {
+    ai_coll coll;
+    const char *name;
+    coll_algo_fn run;
+} coll_algo;
+
+/* The registry (algos.c). Lookup by name returns NULL when unknown. */
+const coll_algo *comm_algo_find(ai_coll coll, const char *name);
+
+#endif

@@ -1,0 +1,606 @@
+/*
+ * The point-to-point engine: posting, progressing and completing requests
+ * over shared-memory rings and TCP channels (framing: transport.h).
+ *
+ * Progress is driven by the waiting rank itself (no progress thread): a
+ * wait makes passes over its requests, moving whatever bytes the transports
+ * accept, until all are done. Idle passes spin briefly, then yield the CPU
+ * (ranks often outnumber cores: 4 ranks on 2 cores is the common case
+ * here), and block in poll() when only TCP is pending. A wait that sees no
+ * progress at all for the communicator's timeout fails and names the peers
+ * it was waiting on.
+ */
+#include "comm/transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+/* Below this many bytes per channel, striping over more TCP connections
+ * costs more in per-message overhead than it gains in parallelism. */
+#define COMM_CHAN_MIN_BYTES (64 * 1024)
+#define SPIN_PASSES 64
+#define LIVENESS_PERIOD_S 0.05
+
+static const unsigned char zero_pad[8];
+
+static size_t chan_len(const comm_req *r, int k) { return r->chan_off[k + 1] - r->chan_off[k]; }
+static size_t chan_total(const comm_req *r, int k) { return COMM_HDR_BYTES + comm_pad8(chan_len(r, k)); }
+
+static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size_t bytes)
+{
+    r->kind = kind;
+    r->peer = peer;
+    r->bytes = bytes;
+    r->started = 0;
+    r->done = bytes == 0;
+    int nchan = 1;
+    const comm_peer *p = (peer >= 0 && peer < c->size) ? &c->tp->peers[peer] : NULL;
+    if (p && p->kind == CHAN_TCP) {
+        nchan = AI_MAX(1, AI_MIN(c->active_channels, p->nchan));
+        size_t by_size = bytes / COMM_CHAN_MIN_BYTES;
+        if ((size_t)nchan > by_size)
+            nchan = by_size > 1 ? (int)by_size : 1;
+    }
+    r->nchan = nchan;
+    /* Split points on multiples of 8 bytes keep every channel's share a
+     * whole number of elements for any element size. */
+    for (int k = 0; k < nchan; k++) {
+        r->chan_off[k] = (bytes / (size_t)nchan * (size_t)k) & ~(size_t)7;
+        r->chan_done[k] = 0;
+    }
+    r->chan_off[nchan] = bytes;
+}
+
+void comm_isend(ai_comm *c, comm_req *r, int peer, const void *buf, size_t bytes)
+{
+    req_init(c, r, COMM_REQ_SEND, peer, bytes);
+    r->sbuf = buf;
+    r->rbuf = NULL;
+    r->src = NULL;
+}
+
+void comm_irecv(ai_comm *c, comm_req *r, int peer, void *buf, size_t bytes)
+{
+    req_init(c, r, COMM_REQ_RECV, peer, bytes);
+    r->sbuf = NULL;
+    r->rbuf = buf;
+    r->src = NULL;
+}
+
+void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void *src,
+                       size_t count, ai_dtype dt, ai_op op)
+{
+    req_init(c, r, COMM_REQ_RECV_REDUCE, peer, count * ai_dtype_size(dt));
+    r->sbuf = NULL;
+    r->rbuf = dst;
+    r->src = src ? src : dst;
+    r->dt = dt;
+    r->op = op;
+}
+
+static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[peer].host; }
+
+/* ------------------------------------------------------------- framing */
+
+static void hdr_build(const ai_comm *c, comm_req *r, int k)
+{
+    uint32_t magic = COMM_MSG_MAGIC, seq = c->call_seq;
+    uint64_t len = chan_len(r, k);
+    memcpy(r->hdr[k], &magic, 4);
+    memcpy(r->hdr[k] + 4, &seq, 4);
+    memcpy(r->hdr[k] + 8, &len, 8);
+}
+
+static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
+{
+    uint32_t magic, seq;
+    uint64_t len;
+    memcpy(&magic, r->hdr[k], 4);
+    memcpy(&seq, r->hdr[k] + 4, 4);
+    memcpy(&len, r->hdr[k] + 8, 8);
+    if (magic != COMM_MSG_MAGIC)
+        return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
+                       r->peer, peer_host(c, r->peer), magic);
+    if (seq != c->call_seq)
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) is in collective call #%u while this rank is in #%u: "
+                       "ranks issued different collectives",
+                       r->peer, peer_host(c, r->peer), seq, c->call_seq);
+    if (len != chan_len(r, k))
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) sent %llu bytes where %zu were expected: "
+                       "collective arguments (count, type, root or algorithm) differ between ranks",
+                       r->peer, peer_host(c, r->peer), (unsigned long long)len, chan_len(r, k));
+    return AI_OK;
+}
+
+/* The next contiguous piece of channel k's outgoing stream at `pos`. */
+static const unsigned char *tx_piece(const comm_req *r, int k, size_t pos, size_t *n)
+{
+    size_t len = chan_len(r, k);
+    if (pos < COMM_HDR_BYTES) {
+        *n = COMM_HDR_BYTES - pos;
+        return r->hdr[k] + pos;
+    }
+    if (pos < COMM_HDR_BYTES + len) {
+        *n = COMM_HDR_BYTES + len - pos;
+        return (const unsigned char *)r->sbuf + r->chan_off[k] + (pos - COMM_HDR_BYTES);
+    }
+    *n = chan_total(r, k) - pos;
+    return zero_pad;
+}
+
+/* Feed n contiguous incoming bytes to channel k of a receive. Returns the
+ * bytes used: fewer than n when the channel's message ends, or when a
+ * reduce needs the rest of an element first. */
+static size_t rx_feed(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
+                      ai_status_t *st)
+{
+    size_t len = chan_len(r, k), total = chan_total(r, k);
+    size_t pos = r->chan_done[k], used = 0;
+    while (used < n && pos < total) {
+        size_t m;
+        if (pos < COMM_HDR_BYTES) {
+            m = AI_MIN(COMM_HDR_BYTES - pos, n - used);
+            memcpy(r->hdr[k] + pos, p + used, m);
+            if (pos + m == COMM_HDR_BYTES && (*st = hdr_check(c, r, k)) != AI_OK)
+                return used;
+        } else if (pos < COMM_HDR_BYTES + len) {
+            m = AI_MIN(COMM_HDR_BYTES + len - pos, n - used);
+            size_t off = r->chan_off[k] + (pos - COMM_HDR_BYTES);
+            if (r->kind == COMM_REQ_RECV) {
+                memcpy((unsigned char *)r->rbuf + off, p + used, m);
+            } else {
+                size_t es = ai_dtype_size(r->dt);
+                m -= m % es;
+                if (m == 0)
+                    break;
+                comm_reduce_local((unsigned char *)r->rbuf + off,
+                                  (const unsigned char *)r->src + off, p + used, m / es, r->dt,
+                                  r->op);
+            }
+        } else {
+            m = AI_MIN(total - pos, n - used);
+        }
+        pos += m;
+        used += m;
+    }
+    r->chan_done[k] = pos;
+    return used;
+}
+
+/* ------------------------------------------------------- shared memory */
+
+static void shm_tx(comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    shm_ring *ring = ch->ring;
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+    uint64_t space = ch->ring_bytes - (tail - head);
+    size_t pos = r->chan_done[k], total = chan_total(r, k);
+    if (space == 0)
+        return;
+    while (space > 0 && pos < total) {
+        size_t n;
+        const unsigned char *src = tx_piece(r, k, pos, &n);
+        size_t at = (size_t)(tail % ch->ring_bytes);
+        n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
+        memcpy(ch->data + at, src, n);
+        tail += n;
+        pos += n;
+        space -= n;
+    }
+    r->chan_done[k] = pos;
+    atomic_store_explicit(&ring->tail, tail, memory_order_release);
+    *moved = 1;
+}
+
+static ai_status_t shm_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    shm_ring *ring = ch->ring;
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+    ai_status_t st = AI_OK;
+    uint64_t start = head;
+    while (tail > head && r->chan_done[k] < chan_total(r, k)) {
+        size_t at = (size_t)(head % ch->ring_bytes);
+        size_t n = AI_MIN((size_t)(tail - head), (size_t)ch->ring_bytes - at);
+        size_t used = rx_feed(c, r, k, ch->data + at, n, &st);
+        head += used;
+        if (st != AI_OK || used == 0)
+            break;
+    }
+    if (head != start) {
+        atomic_store_explicit(&ring->head, head, memory_order_release);
+        *moved = 1;
+    }
+    return st;
+}
+
+/* ----------------------------------------------------------------- TCP */
+
+static ai_status_t tcp_error(const ai_comm *c, const comm_req *r, ssize_t n, const char *what)
+{
+    if (n == 0)
+        return ai_fail(AI_ERR_PEER, "rank %d (host %s) closed its connection during %s (it died or aborted)",
+                       r->peer, peer_host(c, r->peer), what);
+    return ai_fail(AI_ERR_PEER, "connection to rank %d (host %s) failed during %s: %s", r->peer,
+                   peer_host(c, r->peer), what, strerror(errno));
+}
+
+static ai_status_t tcp_tx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    size_t total = chan_total(r, k);
+    while (r->chan_done[k] < total) {
+        struct iovec iov[3];
+        int niov = 0;
+        size_t pos = r->chan_done[k];
+        while (niov < 3 && pos < total) {
+            size_t n;
+            const unsigned char *p = tx_piece(r, k, pos, &n);
+            iov[niov].iov_base = (void *)p;
+            iov[niov].iov_len = n;
+            niov++;
+            pos += n;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t n = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return AI_OK;
+            if (errno == EINTR)
+                continue;
+            return tcp_error(c, r, n, "send");
+        }
+        r->chan_done[k] += (size_t)n;
+        *moved = 1;
+    }
+    return AI_OK;
+}
+
+static void bounce_reset_if_empty(comm_chan *ch, uint64_t spos)
+{
+    /* Keep bounce index congruent to the stream offset mod 8, so payloads
+     * (which start on multiples of 8 in the stream) are 8-byte aligned. */
+    if (ch->bstart == ch->bend)
+        ch->bstart = ch->bend = (size_t)(spos % 8);
+}
+
+static ai_status_t tcp_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    size_t len = chan_len(r, k), total = chan_total(r, k);
+    ai_status_t st = AI_OK;
+    for (;;) {
+        if (ch->bend > ch->bstart) {
+            size_t used = rx_feed(c, r, k, ch->bounce + ch->bstart, ch->bend - ch->bstart, &st);
+            ch->bstart += used;
+            ch->spos += used;
+            if (used)
+                *moved = 1;
+            if (st != AI_OK)
+                return st;
+            bounce_reset_if_empty(ch, ch->spos);
+            if (r->chan_done[k] == total)
+                return AI_OK;
+        }
+        size_t pos = r->chan_done[k];
+        ssize_t n;
+        if (r->kind == COMM_REQ_RECV && pos >= COMM_HDR_BYTES && pos < COMM_HDR_BYTES + len &&
+            ch->bstart == ch->bend) {
+            /* Plain receive: straight into the user's buffer, no bounce. */
+            n = recv(ch->fd, (unsigned char *)r->rbuf + r->chan_off[k] + (pos - COMM_HDR_BYTES),
+                     COMM_HDR_BYTES + len - pos, MSG_DONTWAIT);
+            if (n > 0) {
+                r->chan_done[k] += (size_t)n;
+                ch->spos += (uint64_t)n;
+                bounce_reset_if_empty(ch, ch->spos);
+                *moved = 1;
+                continue;
+            }
+        } else {
+            if (ch->bcap - ch->bend < 64) {
+                size_t keep = ch->bend - ch->bstart, to = (size_t)(ch->spos % 8);
+                memmove(ch->bounce + to, ch->bounce + ch->bstart, keep);
+                ch->bstart = to;
+                ch->bend = to + keep;
+            }
+            n = recv(ch->fd, ch->bounce + ch->bend, ch->bcap - ch->bend, MSG_DONTWAIT);
+            if (n > 0) {
+                ch->bend += (size_t)n;
+                continue;
+            }
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return AI_OK;
+        if (n < 0 && errno == EINTR)
+            continue;
+        return tcp_error(c, r, n, "receive");
+    }
+}
+
+/* ---------------------------------------------------------------- self */
+
+/* A message to oneself is matched with the earliest pending self-send in
+ * the same wait (posting both in one wait is the contract). */
+static ai_status_t self_rx(ai_comm *c, comm_req *reqs, int n, comm_req *r)
+{
+    for (int i = 0; i < n; i++) {
+        comm_req *s = &reqs[i];
+        if (s->kind != COMM_REQ_SEND || s->peer != c->rank || s->done)
+            continue;
+        if (s->bytes != r->bytes)
+            return ai_fail(AI_ERR_PROTO, "message to self of %zu bytes received as %zu bytes",
+                           s->bytes, r->bytes);
+        if (r->kind == COMM_REQ_RECV)
+            memmove(r->rbuf, s->sbuf, r->bytes);
+        else
+            comm_reduce_local(r->rbuf, r->src, s->sbuf, r->bytes / ai_dtype_size(r->dt), r->dt,
+                              r->op);
+        s->done = r->done = 1;
+        return AI_OK;
+    }
+    return ai_fail(AI_ERR_INVALID, "receive from self without a matching send in the same wait");
+}
+
+/* ------------------------------------------------------------ progress */
+
+static ai_status_t req_progress(ai_comm *c, comm_req *r, int *moved)
+{
+    comm_peer *p = &c->tp->peers[r->peer];
+    int is_send = r->kind == COMM_REQ_SEND;
+    if (!r->started) {
+        if (is_send)
+            for (int k = 0; k < r->nchan; k++)
+                hdr_build(c, r, k);
+        r->started = 1;
+    }
+    int all = 1;
+    for (int k = 0; k < r->nchan; k++) {
+        if (r->chan_done[k] == chan_total(r, k))
+            continue;
+        comm_chan *ch = is_send ? &p->tx[k] : &p->rx[k];
+        ai_status_t st = AI_OK;
+        if (p->kind == CHAN_SHM) {
+            if (is_send)
+                shm_tx(r, k, ch, moved);
+            else
+                st = shm_rx(c, r, k, ch, moved);
+        } else {
+            st = is_send ? tcp_tx(c, r, k, ch, moved) : tcp_rx(c, r, k, ch, moved);
+        }
+        if (st != AI_OK)
+            return st;
+        if (r->chan_done[k] != chan_total(r, k))
+            all = 0;
+    }
+    r->done = all;
+    return AI_OK;
+}
+
+static int proc_is_dead(pid_t pid)
+{
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *rp = strrchr(buf, ')');
+    /* State field follows "comm)": Z zombie, X dead. */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
+{
+    struct comm_transport *tp = c->tp;
+    if (tp->shm) {
+        int who = atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire);
+        if (who > 0 && who - 1 != c->rank)
+            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+    }
+    for (int i = 0; i < n; i++) {
+        comm_peer *p = &tp->peers[reqs[i].peer];
+        if (!reqs[i].done && p->kind == CHAN_SHM && proc_is_dead(p->pid))
+            return ai_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", reqs[i].peer,
+                           (int)p->pid);
+    }
+    return AI_OK;
+}
+
+static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
+{
+    char who[256];
+    size_t len = 0;
+    who[0] = '\0';
+    for (int i = 0; i < n && len < sizeof who - 40; i++)
+        if (!reqs[i].done)
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s from/to rank %d (host %s)",
+                                    len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send" : "receive",
+                                    reqs[i].peer, peer_host(c, reqs[i].peer));
+    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
+                   "a peer is stalled or dead", idle, c->timeout_s, who);
+}
+
+/* Block in poll() on the TCP channels of pending requests, briefly. */
+static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp)
+{
+    struct pollfd fds[64];
+    nfds_t nf = 0;
+    for (int i = 0; i < n; i++) {
+        comm_req *r = &reqs[i];
+        comm_peer *p = &c->tp->peers[r->peer];
+        if (r->done || p->kind != CHAN_TCP)
+            continue;
+        for (int k = 0; k < r->nchan && nf < AI_ARRAY_LEN(fds); k++)
+            if (r->chan_done[k] != chan_total(r, k)) {
+                fds[nf].fd = p->tx[k].fd;
+                fds[nf].events = r->kind == COMM_REQ_SEND ? POLLOUT : POLLIN;
+                fds[nf].revents = 0;
+                nf++;
+            }
+    }
+    if (nf)
+        (void)poll(fds, nf, only_tcp ? 10 : 0);
+    if (!only_tcp || !nf)
+        sched_yield();
+}
+
+ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
+{
+    if (c->state != AI_OK)
+        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
+    struct comm_transport *tp = c->tp;
+    double idle_since = 0, last_check = 0;
+    int idle = 0;
+    for (;;) {
+        uint32_t pass = ++tp->pass;
+        int pending = 0, moved = 0, tcp_only = 1;
+        for (int i = 0; i < n; i++) {
+            comm_req *r = &reqs[i];
+            if (r->done)
+                continue;
+            if (r->peer < 0 || r->peer >= c->size)
+                return comm_abort(c, ai_fail(AI_ERR_INVALID, "request to rank %d of %d", r->peer, c->size));
+            ai_status_t st = AI_OK;
+            comm_peer *p = &tp->peers[r->peer];
+            if (r->peer == c->rank) {
+                if (r->kind != COMM_REQ_SEND)
+                    st = self_rx(c, reqs, n, r);
+                else
+                    pending++; /* completed by its receive */
+                if (st != AI_OK)
+                    return comm_abort(c, st);
+                continue;
+            }
+            /* FIFO: a later request to the same peer and direction waits
+             * until the earlier one is complete. */
+            uint32_t *gate = r->kind == COMM_REQ_SEND ? &p->tx[0].gate : &p->rx[0].gate;
+            if (*gate == pass) {
+                pending++;
+                continue;
+            }
+            st = req_progress(c, r, &moved);
+            if (st != AI_OK)
+                return comm_abort(c, ai_fail_prefix(st, "rank %d", c->rank));
+            if (!r->done) {
+                *gate = pass;
+                pending++;
+                if (p->kind != CHAN_TCP)
+                    tcp_only = 0;
+            }
+        }
+        if (!pending)
+            return AI_OK;
+        if (moved) {
+            idle = 0;
+            continue;
+        }
+        double now = 0;
+        if (idle == 0) {
+            idle_since = last_check = ai_now();
+        } else if (idle >= SPIN_PASSES) {
+            now = ai_now();
+            if (now - last_check > LIVENESS_PERIOD_S) {
+                last_check = now;
+                ai_status_t st = check_peers(c, reqs, n);
+                if (st != AI_OK)
+                    return comm_abort(c, ai_fail_prefix(st, "rank %d", c->rank));
+            }
+            if (now - idle_since > c->timeout_s)
+                return comm_abort(c, ai_fail_prefix(timeout_error(c, reqs, n, now - idle_since),
+                                                    "rank %d", c->rank));
+        }
+        idle++;
+        if (idle < SPIN_PASSES)
+            continue;
+        if (now - idle_since > 1.0)
+            ai_sleep_us(100); /* a long wait: stop burning a core */
+        else
+            tcp_poll(c, reqs, n, tcp_only);
+    }
+}
+
+/* ------------------------------------------------------- conveniences */
+
+ai_status_t comm_send(ai_comm *c, int peer, const void *buf, size_t bytes)
+{
+    comm_req r;
+    comm_isend(c, &r, peer, buf, bytes);
+    return comm_wait(c, &r, 1);
+}
+
+ai_status_t comm_recv(ai_comm *c, int peer, void *buf, size_t bytes)
+{
+    comm_req r;
+    comm_irecv(c, &r, peer, buf, bytes);
+    return comm_wait(c, &r, 1);
+}
+
+ai_status_t comm_sendrecv(ai_comm *c, int to, const void *sbuf, size_t sbytes, int from,
+                          void *rbuf, size_t rbytes)
+{
+    comm_req r[2];
+    comm_isend(c, &r[0], to, sbuf, sbytes);
+    comm_irecv(c, &r[1], from, rbuf, rbytes);
+    return comm_wait(c, r, 2);
+}
+
+ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sbytes, int from,
+                                 void *dst, const void *src, size_t count, ai_dtype dt, ai_op op)
+{
+    comm_req r[2];
+    comm_isend(c, &r[0], to, sbuf, sbytes);
+    comm_irecv_reduce(c, &r[1], from, dst, src, count, dt, op);
+    return comm_wait(c, r, 2);
+}
+
+ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
+{
+    if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
+        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
+    if (c->scratch_len[slot] < bytes) {
+        /* Grow geometrically so alternating sizes don't reallocate. */
+        size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
+        void *p = NULL;
+        if (posix_memalign(&p, 64, want ? want : 64) != 0)
+            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
+        free(c->scratch[slot]);
+        c->scratch[slot] = p;
+        c->scratch_len[slot] = want;
+    }
+    *out = c->scratch[slot];
+    return AI_OK;
+}
+
+ai_status_t comm_abort(ai_comm *c, ai_status_t status)
+{
+    if (c->state != AI_OK)
+        return status;
+    c->state = status;
+    snprintf(c->failure, sizeof c->failure, "%s", ai_last_error());
+    struct comm_transport *tp = c->tp;
+    if (!tp)
+        return status;
+    if (tp->shm) {
+        int32_t expected = 0;
+        atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, c->rank + 1);
+    }
+    /* Shut TCP connections down so peers blocked on us fail now instead of
+     * at their timeout. */
+    for (int i = 0; i < c->size; i++) {
+        comm_peer *p = &tp->peers[i];
+        if (p->kind == CHAN_TCP)
+            for (int k = 0; k < p->nchan; k++)
+                if (p->tx[k].fd >= 0)
+                    shutdown(p->tx[k].fd, SHUT_RDWR);
+    }
+    return status;
+}

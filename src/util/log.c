@@ -1,0 +1,39 @@
+#include "util/util.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+static int log_rank = -1;
+static int log_level = -1;
+
+void ai_log_set_rank(int rank) { log_rank = rank; }
+
+static int current_level(void)
+{
+    if (log_level < 0) {
+        const char *v = ai_env_str("AUTOINFRA_LOG", "warn");
+        static const char *names[] = {"error", "warn", "info", "debug"};
+        log_level = AI_LOG_WARN;
+        for (int i = 0; i < 4; i++)
+            if (strcasecmp(v, names[i]) == 0)
+                log_level = i;
+    }
+    return log_level;
+}
+
+void ai_log(ai_log_level level, const char *fmt, ...)
+{
+    if ((int)level > current_level())
+        return;
+    static const char *tags[] = {"error", "warning", "info", "debug"};
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (log_rank >= 0)
+        fprintf(stderr, "autoinfra[%d]: %s: %s\n", log_rank, tags[level], msg);
+    else
+        fprintf(stderr, "autoinfra: %s: %s\n", tags[level], msg);
+}

@@ -1,0 +1,148 @@
+#include "util/util.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+double ai_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void ai_sleep_us(long us)
+{
+    struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+const char *ai_env_str(const char *name, const char *fallback)
+{
+    const char *v = getenv(name);
+    return (v && *v) ? v : fallback;
+}
+
+ai_status_t ai_parse_long(const char *text, long *out)
+{
+    if (!text || !*text)
+        return ai_fail(AI_ERR_INVALID, "empty number");
+    char *end;
+    errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || *end)
+        return ai_fail(AI_ERR_INVALID, "'%s' is not an integer", text);
+    *out = v;
+    return AI_OK;
+}
+
+ai_status_t ai_parse_double(const char *text, double *out)
+{
+    if (!text || !*text)
+        return ai_fail(AI_ERR_INVALID, "empty number");
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (errno || *end || !isfinite(v))
+        return ai_fail(AI_ERR_INVALID, "'%s' is not a number", text);
+    *out = v;
+    return AI_OK;
+}
+
+ai_status_t ai_env_double(const char *name, double fallback, double *out)
+{
+    const char *v = ai_env_str(name, NULL);
+    if (!v) {
+        *out = fallback;
+        return AI_OK;
+    }
+    double d;
+    if (ai_parse_double(v, &d) != AI_OK)
+        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not a number", name, v);
+    *out = d;
+    return AI_OK;
+}
+
+ai_status_t ai_env_int(const char *name, int fallback, int *out)
+{
+    const char *v = ai_env_str(name, NULL);
+    if (!v) {
+        *out = fallback;
+        return AI_OK;
+    }
+    long l;
+    if (ai_parse_long(v, &l) != AI_OK || l < -2147483647L || l > 2147483647L)
+        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not an integer", name, v);
+    *out = (int)l;
+    return AI_OK;
+}
+
+ai_status_t ai_parse_size(const char *text, size_t *out)
+{
+    if (!text || !*text)
+        return ai_fail(AI_ERR_INVALID, "empty size");
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text || text[0] == '-')
+        return ai_fail(AI_ERR_INVALID, "'%s' is not a size (examples: 8, 64K, 4M, 1G)", text);
+    unsigned shift = 0;
+    switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (*end == 'B' || *end == 'b')
+        end++;
+    if (*end || (shift && v > (~0ULL >> shift)))
+        return ai_fail(AI_ERR_INVALID, "'%s' is not a size (examples: 8, 64K, 4M, 1G)", text);
+    *out = (size_t)(v << shift);
+    return AI_OK;
+}
+
+uint64_t ai_hash64(const void *data, size_t n, uint64_t seed)
+{
+    const unsigned char *p = data;
+    uint64_t h = 1469598103934665603ULL ^ seed;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+void ai_rng_seed(ai_rng *rng, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+uint64_t ai_rng_next(ai_rng *rng)
+{
+    uint64_t *s = rng->s;
+    uint64_t result = rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double ai_rng_uniform(ai_rng *rng) { return (double)(ai_rng_next(rng) >> 11) * 0x1.0p-53; }
