@@ -422,8 +422,8 @@ static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
     who[0] = '\0';
     for (int i = 0; i < n && len < sizeof who - 40; i++)
         if (!reqs[i].done)
-            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s from/to rank %d (host %s)",
-                                    len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send" : "receive",
+            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s rank %d (host %s)",
+                                    len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send to" : "receive from",
                                     reqs[i].peer, peer_host(c, reqs[i].peer));
     return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
                    "a peer is stalled or dead", idle, c->timeout_s, who);
@@ -489,7 +489,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             }
             st = req_progress(c, r, &moved);
             if (st != AI_OK)
-                return comm_abort(c, ai_fail_prefix(st, "rank %d", c->rank));
+                return comm_abort(c, st);
             if (!r->done) {
                 *gate = pass;
                 pending++;
@@ -512,11 +512,10 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
                 last_check = now;
                 ai_status_t st = check_peers(c, reqs, n);
                 if (st != AI_OK)
-                    return comm_abort(c, ai_fail_prefix(st, "rank %d", c->rank));
+                    return comm_abort(c, st);
             }
             if (now - idle_since > c->timeout_s)
-                return comm_abort(c, ai_fail_prefix(timeout_error(c, reqs, n, now - idle_since),
-                                                    "rank %d", c->rank));
+                return comm_abort(c, timeout_error(c, reqs, n, now - idle_since));
         }
         idle++;
         if (idle < SPIN_PASSES)

@@ -1,0 +1,367 @@
+/*
+ * Communicator set-up and failure handling: dead and stalled peers, wrong
+ * tokens, garbage and wrong versions on the rendezvous port, mismatched
+ * collective arguments, rendezvous timeouts, environment parsing. Every
+ * case must end in a clear error within the timeout, never a hang.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "autoinfra.h"
+#include "support/ranks.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COUNT (256 * 1024)
+
+/* --------------------------------------------------------- dead peers */
+
+typedef struct fail_case {
+    int victim;
+    const char *how; /* "kill" or "stall" */
+    double timeout_s;
+} fail_case;
+
+/* Everyone but the victim runs allreduces until one fails; it must fail
+ * with a peer or timeout error, soon enough, and every later call must
+ * fail at once with AI_ERR_ABORTED. */
+static int failure_body(ai_comm *c, void *arg)
+{
+    const fail_case *fc = arg;
+    int rank = ai_comm_rank(c);
+    float *buf = calloc(COUNT, sizeof *buf);
+    if (!buf)
+        return 90;
+    /* One good call first: the victim fails mid-job, not during set-up. */
+    if (ai_allreduce(c, AI_IN_PLACE, buf, COUNT, AI_F32, AI_SUM, NULL) != AI_OK) {
+        fprintf(stderr, "rank %d: first allreduce failed: %s\n", rank, ai_last_error());
+        free(buf);
+        return 91;
+    }
+    if (rank == fc->victim) {
+        free(buf);
+        if (!strcmp(fc->how, "kill"))
+            raise(SIGKILL);
+        sleep((unsigned)(fc->timeout_s * 3 + 2)); /* stalled, then leaves quietly */
+        return 0;
+    }
+    double t0 = ai_now();
+    ai_status_t st = AI_OK;
+    for (int i = 0; i < 1000 && st == AI_OK; i++)
+        st = ai_allreduce(c, AI_IN_PLACE, buf, COUNT, AI_F32, AI_SUM, NULL);
+    double took = ai_now() - t0;
+    free(buf);
+    fprintf(stderr, "rank %d: %s after %.2f s: %s\n", rank, ai_strerror(st), took, ai_last_error());
+    if (st != AI_ERR_PEER && st != AI_ERR_TIMEOUT)
+        return 92;
+    /* A dead process is noticed without waiting for the timeout; a stall
+     * costs one timeout plus the spread of the abort. */
+    double limit = !strcmp(fc->how, "kill") ? fc->timeout_s * 0.5 : fc->timeout_s * 1.5 + 1.0;
+    if (took > limit) {
+        fprintf(stderr, "rank %d: took %.2f s, limit %.2f s\n", rank, took, limit);
+        return 93;
+    }
+    t0 = ai_now();
+    float x = 0;
+    if (ai_allreduce(c, &x, &x, 1, AI_F32, AI_SUM, NULL) != AI_ERR_ABORTED || ai_now() - t0 > 0.1)
+        return 94;
+    if (!strstr(ai_last_error(), "failed earlier"))
+        return 95;
+    return 0;
+}
+
+static void run_failure(int n, int nhosts, const char *how, int victim)
+{
+    fail_case fc = {.victim = victim, .how = how, .timeout_s = 4.0};
+    int status[8];
+    ranks_opts o = {.nhosts = nhosts, .timeout_s = fc.timeout_s, .deadline_s = 40,
+                    .keep_going = 1, .status = status};
+    ranks_run(n, &o, failure_body, &fc);
+    for (int r = 0; r < n; r++) {
+        if (r == victim)
+            assert_int_equal(status[r], !strcmp(how, "kill") ? RANKS_SIGNAL_BASE + SIGKILL : 0);
+        else
+            assert_int_equal(status[r], 0);
+    }
+}
+
+static void test_killed_peer_shm(void **state) { run_failure(4, 0, "kill", 2); }
+static void test_killed_peer_tcp(void **state) { run_failure(4, 4, "kill", 1); }
+static void test_killed_peer_mixed(void **state) { run_failure(6, 2, "kill", 4); }
+static void test_stalled_peer_shm(void **state) { run_failure(3, 0, "stall", 1); }
+static void test_stalled_peer_tcp(void **state) { run_failure(4, 2, "stall", 3); }
+
+/* ---------------------------------------------------- mismatched calls */
+
+static int mismatch_body(ai_comm *c, void *arg)
+{
+    int rank = ai_comm_rank(c);
+    size_t count = rank == 0 ? 1000 : 2000;
+    float *buf = calloc(2000, sizeof *buf);
+    ai_algo_opts ring = {.algo = "ring"};
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, buf, count, AI_F32, AI_SUM, &ring);
+    free(buf);
+    fprintf(stderr, "rank %d: %s: %s\n", rank, ai_strerror(st), ai_last_error());
+    /* Whoever sees the wrong length reports a protocol error; the others
+     * learn of it through the abort. Nobody hangs or succeeds. */
+    if (st == AI_ERR_PROTO)
+        return strstr(ai_last_error(), "differ between ranks") ? 0 : 81;
+    return st == AI_ERR_PEER || st == AI_ERR_TIMEOUT ? 0 : 82;
+}
+
+static void test_mismatched_counts(void **state)
+{
+    ranks_opts o = {.timeout_s = 3, .deadline_s = 20, .keep_going = 1};
+    assert_int_equal(ranks_run(2, &o, mismatch_body, NULL), 0);
+    ranks_opts t = {.nhosts = 2, .timeout_s = 3, .deadline_s = 20, .keep_going = 1};
+    assert_int_equal(ranks_run(3, &t, mismatch_body, NULL), 0);
+}
+
+/* ------------------------------------------------- rendezvous defences */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof sa;
+    assert_true(fd >= 0);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+/* One rank of a job, in a child: create, one allreduce, check, exit code. */
+static int child_rank(int rank, int size, int port, const char *token, double timeout_s,
+                      ai_status_t want_create)
+{
+    ai_comm_config cfg = {.rank = rank, .size = size, .store_host = "127.0.0.1",
+                          .store_port = port, .token = token, .timeout_s = timeout_s};
+    ai_comm *c = NULL;
+    ai_status_t st = ai_comm_create(&cfg, &c);
+    if (st != want_create) {
+        fprintf(stderr, "rank %d (token %s): create gave %s: %s\n", rank, token, ai_strerror(st),
+                ai_last_error());
+        return 71;
+    }
+    if (st != AI_OK) {
+        fprintf(stderr, "rank %d (token %s) refused as expected: %s\n", rank, token, ai_last_error());
+        if (st == AI_ERR_PROTO && !strstr(ai_last_error(), "wrong job token"))
+            return 72;
+        return 0;
+    }
+    int32_t x = rank + 1;
+    st = ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_I32, AI_SUM, NULL);
+    ai_comm_destroy(c);
+    return st == AI_OK && x == size * (size + 1) / 2 ? 0 : 73;
+}
+
+static pid_t spawn_rank(int rank, int size, int port, const char *token, double timeout_s,
+                        ai_status_t want)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(child_rank(rank, size, port, token, timeout_s, want));
+    return pid;
+}
+
+static int reap(pid_t pid, double deadline_s)
+{
+    double end = ai_now() + deadline_s;
+    int status;
+    while (ai_now() < end) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + WTERMSIG(status);
+        usleep(10000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+}
+
+static int connect_store(int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)port)};
+    for (int i = 0; i < 500; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            return fd;
+        close(fd);
+        usleep(10000);
+    }
+    return -1;
+}
+
+/* Read the store's answer (bounded) and return whether it contains `what`. */
+static int answer_contains(int fd, const char *what)
+{
+    char buf[512];
+    size_t got = 0;
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    for (;;) {
+        ssize_t n = recv(fd, buf + got, sizeof buf - 1 - got, 0);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    buf[got] = '\0';
+    /* Skip the 12-byte frame header. */
+    return got > 12 && strstr(buf + 12, what) != NULL;
+}
+
+static void test_wrong_token_refused(void **state)
+{
+    int port = free_port();
+    /* rank 0 and 2 legitimate; an intruder claims rank 1 with another
+     * token and is refused; the real rank 1 arrives later and the job
+     * forms. */
+    pid_t r0 = spawn_rank(0, 3, port, "good", 10, AI_OK);
+    pid_t r2 = spawn_rank(2, 3, port, "good", 10, AI_OK);
+    pid_t bad = spawn_rank(1, 3, port, "evil", 10, AI_ERR_PROTO);
+    assert_int_equal(reap(bad, 15), 0);
+    pid_t r1 = spawn_rank(1, 3, port, "good", 10, AI_OK);
+    assert_int_equal(reap(r0, 15), 0);
+    assert_int_equal(reap(r1, 15), 0);
+    assert_int_equal(reap(r2, 15), 0);
+}
+
+static void test_garbage_and_versions_refused(void **state)
+{
+    int port = free_port();
+    pid_t r0 = spawn_rank(0, 2, port, "tok", 10, AI_OK);
+    /* 1: an HTTP request. */
+    int fd = connect_store(port);
+    assert_true(fd >= 0);
+    const char *http = "GET / HTTP/1.0\r\n\r\n";
+    assert_int_equal(send(fd, http, strlen(http), 0), (ssize_t)strlen(http));
+    assert_true(answer_contains(fd, "not an autoinfra peer"));
+    close(fd);
+    /* 2: a frame with the right magic and protocol version 99. */
+    fd = connect_store(port);
+    unsigned char frame[12] = {'A', 'I', 'B', 'S', 99, 0, 1, 0, 88, 0, 0, 0};
+    assert_int_equal(send(fd, frame, sizeof frame, 0), (ssize_t)sizeof frame);
+    assert_true(answer_contains(fd, "wrong protocol version"));
+    close(fd);
+    /* 3: a connection that never speaks, left open while the job forms. */
+    int silent = connect_store(port);
+    assert_true(silent >= 0);
+    pid_t r1 = spawn_rank(1, 2, port, "tok", 10, AI_OK);
+    assert_int_equal(reap(r0, 15), 0);
+    assert_int_equal(reap(r1, 15), 0);
+    close(silent);
+}
+
+static void test_rendezvous_timeout(void **state)
+{
+    int port = free_port();
+    double t0 = ai_now();
+    pid_t r0 = fork();
+    assert_true(r0 >= 0);
+    if (r0 == 0) {
+        ai_comm_config cfg = {.rank = 0, .size = 2, .store_host = "127.0.0.1",
+                              .store_port = port, .token = "t", .timeout_s = 1.0};
+        ai_comm *c;
+        ai_status_t st = ai_comm_create(&cfg, &c);
+        fprintf(stderr, "%s\n", ai_last_error());
+        _exit(st == AI_ERR_TIMEOUT && strstr(ai_last_error(), "missing: 1") ? 0 : 1);
+    }
+    assert_int_equal(reap(r0, 10), 0);
+    assert_true(ai_now() - t0 < 4.0);
+    /* And a rank whose rank 0 never shows up. */
+    t0 = ai_now();
+    ai_comm_config cfg = {.rank = 1, .size = 2, .store_host = "127.0.0.1",
+                          .store_port = free_port(), .token = "t", .timeout_s = 1.0};
+    ai_comm *c;
+    assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_TIMEOUT);
+    assert_non_null(strstr(ai_last_error(), "rendezvous store"));
+    assert_true(ai_now() - t0 < 3.0);
+}
+
+/* ------------------------------------------------------- environment */
+
+static void test_env_parsing(void **state)
+{
+    ai_comm *c = NULL;
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("PMI_RANK");
+    unsetenv("SLURM_PROCID");
+    setenv("AUTOINFRA_RANK", "0", 1);
+    setenv("AUTOINFRA_SIZE", "abc", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_SIZE"));
+    setenv("AUTOINFRA_SIZE", "2", 1);
+    setenv("AUTOINFRA_RANK", "2", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    setenv("AUTOINFRA_RANK", "0", 1);
+    setenv("AUTOINFRA_ADDR", "nocolon", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_ADDR"));
+    setenv("AUTOINFRA_ADDR", "127.0.0.1:1", 1);
+    setenv("AUTOINFRA_TIMEOUT", "soon", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_TIMEOUT"));
+    unsetenv("AUTOINFRA_TIMEOUT");
+    unsetenv("AUTOINFRA_ADDR");
+    /* A job of one, with nothing set: works without any network. */
+    unsetenv("AUTOINFRA_RANK");
+    unsetenv("AUTOINFRA_SIZE");
+    assert_int_equal(ai_comm_create_env(&c), AI_OK);
+    assert_int_equal(ai_comm_size(c), 1);
+    double x = 2.5;
+    assert_int_equal(ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F64, AI_SUM, NULL), AI_OK);
+    assert_true(x == 2.5);
+    ai_comm_destroy(c);
+    ai_comm_destroy(NULL);
+}
+
+/* Host grouping as the runtime reports it. */
+static int hosts_body(ai_comm *c, void *arg)
+{
+    int n = ai_comm_size(c);
+    if (ai_comm_nhosts(c) != 3)
+        return 61;
+    for (int r = 0; r < n; r++)
+        if (ai_comm_host_of(c, r) != r * 3 / n) /* contiguous blocks */
+            return 62;
+    return ai_comm_host_of(c, n) == -1 ? 0 : 63;
+}
+
+static void test_host_grouping(void **state)
+{
+    ranks_opts o = {.nhosts = 3};
+    assert_int_equal(ranks_run(6, &o, hosts_body, NULL), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_parsing),
+        cmocka_unit_test(test_host_grouping),
+        cmocka_unit_test(test_rendezvous_timeout),
+        cmocka_unit_test(test_wrong_token_refused),
+        cmocka_unit_test(test_garbage_and_versions_refused),
+        cmocka_unit_test(test_mismatched_counts),
+        cmocka_unit_test(test_killed_peer_shm),
+        cmocka_unit_test(test_killed_peer_tcp),
+        cmocka_unit_test(test_killed_peer_mixed),
+        cmocka_unit_test(test_stalled_peer_shm),
+        cmocka_unit_test(test_stalled_peer_tcp),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
