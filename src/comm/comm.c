@@ -125,7 +125,9 @@ ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
         st = comm_tcp_listen(htonl(INADDR_ANY), &tp->listen_fd, &self.port);
         if (st != AI_OK)
             goto err;
-        st = comm_bootstrap(cfg, tp->token_hash, &self, table);
+        ai_comm_config eff = *cfg; /* with the defaults resolved */
+        eff.timeout_s = c->timeout_s;
+        st = comm_bootstrap(&eff, tp->token_hash, &self, table);
         if (st != AI_OK)
             goto err;
     } else {
@@ -145,6 +147,10 @@ ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
         else
             p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
     }
+    /* Spinning only pays when every local rank has a core of its own;
+     * oversubscribed, a spinning rank steals the core its peer needs. */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    tp->spin_passes = c->local_size > ncpu ? 2 : 2000;
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;
     if (tp->listen_fd >= 0) {

@@ -24,7 +24,6 @@
 /* Below this many bytes per channel, striping over more TCP connections
  * costs more in per-message overhead than it gains in parallelism. */
 #define COMM_CHAN_MIN_BYTES (64 * 1024)
-#define SPIN_PASSES 64
 #define LIVENESS_PERIOD_S 0.05
 
 static const unsigned char zero_pad[8];
@@ -506,7 +505,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
         double now = 0;
         if (idle == 0) {
             idle_since = last_check = ai_now();
-        } else if (idle >= SPIN_PASSES) {
+        } else if (idle >= tp->spin_passes) {
             now = ai_now();
             if (now - last_check > LIVENESS_PERIOD_S) {
                 last_check = now;
@@ -518,7 +517,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
                 return comm_abort(c, timeout_error(c, reqs, n, now - idle_since));
         }
         idle++;
-        if (idle < SPIN_PASSES)
+        if (idle < tp->spin_passes)
             continue;
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */

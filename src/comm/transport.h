@@ -78,6 +78,7 @@ typedef struct comm_shm_header {
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
     uint32_t pass;          /* engine pass counter (FIFO gates) */
+    int spin_passes;        /* idle passes before yielding the CPU */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
