@@ -1,0 +1,784 @@
+/*
+ * `autoinfra bench`: measure collectives the way nccl-tests does, one rank
+ * per process, started by `autoinfra launch`, mpirun or srun. docs/cli.md
+ * describes flags and output; this comment says why it works this way.
+ *
+ * Sizes. --bytes is the per-rank buffer size in nccl-tests' sense:
+ * allreduce/reduce/broadcast the vector, reduce_scatter the input,
+ * allgather the gathered output, alltoall the whole send buffer. Counts are
+ * rounded down to whole elements (and to a multiple of the rank count where
+ * the buffer is split by rank); the reported bytes are the rounded size, so
+ * bandwidths describe what really moved.
+ *
+ * Timing. Warmup calls, a barrier, then `iters` back-to-back calls timed as
+ * a whole. Each rank's mean per call is reduced with MAX: a collective is as
+ * slow as its slowest rank. busbw applies nccl-tests' bus factors so that
+ * numbers are comparable across rank counts and with nccl-tests.
+ *
+ * Checking. Inputs are small non-negative integers chosen so that every
+ * partial result is exactly representable in every dtype (bf16 holds
+ * integers up to 256 exactly): any summation order gives the same bits, so
+ * the reference can be computed locally and compared for equality, no
+ * tolerance. Sums keep per-element totals <= 250; products use values in
+ * {1, 2} with at most 7 twos per element; avg gives every rank the same
+ * value so that sum/p is exact (integers truncate). Receive buffers are
+ * preset to 251, a value no correct result takes, so a collective that
+ * writes nothing is caught.
+ */
+#include "autoinfra.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define BENCH_SENTINEL 251.0
+#define BENCH_DEFAULT_MIN 8
+#define BENCH_DEFAULT_MAX ((size_t)64 << 20)
+
+typedef struct bench_opts {
+    ai_coll coll;
+    size_t min_bytes, max_bytes;
+    ai_dtype dt;
+    ai_op op;
+    const char *algo;  /* NULL: auto */
+    int iters, warmup;
+    int check, json, list;
+    size_t chunk;
+    int channels;
+    int root;
+} bench_opts;
+
+/* Buffer shape of one call, from the requested bytes. Reported "count" is
+ * bytes / dtype size as in nccl-tests (all elements of the size column);
+ * the call's own count argument is per rank for reduce_scatter, allgather
+ * and alltoall. */
+typedef struct bench_shape {
+    size_t count;       /* the count argument of the call */
+    size_t send_elems;  /* elements in the send buffer (0: none/in place) */
+    size_t recv_elems;
+    size_t bytes;       /* reported size after rounding */
+} bench_shape;
+
+/* The rank as the environment tells it, for messages printed before (or
+ * without) a communicator. */
+static const char *env_rank(void)
+{
+    static const char *const vars[] = {"AUTOINFRA_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
+                                       "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++) {
+        const char *v = getenv(vars[k]);
+        if (v && *v)
+            return v;
+    }
+    return NULL;
+}
+
+/* Usage errors: every rank finds the same one; only rank 0 (or a process
+ * that is not part of a job) says it. */
+static int bench_usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bench_usage_err(const char *fmt, ...)
+{
+    const char *r = env_rank();
+    va_list ap;
+    if (r && strcmp(r, "0"))
+        return 2;
+    fputs("autoinfra bench: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputs(" (see 'autoinfra bench --help')\n", stderr);
+    return 2;
+}
+
+/* Runtime errors: ai_strerror + ai_last_error, with the rank. */
+static int bench_fail(int rank, ai_status_t st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bench_fail(int rank, ai_status_t st, const char *fmt, ...)
+{
+    va_list ap;
+    const char *detail = ai_last_error();
+    if (rank >= 0)
+        fprintf(stderr, "autoinfra bench: rank %d: ", rank);
+    else
+        fprintf(stderr, "autoinfra bench: rank %s: ", env_rank() ? env_rank() : "?");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, ": %s%s%s\n", ai_strerror(st), detail && *detail ? ": " : "",
+            detail ? detail : "");
+    return 1;
+}
+
+static void bench_help(FILE *out)
+{
+    fprintf(out,
+        "usage: autoinfra bench [options]            (one process per rank)\n"
+        "       autoinfra launch -n 4 -- autoinfra bench --coll allreduce --check\n"
+        "       autoinfra bench --coll NAME --list   (algorithms, no ranks needed)\n"
+        "\n"
+        "options:\n"
+        "  --coll NAME        allreduce (default), reduce_scatter, allgather,\n"
+        "                     broadcast, reduce, alltoall, barrier\n"
+        "  --bytes MIN[:MAX]  per-rank buffer size, doubling from MIN to MAX;\n"
+        "                     K/M/G suffixes are powers of 2 (default 8:64M)\n"
+        "  --dtype T          f32 (default), f64, f16, bf16, i32, i64, u8\n"
+        "  --op OP            sum (default), prod, min, max, avg\n"
+        "  --algo NAME|auto   algorithm (default auto; --list shows the names)\n"
+        "  --iters N          timed calls per size (default 20)\n"
+        "  --warmup N         untimed calls before timing (default 5)\n"
+        "  --check            verify every element of one extra call; exit 1 if wrong\n"
+        "  --json             one JSON object per size on stdout instead of the table\n"
+        "  --chunk BYTES      pipelining segment size (default: the algorithm's)\n"
+        "  --channels N       TCP connections to use (default: the communicator's)\n"
+        "  --root R           root of broadcast and reduce (default 0)\n"
+        "  --list             print the algorithms of --coll, one per line\n"
+        "  -h, --help         this text\n"
+        "\n"
+        "bytes follows nccl-tests: the vector for allreduce/reduce/broadcast, the\n"
+        "input for reduce_scatter, the gathered output for allgather, the whole\n"
+        "send buffer for alltoall. time_us is the slowest rank's mean per call;\n"
+        "algbw = bytes/time; busbw = algbw * bus factor (allreduce 2(p-1)/p,\n"
+        "reduce_scatter, allgather, alltoall (p-1)/p, broadcast, reduce 1).\n"
+        "Without --check, #wrong is -1.\n");
+}
+
+/* ------------------------------------------------------------ parsing */
+
+static int parse_int(const char *text, long min, long max, int *out)
+{
+    char *end;
+    long v;
+    if (!*text)
+        return -1;
+    errno = 0;
+    v = strtol(text, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* "4096", "64K", "16M", "1G" (powers of two); [end, stop) is the text. */
+static int parse_size(const char *text, const char *stop, size_t *out)
+{
+    size_t v = 0, mul = 1;
+    const char *p = text;
+    if (p == stop)
+        return -1;
+    for (; p < stop && *p >= '0' && *p <= '9'; p++) {
+        if (v > (SIZE_MAX - 9) / 10)
+            return -1;
+        v = v * 10 + (size_t)(*p - '0');
+    }
+    if (p == text)
+        return -1;
+    if (p < stop) {
+        switch (*p) {
+        case 'k': case 'K': mul = (size_t)1 << 10; break;
+        case 'm': case 'M': mul = (size_t)1 << 20; break;
+        case 'g': case 'G': mul = (size_t)1 << 30; break;
+        default: return -1;
+        }
+        if (++p != stop)
+            return -1;
+    }
+    if (v > SIZE_MAX / mul)
+        return -1;
+    *out = v * mul;
+    return 0;
+}
+
+/* If argv[*i] is `name` ("name VALUE" or "name=VALUE"): 1 with *value set,
+ * 0 if not, -1 if the value is missing. */
+static int match_opt(int argc, char **argv, int *i, const char *name, const char **value)
+{
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n))
+        return 0;
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return 1;
+    }
+    if (a[n])
+        return 0;
+    if (*i + 1 >= argc)
+        return -1;
+    *value = argv[++*i];
+    return 1;
+}
+
+static int algo_known(ai_coll coll, const char *name)
+{
+    int n = ai_coll_algo_count(coll);
+    for (int k = 0; k < n; k++) {
+        const char *a = ai_coll_algo_name(coll, k);
+        if (a && !strcmp(a, name))
+            return 1;
+    }
+    return 0;
+}
+
+/* 0 run, 1 help printed, 2 usage error. */
+static int bench_parse(int argc, char **argv, bench_opts *o)
+{
+    o->coll = AI_ALLREDUCE;
+    o->min_bytes = BENCH_DEFAULT_MIN;
+    o->max_bytes = BENCH_DEFAULT_MAX;
+    o->dt = AI_F32;
+    o->op = AI_SUM;
+    o->iters = 20;
+    o->warmup = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int m;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return 1;
+        if (!strcmp(a, "--check")) {
+            o->check = 1;
+            continue;
+        }
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--list")) {
+            o->list = 1;
+            continue;
+        }
+#define OPT(name) ((m = match_opt(argc, argv, &i, name, &v)) != 0)
+        if (OPT("--coll")) {
+            if (m < 0)
+                goto missing;
+            if (ai_coll_parse(v, &o->coll) != AI_OK)
+                return bench_usage_err("--coll '%s': unknown collective", v);
+        } else if (OPT("--bytes")) {
+            const char *colon, *end;
+            if (m < 0)
+                goto missing;
+            colon = strchr(v, ':');
+            end = v + strlen(v);
+            if (parse_size(v, colon ? colon : end, &o->min_bytes) ||
+                (colon && parse_size(colon + 1, end, &o->max_bytes)))
+                return bench_usage_err("--bytes '%s': expected MIN[:MAX] like 1K:64M", v);
+            if (!colon)
+                o->max_bytes = o->min_bytes;
+            if (o->max_bytes < o->min_bytes)
+                return bench_usage_err("--bytes '%s': MAX is smaller than MIN", v);
+        } else if (OPT("--dtype")) {
+            if (m < 0)
+                goto missing;
+            if (ai_dtype_parse(v, &o->dt) != AI_OK)
+                return bench_usage_err("--dtype '%s': unknown type "
+                                       "(f32, f64, f16, bf16, i32, i64, u8)", v);
+        } else if (OPT("--op")) {
+            if (m < 0)
+                goto missing;
+            if (ai_op_parse(v, &o->op) != AI_OK)
+                return bench_usage_err("--op '%s': unknown operation "
+                                       "(sum, prod, min, max, avg)", v);
+        } else if (OPT("--algo")) {
+            if (m < 0)
+                goto missing;
+            o->algo = strcasecmp(v, "auto") ? v : NULL;
+        } else if (OPT("--iters")) {
+            if (m < 0)
+                goto missing;
+            if (parse_int(v, 1, 1000000000, &o->iters))
+                return bench_usage_err("--iters '%s': expected a number >= 1", v);
+        } else if (OPT("--warmup")) {
+            if (m < 0)
+                goto missing;
+            if (parse_int(v, 0, 1000000000, &o->warmup))
+                return bench_usage_err("--warmup '%s': expected a number >= 0", v);
+        } else if (OPT("--chunk")) {
+            if (m < 0)
+                goto missing;
+            if (parse_size(v, v + strlen(v), &o->chunk) || !o->chunk)
+                return bench_usage_err("--chunk '%s': expected a size > 0 like 64K", v);
+        } else if (OPT("--channels")) {
+            if (m < 0)
+                goto missing;
+            if (parse_int(v, 1, 1024, &o->channels))
+                return bench_usage_err("--channels '%s': expected a number >= 1", v);
+        } else if (OPT("--root")) {
+            if (m < 0)
+                goto missing;
+            if (parse_int(v, 0, 1 << 30, &o->root))
+                return bench_usage_err("--root '%s': expected a rank >= 0", v);
+        } else {
+            return bench_usage_err("unknown option '%s'", a);
+        }
+#undef OPT
+        continue;
+missing:
+        return bench_usage_err("option '%s' needs a value", a);
+    }
+    /* Checked after the loop: --algo may come before --coll. */
+    if (o->algo && !algo_known(o->coll, o->algo)) {
+        const char *r = env_rank();
+        int n = ai_coll_algo_count(o->coll);
+        if (!r || !strcmp(r, "0")) {
+            fprintf(stderr, "autoinfra bench: --algo '%s': no such %s algorithm; known:", o->algo,
+                    ai_coll_name(o->coll));
+            for (int k = 0; k < n; k++) {
+                const char *name = ai_coll_algo_name(o->coll, k);
+                if (name)
+                    fprintf(stderr, " %s,", name);
+            }
+            fprintf(stderr, " auto\n");
+        }
+        return 2;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------ shapes */
+
+static int coll_is_reduction(ai_coll c)
+{
+    return c == AI_ALLREDUCE || c == AI_REDUCE_SCATTER || c == AI_REDUCE;
+}
+
+static bench_shape bench_shape_of(ai_coll coll, size_t bytes, size_t esize, int p)
+{
+    bench_shape s;
+    size_t per = bytes / esize;
+    memset(&s, 0, sizeof s);
+    switch (coll) {
+    case AI_ALLREDUCE:
+    case AI_REDUCE:
+        s.count = s.send_elems = s.recv_elems = per;
+        s.bytes = per * esize;
+        break;
+    case AI_BROADCAST:
+        s.count = s.recv_elems = per;
+        s.bytes = per * esize;
+        break;
+    case AI_REDUCE_SCATTER:
+        s.count = s.recv_elems = per / (size_t)p;
+        s.send_elems = s.count * (size_t)p;
+        s.bytes = s.send_elems * esize;
+        break;
+    case AI_ALLGATHER:
+        s.count = s.send_elems = per / (size_t)p;
+        s.recv_elems = s.count * (size_t)p;
+        s.bytes = s.recv_elems * esize;
+        break;
+    case AI_ALLTOALL:
+        s.count = per / (size_t)p;
+        s.send_elems = s.recv_elems = s.count * (size_t)p;
+        s.bytes = s.send_elems * esize;
+        break;
+    default: /* barrier */
+        break;
+    }
+    return s;
+}
+
+static double bus_factor(ai_coll coll, int p)
+{
+    switch (coll) {
+    case AI_ALLREDUCE:
+        return 2.0 * (p - 1) / p;
+    case AI_REDUCE_SCATTER:
+    case AI_ALLGATHER:
+    case AI_ALLTOALL:
+        return (double)(p - 1) / p;
+    case AI_BROADCAST:
+    case AI_REDUCE:
+        return 1.0;
+    default:
+        return 0.0;
+    }
+}
+
+/* ------------------------------------------------------------ data */
+
+static void put(void *buf, ai_dtype dt, size_t i, double v)
+{
+    switch (dt) {
+    case AI_F32: ((float *)buf)[i] = (float)v; break;
+    case AI_F64: ((double *)buf)[i] = v; break;
+    case AI_F16: ((uint16_t *)buf)[i] = ai_f32_to_f16((float)v); break;
+    case AI_BF16: ((uint16_t *)buf)[i] = ai_f32_to_bf16((float)v); break;
+    case AI_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case AI_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case AI_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+static double get(const void *buf, ai_dtype dt, size_t i)
+{
+    switch (dt) {
+    case AI_F32: return ((const float *)buf)[i];
+    case AI_F64: return ((const double *)buf)[i];
+    case AI_F16: return ai_f16_to_f32(((const uint16_t *)buf)[i]);
+    case AI_BF16: return ai_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case AI_I32: return ((const int32_t *)buf)[i];
+    case AI_I64: return (double)((const int64_t *)buf)[i];
+    case AI_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
+/* Input of rank r at (global) element i of a reduction; see the top
+ * comment for why these values. */
+static double val_reduce(ai_op op, int p, int r, size_t i)
+{
+    size_t m = (size_t)(250 / p) < 3 ? (size_t)(250 / p) : 3; /* max value */
+    size_t q;
+    switch (op) {
+    case AI_SUM:
+        if (m == 0) /* > 250 ranks: one rank contributes 1 per element */
+            return (i + (size_t)r) % (size_t)p == 0;
+        return (double)((i + 2 * (size_t)r) % (m + 1));
+    case AI_AVG:
+        return m ? (double)(i % (m + 1)) : 0.0;
+    case AI_PROD:
+        q = (size_t)(p + 6) / 7;
+        if (q < 2)
+            q = 2;
+        return (i + (size_t)r) % q == 0 ? 2.0 : 1.0;
+    default: /* min, max: anything exact */
+        return (double)((i * 5 + (size_t)r * 3 + 1) % 97);
+    }
+}
+
+static double expect_reduce(ai_op op, int p, size_t i)
+{
+    double acc = val_reduce(op, p, 0, i);
+    for (int r = 1; r < p; r++) {
+        double v = val_reduce(op, p, r, i);
+        switch (op) {
+        case AI_PROD: acc *= v; break;
+        case AI_MIN: acc = v < acc ? v : acc; break;
+        case AI_MAX: acc = v > acc ? v : acc; break;
+        default: acc += v; break;
+        }
+    }
+    return op == AI_AVG ? acc / p : acc;
+}
+
+/* Data moved without reduction: rank r's element k. */
+static double val_copy(int r, size_t k)
+{
+    return (double)(((size_t)r * 7 + k * 3 + 1) % 97);
+}
+
+/* alltoall: element k of the block rank s sends to rank d. */
+static double val_a2a(int s, int d, size_t k)
+{
+    return (double)(((size_t)s * 31 + (size_t)d * 7 + k) % 101);
+}
+
+static void fill_inputs(const bench_opts *o, const bench_shape *s, int rank, int p, void *sbuf,
+                        void *rbuf)
+{
+    for (size_t i = 0; i < s->recv_elems; i++)
+        put(rbuf, o->dt, i, BENCH_SENTINEL);
+    switch (o->coll) {
+    case AI_ALLREDUCE:
+    case AI_REDUCE:
+    case AI_REDUCE_SCATTER:
+        for (size_t i = 0; i < s->send_elems; i++)
+            put(sbuf, o->dt, i, val_reduce(o->op, p, rank, i));
+        break;
+    case AI_ALLGATHER:
+        for (size_t i = 0; i < s->send_elems; i++)
+            put(sbuf, o->dt, i, val_copy(rank, i));
+        break;
+    case AI_ALLTOALL:
+        for (size_t i = 0; i < s->send_elems; i++)
+            put(sbuf, o->dt, i, val_a2a(rank, (int)(i / s->count), i % s->count));
+        break;
+    case AI_BROADCAST:
+        if (rank == o->root)
+            for (size_t i = 0; i < s->recv_elems; i++)
+                put(rbuf, o->dt, i, val_copy(o->root, i));
+        break;
+    default:
+        break;
+    }
+}
+
+/* Elements of the result that differ from the locally computed reference. */
+static int64_t count_wrong(const bench_opts *o, const bench_shape *s, int rank, int p,
+                           const void *rbuf)
+{
+    int64_t wrong = 0;
+    for (size_t i = 0; i < s->recv_elems; i++) {
+        double want;
+        switch (o->coll) {
+        case AI_ALLREDUCE:
+            want = expect_reduce(o->op, p, i);
+            break;
+        case AI_REDUCE:
+            if (rank != o->root)
+                return 0; /* recvbuf is only defined at the root */
+            want = expect_reduce(o->op, p, i);
+            break;
+        case AI_REDUCE_SCATTER:
+            want = expect_reduce(o->op, p, (size_t)rank * s->count + i);
+            break;
+        case AI_ALLGATHER:
+            want = val_copy((int)(i / s->count), i % s->count);
+            break;
+        case AI_ALLTOALL:
+            want = val_a2a((int)(i / s->count), rank, i % s->count);
+            break;
+        case AI_BROADCAST:
+            want = val_copy(o->root, i);
+            break;
+        default:
+            return 0;
+        }
+        /* For integer dtypes avg truncates; the constructed sums divide
+         * exactly, so the same comparison holds. */
+        wrong += get(rbuf, o->dt, i) != want;
+    }
+    return wrong;
+}
+
+static ai_status_t run_once(ai_comm *comm, const bench_opts *o, const bench_shape *s,
+                            const ai_algo_opts *ao, const void *sbuf, void *rbuf)
+{
+    switch (o->coll) {
+    case AI_ALLREDUCE:
+        return ai_allreduce(comm, sbuf, rbuf, s->count, o->dt, o->op, ao);
+    case AI_REDUCE_SCATTER:
+        return ai_reduce_scatter(comm, sbuf, rbuf, s->count, o->dt, o->op, ao);
+    case AI_ALLGATHER:
+        return ai_allgather(comm, sbuf, rbuf, s->count, o->dt, ao);
+    case AI_BROADCAST:
+        return ai_broadcast(comm, rbuf, s->count, o->dt, o->root, ao);
+    case AI_REDUCE:
+        return ai_reduce(comm, sbuf, rbuf, s->count, o->dt, o->op, o->root, ao);
+    case AI_ALLTOALL:
+        return ai_alltoall(comm, sbuf, rbuf, s->count, o->dt, ao);
+    default:
+        return ai_barrier(comm, ao);
+    }
+}
+
+/* ------------------------------------------------------------ output */
+
+/* Names come from the library; escape them anyway so a line is always
+ * valid JSON. */
+static void json_str(FILE *f, const char *key, const char *v)
+{
+    fprintf(f, "\"%s\":\"", key);
+    for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
+        if (*c == '"' || *c == '\\')
+            fprintf(f, "\\%c", *c);
+        else if (*c < 0x20)
+            fprintf(f, "\\u%04x", *c);
+        else
+            fputc(*c, f);
+    }
+    fputc('"', f);
+}
+
+typedef struct bench_row {
+    const bench_shape *s;
+    const char *algo;
+    double time_us, algbw, busbw;
+    int64_t wrong; /* -1 without --check */
+} bench_row;
+
+static void print_header(const bench_opts *o, int p, int nhosts)
+{
+    printf("# autoinfra bench: %s, %d rank%s on %d host%s, dtype %s", ai_coll_name(o->coll), p,
+           p == 1 ? "" : "s", nhosts, nhosts == 1 ? "" : "s", ai_dtype_name(o->dt));
+    if (coll_is_reduction(o->coll))
+        printf(", op %s", ai_op_name(o->op));
+    if (o->coll == AI_BROADCAST || o->coll == AI_REDUCE)
+        printf(", root %d", o->root);
+    printf(", algo %s, iters %d, warmup %d%s\n", o->algo ? o->algo : "auto", o->iters, o->warmup,
+           o->check ? ", check" : "");
+    printf("# size: per-rank bytes as in nccl-tests; time: slowest rank's mean per call\n");
+    printf("#%12s %12s %6s %6s %-18s %12s %12s %12s %8s\n", "size(B)", "count", "type",
+           "redop", "algo", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
+    fflush(stdout);
+}
+
+static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts)
+{
+    const char *op = coll_is_reduction(o->coll) ? ai_op_name(o->op) : "none";
+    size_t esize = ai_dtype_size(o->dt);
+    if (!o->json) {
+        printf(" %12zu %12zu %6s %6s %-18s %12.2f %12.3f %12.3f %8lld\n", r->s->bytes,
+               r->s->bytes / esize, ai_dtype_name(o->dt), op, r->algo, r->time_us, r->algbw, r->busbw,
+               (long long)r->wrong);
+        fflush(stdout);
+        return;
+    }
+    putchar('{');
+    json_str(stdout, "coll", ai_coll_name(o->coll));
+    printf(",\"bytes\":%zu,\"count\":%zu,\"call_count\":%zu,", r->s->bytes,
+           r->s->bytes / esize, r->s->count);
+    json_str(stdout, "dtype", ai_dtype_name(o->dt));
+    putchar(',');
+    json_str(stdout, "op", op);
+    putchar(',');
+    json_str(stdout, "algo", r->algo);
+    printf(",\"ranks\":%d,\"hosts\":%d,\"root\":%d,\"time_us\":%.6g,\"algbw_GBps\":%.6g,"
+           "\"busbw_GBps\":%.6g,\"wrong\":%lld,\"iters\":%d,\"warmup\":%d,"
+           "\"chunk_bytes\":%zu,\"channels\":%d}\n",
+           p, nhosts, o->root, r->time_us, r->algbw, r->busbw, (long long)r->wrong, o->iters,
+           o->warmup, o->chunk, o->channels);
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------ main */
+
+static int bench_list(const bench_opts *o)
+{
+    int n = ai_coll_algo_count(o->coll);
+    for (int k = 0; k < n; k++) {
+        const char *name = ai_coll_algo_name(o->coll, k);
+        if (name)
+            printf("%s\n", name);
+    }
+    return 0;
+}
+
+/* One size: time it, check it, print the row. Returns 0, or 1 after
+ * printing a runtime error. */
+static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao, size_t req,
+                      void *sbuf, void *rbuf, int64_t *wrong_total)
+{
+    int rank = ai_comm_rank(comm), p = ai_comm_size(comm);
+    bench_shape s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), p);
+    bench_row row;
+    ai_status_t st;
+    double t0, mean;
+
+    memset(&row, 0, sizeof row);
+    row.s = &s;
+    row.wrong = -1;
+    row.algo = o->algo;
+    /* auto_algo takes the payload the call's count describes (one rank's
+     * block for reduce_scatter/allgather/alltoall), as the runtime's own
+     * selection does, so the name reported is the one that ran. */
+    if (!row.algo)
+        row.algo = ai_coll_auto_algo(comm, o->coll, s.count * ai_dtype_size(o->dt));
+    if (!row.algo)
+        row.algo = "auto";
+
+    fill_inputs(o, &s, rank, p, sbuf, rbuf);
+    for (int w = 0; w < o->warmup; w++)
+        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+            return bench_fail(rank, st, "%s of %zu bytes (warmup)", ai_coll_name(o->coll),
+                              s.bytes);
+    if ((st = ai_barrier(comm, NULL)) != AI_OK)
+        return bench_fail(rank, st, "barrier before timing %zu bytes", s.bytes);
+    t0 = ai_now();
+    for (int it = 0; it < o->iters; it++)
+        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+            return bench_fail(rank, st, "%s of %zu bytes", ai_coll_name(o->coll), s.bytes);
+    mean = (ai_now() - t0) / o->iters;
+    if ((st = ai_allreduce(comm, AI_IN_PLACE, &mean, 1, AI_F64, AI_MAX, NULL)) != AI_OK)
+        return bench_fail(rank, st, "allreduce of the timings");
+
+    if (o->check) {
+        int64_t wrong;
+        fill_inputs(o, &s, rank, p, sbuf, rbuf);
+        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+            return bench_fail(rank, st, "%s of %zu bytes (check)", ai_coll_name(o->coll),
+                              s.bytes);
+        wrong = count_wrong(o, &s, rank, p, rbuf);
+        if ((st = ai_allreduce(comm, AI_IN_PLACE, &wrong, 1, AI_I64, AI_SUM, NULL)) != AI_OK)
+            return bench_fail(rank, st, "allreduce of the check results");
+        row.wrong = wrong;
+        *wrong_total += wrong;
+    }
+
+    row.time_us = mean * 1e6;
+    row.algbw = mean > 0 ? (double)s.bytes / mean / 1e9 : 0.0;
+    row.busbw = row.algbw * bus_factor(o->coll, p);
+    if (rank == 0)
+        print_row(o, &row, p, ai_comm_nhosts(comm));
+    return 0;
+}
+
+int cli_bench_main(int argc, char **argv)
+{
+    bench_opts o;
+    ai_algo_opts ao;
+    ai_comm *comm = NULL;
+    ai_status_t st;
+    bench_shape maxs;
+    void *sbuf = NULL, *rbuf = NULL;
+    int64_t wrong_total = 0;
+    int rc, rank, p;
+
+    memset(&o, 0, sizeof o);
+    rc = bench_parse(argc, argv, &o);
+    if (rc == 1) {
+        bench_help(stdout);
+        return 0;
+    }
+    if (rc)
+        return rc;
+    if (o.list)
+        return bench_list(&o);
+
+    st = ai_comm_create_env(&comm);
+    if (st != AI_OK)
+        return bench_fail(-1, st, "cannot create the communicator");
+    rank = ai_comm_rank(comm);
+    p = ai_comm_size(comm);
+    if ((o.coll == AI_BROADCAST || o.coll == AI_REDUCE) && o.root >= p) {
+        if (rank == 0)
+            fprintf(stderr, "autoinfra bench: --root %d: the job has only %d rank%s\n", o.root, p,
+                    p == 1 ? "" : "s");
+        rc = 2;
+        goto out;
+    }
+
+    memset(&ao, 0, sizeof ao);
+    ao.algo = o.algo;
+    ao.chunk_bytes = o.chunk;
+    ao.channels = o.channels;
+
+    /* Buffers for the largest size, reused for all. */
+    maxs = bench_shape_of(o.coll, o.max_bytes, ai_dtype_size(o.dt), p);
+    sbuf = malloc(maxs.send_elems * ai_dtype_size(o.dt) + 1);
+    rbuf = malloc(maxs.recv_elems * ai_dtype_size(o.dt) + 1);
+    if (!sbuf || !rbuf) {
+        fprintf(stderr, "autoinfra bench: rank %d: cannot allocate buffers for %zu bytes\n",
+                rank, o.max_bytes);
+        rc = 1;
+        goto out;
+    }
+
+    if (rank == 0 && !o.json)
+        print_header(&o, p, ai_comm_nhosts(comm));
+    for (size_t b = o.min_bytes;;) {
+        rc = bench_size(comm, &o, &ao, b, sbuf, rbuf, &wrong_total);
+        /* Barrier has no size. Doubling stops at the last size <= MAX, as
+         * in nccl-tests; 0 is followed by 1 so it does not repeat. */
+        if (rc || o.coll == AI_BARRIER || b > o.max_bytes / 2)
+            break;
+        b = b == 0 ? 1 : b * 2;
+        if (b > o.max_bytes)
+            break;
+    }
+    if (!rc && wrong_total > 0) {
+        if (rank == 0)
+            fprintf(stderr, "autoinfra bench: %lld wrong element%s in %s results\n",
+                    (long long)wrong_total, wrong_total == 1 ? "" : "s", ai_coll_name(o.coll));
+        rc = 1;
+    }
+out:
+    free(sbuf);
+    free(rbuf);
+    ai_comm_destroy(comm);
+    return rc;
+}

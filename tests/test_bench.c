@@ -1,0 +1,291 @@
+/*
+ * `autoinfra bench`, tested from the outside: --list and flag errors need
+ * no communicator; the runs go through `autoinfra launch` with a timeout
+ * and check that every element was right and the JSON lines parse.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TEST_ALARM_S 280
+
+static char outpath[256], errpath[256];
+static char outbuf[1 << 16], errbuf[1 << 16];
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *bin(void)
+{
+    const char *b = getenv("AUTOINFRA_BIN");
+    if (!b || !*b) {
+        fprintf(stderr, "AUTOINFRA_BIN is not set (path of the autoinfra binary)\n");
+        abort();
+    }
+    return b;
+}
+
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    if (f) {
+        n = fread(buf, 1, len - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+}
+
+/* Run argv (NULL-terminated) with stdout/stderr captured into outbuf/errbuf
+ * and the AUTOINFRA_* rank variables removed, bounded by limit_s. Returns
+ * the exit code, or 128+signal. */
+static int run(char *const *argv, double limit_s)
+{
+    double end = now_s() + limit_s;
+    int status;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        int fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        /* No job around us: --list and flag errors must not need one. */
+        unsetenv("AUTOINFRA_RANK");
+        unsetenv("AUTOINFRA_SIZE");
+        unsetenv("AUTOINFRA_ADDR");
+        alarm(0);
+        execv(argv[0], argv);
+        _exit(99);
+    }
+    for (;;) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            break;
+        if (now_s() > end) {
+            kill(pid, SIGTERM);
+            sleep(3);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            fail_msg("%s still running after %.0f s", argv[1], limit_s);
+        }
+        usleep(10000);
+    }
+    slurp(outpath, outbuf, sizeof outbuf);
+    slurp(errpath, errbuf, sizeof errbuf);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(outpath, sizeof outpath, "/tmp/ai_test_bench.%d.out", (int)getpid());
+    snprintf(errpath, sizeof errpath, "/tmp/ai_test_bench.%d.err", (int)getpid());
+    alarm(TEST_ALARM_S);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    alarm(0);
+    unlink(outpath);
+    unlink(errpath);
+    return 0;
+}
+
+static const char *const colls[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
+                                    "reduce", "alltoall", "barrier"};
+
+static void test_list_every_coll(void **state)
+{
+    (void)state;
+    for (size_t k = 0; k < sizeof colls / sizeof colls[0]; k++) {
+        char *argv[] = {(char *)bin(), "bench", "--coll", (char *)colls[k], "--list", NULL};
+        int lines = 0;
+        assert_int_equal(run(argv, 20), 0);
+        for (const char *l = outbuf; *l; l = strchr(l, '\n') + 1) {
+            assert_non_null(strchr(l, '\n'));
+            assert_true(strchr(l, '\n') > l); /* no empty names */
+            lines++;
+        }
+        if (strcmp(colls[k], "barrier") && lines == 0)
+            fail_msg("bench --coll %s --list printed no algorithms", colls[k]);
+    }
+}
+
+static void check_usage_error(const char *flag, const char *value, const char *want)
+{
+    char *argv[] = {(char *)bin(), "bench", (char *)flag, (char *)value, NULL};
+    int rc = run(argv, 20);
+    if (rc != 2)
+        fail_msg("bench %s %s: exit %d, expected 2 (stderr: %s)", flag, value ? value : "", rc,
+                 errbuf);
+    if (!strstr(errbuf, want))
+        fail_msg("bench %s %s: stderr '%s' does not mention '%s'", flag, value ? value : "",
+                 errbuf, want);
+}
+
+static void test_flag_errors(void **state)
+{
+    (void)state;
+    check_usage_error("--coll", "allsmash", "--coll 'allsmash'");
+    check_usage_error("--bytes", "8K:1K", "--bytes '8K:1K'");
+    check_usage_error("--bytes", "12X", "--bytes '12X'");
+    check_usage_error("--bytes", "K", "--bytes 'K'");
+    check_usage_error("--dtype", "f17", "--dtype 'f17'");
+    check_usage_error("--op", "xor", "--op 'xor'");
+    check_usage_error("--iters", "0", "--iters '0'");
+    check_usage_error("--warmup", "-1", "--warmup '-1'");
+    check_usage_error("--channels", "zero", "--channels 'zero'");
+    check_usage_error("--chunk", "0", "--chunk '0'");
+    check_usage_error("--algo", "no-such-algo", "--algo 'no-such-algo'");
+    check_usage_error("--frobnicate", NULL, "unknown option '--frobnicate'");
+    check_usage_error("--coll", NULL, "needs a value");
+}
+
+static void test_help(void **state)
+{
+    char *argv[] = {(char *)bin(), "bench", "--help", NULL};
+    (void)state;
+    assert_int_equal(run(argv, 20), 0);
+    assert_non_null(strstr(outbuf, "usage: autoinfra bench"));
+}
+
+/* Parse every stdout line as one JSON object; check the common fields and
+ * wrong == 0; return the number of lines. */
+static int check_json_lines(const char *coll, int ranks, int hosts, const char *dtype)
+{
+    int n = 0;
+    for (char *l = outbuf; *l;) {
+        char *nl = strchr(l, '\n');
+        json_error_t err;
+        json_t *o;
+        assert_non_null(nl);
+        *nl = '\0';
+        o = json_loads(l, 0, &err);
+        if (!o)
+            fail_msg("not JSON: '%s' (%s)", l, err.text);
+        assert_string_equal(json_string_value(json_object_get(o, "coll")), coll);
+        assert_string_equal(json_string_value(json_object_get(o, "dtype")), dtype);
+        assert_non_null(json_string_value(json_object_get(o, "op")));
+        assert_true(strlen(json_string_value(json_object_get(o, "algo"))) > 0);
+        assert_int_equal(json_integer_value(json_object_get(o, "ranks")), ranks);
+        assert_int_equal(json_integer_value(json_object_get(o, "hosts")), hosts);
+        assert_true(json_integer_value(json_object_get(o, "iters")) > 0);
+        assert_true(json_is_integer(json_object_get(o, "bytes")));
+        assert_true(json_is_integer(json_object_get(o, "count")));
+        assert_true(json_number_value(json_object_get(o, "time_us")) > 0);
+        assert_true(json_number_value(json_object_get(o, "algbw_GBps")) >= 0);
+        assert_true(json_number_value(json_object_get(o, "busbw_GBps")) >= 0);
+        if (json_integer_value(json_object_get(o, "wrong")) != 0)
+            fail_msg("%s: wrong elements: %s", coll, l);
+        json_decref(o);
+        n++;
+        l = nl + 1;
+    }
+    return n;
+}
+
+static void test_allreduce_check_json(void **state)
+{
+    char *argv[] = {(char *)bin(), "launch", "-n", "3", "--timeout", "120", "--",
+                    (char *)bin(), "bench", "--coll", "allreduce", "--bytes", "1K:8K",
+                    "--check", "--json", NULL};
+    int rc;
+    (void)state;
+    rc = run(argv, 150);
+    if (rc != 0)
+        fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    assert_int_equal(check_json_lines("allreduce", 3, 1, "f32"), 4); /* 1K 2K 4K 8K */
+    {
+        /* Sizes double and counts are whole f32 elements. */
+        json_t *o = json_loads(outbuf, JSON_DISABLE_EOF_CHECK, NULL);
+        assert_non_null(o);
+        assert_int_equal(json_integer_value(json_object_get(o, "bytes")), 1024);
+        assert_int_equal(json_integer_value(json_object_get(o, "count")), 256);
+        json_decref(o);
+    }
+}
+
+/* Every collective and a few dtype/op pairs, over two "hosts" so both
+ * shared memory and TCP are crossed, with sizes that do not divide evenly. */
+static void test_every_coll_check(void **state)
+{
+    static const char *const cases[][2] = {
+        {"f32", "sum"}, {"bf16", "sum"}, {"f16", "avg"}, {"i32", "prod"}, {"u8", "max"},
+        {"f64", "min"},
+    };
+    (void)state;
+    for (size_t k = 0; k < sizeof colls / sizeof colls[0]; k++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            char *argv[] = {(char *)bin(), "launch", "-n", "3", "--hosts", "a,b",
+                            "--timeout", "60", "--", (char *)bin(), "bench", "--coll",
+                            (char *)colls[k], "--bytes", "100:3000", "--dtype",
+                            (char *)cases[c][0], "--op", (char *)cases[c][1], "--iters", "2",
+                            "--warmup", "1", "--root", "1", "--check", "--json", NULL};
+            int rc = run(argv, 90);
+            if (rc != 0)
+                fail_msg("%s %s %s: exit %d; stderr:\n%s", colls[k], cases[c][0], cases[c][1],
+                         rc, errbuf);
+            check_json_lines(colls[k], 3, 2, cases[c][0]);
+            if (!strcmp(colls[k], "barrier"))
+                break; /* no data: one case is enough */
+        }
+    }
+}
+
+static void test_single_process(void **state)
+{
+    /* Not under a launcher: the runtime makes a job of one rank. */
+    char *argv[] = {(char *)bin(), "bench", "--bytes", "1K:2K", "--iters", "2", "--check",
+                    "--json", NULL};
+    int rc;
+    (void)state;
+    rc = run(argv, 60);
+    if (rc != 0)
+        fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    assert_int_equal(check_json_lines("allreduce", 1, 1, "f32"), 2);
+}
+
+static void test_table_output(void **state)
+{
+    char *argv[] = {(char *)bin(), "launch", "-n", "2", "--timeout", "60", "--", (char *)bin(),
+                    "bench", "--bytes", "64:256", "--iters", "3", "--check", NULL};
+    int rc;
+    (void)state;
+    rc = run(argv, 90);
+    if (rc != 0)
+        fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    assert_non_null(strstr(outbuf, "# autoinfra bench: allreduce, 2 ranks"));
+    assert_non_null(strstr(outbuf, "busbw"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_list_every_coll, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_flag_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_help, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_allreduce_check_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_every_coll_check, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_single_process, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_table_output, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
