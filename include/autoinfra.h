@@ -108,6 +108,19 @@ int ai_comm_host_of(const ai_comm *comm, int rank);
 /* AI_OK while usable; the error that broke it otherwise. */
 ai_status_t ai_comm_state(const ai_comm *comm);
 
+/* Measure the links between the communicator's hosts (collective: every
+ * rank calls it; host leaders exchange probe messages, ~H rounds of 1 MiB,
+ * AUTOINFRA_PROBE_BYTES). The result is cached and used by the
+ * heterogeneity-aware algorithms and by `auto`; refresh = 1 measures again
+ * (after a link changed). */
+ai_status_t ai_comm_probe(ai_comm *comm, int refresh);
+/* Measured bandwidth (GB/s, 1e9 bytes/s) and latency (us) from one host to
+ * another (host indices as ai_comm_host_of); AI_ERR_INVALID before a probe. */
+ai_status_t ai_comm_link(const ai_comm *comm, int from_host, int to_host,
+                         double *bw_GBps, double *lat_us);
+/* A host's bottleneck bandwidth (GB/s) as measured; NaN before a probe. */
+double ai_comm_host_bw_GBps(const ai_comm *comm, int host);
+
 /* ------------------------------------------------------------- collectives */
 
 typedef enum ai_coll {
@@ -154,6 +167,70 @@ ai_status_t ai_barrier(ai_comm *comm, const ai_algo_opts *opts);
 
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);
+
+/* ---- job level: specs, model, planner ---- */
+
+/*
+ * The three specs of docs/formats.md. Loaders validate everything; on
+ * failure ai_last_error() names the file, the JSON path (for example
+ * node_groups[1].nic.bw_Gbps) and, for syntax errors, line and column.
+ * Destroy functions accept NULL.
+ */
+typedef struct ai_cluster ai_cluster;
+typedef struct ai_model_spec ai_model_spec;
+typedef struct ai_training ai_training;
+
+ai_status_t ai_cluster_load(const char *path, ai_cluster **out);
+void ai_cluster_destroy(ai_cluster *cluster);
+int ai_cluster_devices(const ai_cluster *cluster);
+ai_status_t ai_model_spec_load(const char *path, ai_model_spec **out);
+void ai_model_spec_destroy(ai_model_spec *model);
+ai_status_t ai_training_load(const char *path, ai_training **out);
+void ai_training_destroy(ai_training *training);
+
+typedef struct ai_plan_options {
+    const char *fix;     /* pinned plan fields, "tp=8,pp=16,recompute=full"; NULL: none */
+    int top;             /* how many plans to keep, fastest first (< 1: 1) */
+    int baseline_manual; /* also evaluate the manual baseline (docs/planner.md) */
+} ai_plan_options;
+
+/* Key figures of one plan (index 0 = best), for programs that do not want
+ * to parse JSON. recompute: 0 none, 1 selective, 2 full. */
+typedef struct ai_plan_summary {
+    int tp, pp, dp, cp, micro_batch, interleave, recompute, sequence_parallel, zero;
+    int feasible;
+    double step_time_s, tokens_per_s, model_tflops_per_device, hw_tflops_per_device, mfu;
+    double memory_GB_per_device;
+    double baseline_step_time_s; /* 0 without a baseline */
+    double speedup_vs_baseline;  /* 0 without a baseline */
+} ai_plan_summary;
+
+typedef struct ai_plan_report ai_plan_report;
+
+/* Search for the fastest plans that fit (AI_ERR_INFEASIBLE if none). The
+ * report keeps no reference to the specs. */
+ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model,
+                    const ai_training *training, const ai_plan_options *opts,
+                    ai_plan_report **out);
+void ai_plan_report_destroy(ai_plan_report *report);
+int ai_plan_report_count(const ai_plan_report *report);
+ai_status_t ai_plan_report_summary(const ai_plan_report *report, int index,
+                                   ai_plan_summary *out);
+/* The report as JSON (docs/planner.md lists the fields) or as a readable
+ * table. The caller frees *out with free(). */
+ai_status_t ai_plan_report_json(const ai_plan_report *report, char **out);
+ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out);
+
+/* Fidelity of the step model on the published tables in `calib_dir`
+ * (data/calibration): per row predicted vs published, MAPE, memory. With
+ * refit nonzero the parameters are refitted first (Nelder-Mead from the
+ * shipped values) and the report includes them; `holdout` (NULL: none)
+ * names a source ("megatron_core_h100", "korthikanti_table5") left out of
+ * the fit and reported separately. JSON or text; the caller free()s. */
+ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *holdout, int as_json,
+                              char **out);
+
+/* ---- end job level ---- */
 
 /* ------------------------------------------------------------------ clock */
 

@@ -14,6 +14,7 @@
 #include "support/ranks.h"
 
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -348,11 +349,48 @@ static void test_host_grouping(void **state)
     assert_int_equal(ranks_run(6, &o, hosts_body, NULL), 0);
 }
 
+/* The link probe: measured on every rank alike, sane numbers. */
+static int probe_body(ai_comm *c, void *arg)
+{
+    double bw, lat;
+    if (ai_comm_link(c, 0, 1, &bw, &lat) != AI_ERR_INVALID || !isnan(ai_comm_host_bw_GBps(c, 0)))
+        return 51;
+    if (ai_comm_probe(c, 0) != AI_OK) {
+        fprintf(stderr, "probe: %s\n", ai_last_error());
+        return 52;
+    }
+    for (int h = 0; h < ai_comm_nhosts(c); h++) {
+        double hb = ai_comm_host_bw_GBps(c, h);
+        if (!(hb > 0.01 && hb < 1e4))
+            return 53;
+        for (int g = 0; g < ai_comm_nhosts(c); g++) {
+            if (g == h)
+                continue;
+            if (ai_comm_link(c, h, g, &bw, &lat) != AI_OK || !(bw > 0 && bw < 1e4) ||
+                !(lat > 0 && lat < 1e6))
+                return 54;
+        }
+    }
+    /* Every rank holds the same numbers (decisions depend on them). */
+    double mine = ai_comm_host_bw_GBps(c, 1), first = mine;
+    if (ai_broadcast(c, &first, 1, AI_F64, 0, NULL) != AI_OK || first != mine)
+        return 55;
+    /* refresh measures again and still works */
+    return ai_comm_probe(c, 1) == AI_OK && ai_comm_link(c, 1, 2, &bw, &lat) == AI_OK ? 0 : 56;
+}
+
+static void test_link_probe(void **state)
+{
+    ranks_opts o = {.nhosts = 3};
+    assert_int_equal(ranks_run(5, &o, probe_body, NULL), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_parsing),
         cmocka_unit_test(test_host_grouping),
+        cmocka_unit_test(test_link_probe),
         cmocka_unit_test(test_rendezvous_timeout),
         cmocka_unit_test(test_wrong_token_refused),
         cmocka_unit_test(test_garbage_and_versions_refused),

@@ -3,6 +3,7 @@
  * rendezvous, host grouping, then the transports (shared memory within a
  * host, TCP across hosts).
  */
+#include "comm/probe.h"
 #include "comm/transport.h"
 
 #include <arpa/inet.h>
@@ -181,6 +182,7 @@ void ai_comm_destroy(ai_comm *c)
     }
     for (int i = 0; i < COMM_SCRATCH_SLOTS; i++)
         free(c->scratch[i]);
+    comm_links_free(c->links);
     free(c->host_of);
     free(c->host_first);
     free(c->host_ranks);

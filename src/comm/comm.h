@@ -39,6 +39,8 @@ typedef struct comm_req {
     ai_dtype dt;
     ai_op op;
     /* private */
+    int stamp;         /* set by the caller: record t_done */
+    double t_done;     /* ai_now() when the request completed */
     int done;
     int started;
     int nchan;
@@ -107,6 +109,7 @@ struct ai_comm {
     size_t scratch_len[COMM_SCRATCH_SLOTS];
 
     struct comm_transport *tp;
+    struct comm_links *links; /* measured host links (probe.c), or NULL */
 };
 
 /* Mark failed (first error wins), tell peers, return `status`. */

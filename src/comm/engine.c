@@ -37,6 +37,7 @@ static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size
     r->peer = peer;
     r->bytes = bytes;
     r->started = 0;
+    r->stamp = 0;
     r->done = bytes == 0;
     int nchan = 1;
     const comm_peer *p = (peer >= 0 && peer < c->size) ? &c->tp->peers[peer] : NULL;
@@ -489,6 +490,8 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             st = req_progress(c, r, &moved);
             if (st != AI_OK)
                 return comm_abort(c, st);
+            if (r->done && r->stamp)
+                r->t_done = ai_now();
             if (!r->done) {
                 *gate = pass;
                 pending++;

@@ -1,0 +1,194 @@
+/*
+ * Link probe: what the network between this communicator's hosts actually
+ * delivers, measured, not declared.
+ *
+ * Host leaders (one rank per host) run H-1 rounds; in round k leader i
+ * sends PROBE bytes to leader i+k and receives from leader i-k, so every
+ * NIC carries exactly one flow in and one out and each flow is limited
+ * only by its two ends. The receiver stamps when its message completed:
+ * bw[src][dst] = bytes / (completion - round start). A few 8-byte
+ * exchanges per round give the latency. Leaders then share their rows, so
+ * every leader holds the same matrix (decisions derived from it, like the
+ * weighted shards, are identical everywhere), and each host's bottleneck
+ * bandwidth is the best rate it reached with any partner: on a switch
+ * min(B_i, B_j) peaks at B_i once a partner is at least as fast.
+ *
+ * The result is cached in the communicator; ai_comm_links(refresh=1)
+ * measures again (after the network changed).
+ */
+#include "comm/algos.h"
+#include "comm/probe.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PROBE_BYTES_DEFAULT (1u << 20)
+#define PROBE_LAT_REPS 5
+
+void comm_links_free(comm_links *l)
+{
+    if (!l)
+        return;
+    free(l->bw_Bps);
+    free(l);
+}
+
+static ai_status_t leaders_sync(ai_comm *c, const comm_group *g)
+{
+    /* A dissemination barrier among the leaders. */
+    char x = 0, y;
+    for (int d = 1; d < g->n; d *= 2) {
+        ai_status_t st = comm_sendrecv(c, g_rank(g, (g->me + d) % g->n), &x, 1,
+                                       g_rank(g, (g->me - d + g->n) % g->n), &y, 1);
+        if (st != AI_OK)
+            return st;
+    }
+    return AI_OK;
+}
+
+static ai_status_t measure(ai_comm *c, const comm_group *g, comm_links *l, size_t bytes)
+{
+    int H = g->n, me = g->me;
+    double *row_bw = l->bw_Bps + (size_t)me * H;   /* my row: what I received */
+    double *row_lat = l->lat_s + (size_t)me * H;
+    unsigned char *sbuf, *rbuf;
+    ai_status_t st = comm_scratch(c, ALGO_SLOT_WORK, 2 * bytes, (void **)&sbuf);
+    if (st != AI_OK)
+        return st;
+    rbuf = sbuf + bytes;
+    memset(sbuf, 0x5a, bytes);
+    for (int k = 1; k < H; k++) {
+        int to = g_rank(g, (me + k) % H), fromi = (me - k + H) % H, from = g_rank(g, fromi);
+        double best = INFINITY;
+        for (int rep = 0; rep < PROBE_LAT_REPS; rep++) {
+            double t0 = ai_now();
+            if ((st = comm_sendrecv(c, to, sbuf, 8, from, rbuf, 8)) != AI_OK)
+                return st;
+            best = AI_MIN(best, ai_now() - t0);
+        }
+        row_lat[fromi] = best;
+        if ((st = leaders_sync(c, g)) != AI_OK)
+            return st;
+        comm_req r[2];
+        comm_isend(c, &r[0], to, sbuf, bytes);
+        comm_irecv(c, &r[1], from, rbuf, bytes);
+        r[1].stamp = 1;
+        double t0 = ai_now();
+        if ((st = comm_wait(c, r, 2)) != AI_OK)
+            return st;
+        row_bw[fromi] = (double)bytes / AI_MAX(r[1].t_done - t0, 1e-9);
+    }
+    row_bw[me] = INFINITY;
+    row_lat[me] = 0;
+    return AI_OK;
+}
+
+/* Column j of the matrix (what leader j received) is filled by j; leaders
+ * exchange rows so that all hold the whole matrix. */
+static ai_status_t share(ai_comm *c, const comm_group *g, comm_links *l)
+{
+    size_t H = (size_t)g->n;
+    /* Rows of bw and lat are interleaved per leader: [bw row | lat row]. */
+    double *both;
+    ai_status_t st = comm_scratch(c, ALGO_SLOT_AUX, 2 * H * H * sizeof(double), (void **)&both);
+    if (st != AI_OK)
+        return st;
+    memcpy(both + 2 * H * (size_t)g->me, l->bw_Bps + H * (size_t)g->me, H * sizeof(double));
+    memcpy(both + 2 * H * (size_t)g->me + H, l->lat_s + H * (size_t)g->me, H * sizeof(double));
+    if ((st = comm_core_ring_allgather(c, g, both, NULL, 2 * H * sizeof(double))) != AI_OK)
+        return st;
+    for (size_t i = 0; i < H; i++) {
+        memcpy(l->bw_Bps + H * i, both + 2 * H * i, H * sizeof(double));
+        memcpy(l->lat_s + H * i, both + 2 * H * i + H, H * sizeof(double));
+    }
+    return AI_OK;
+}
+
+static void summarize(comm_links *l)
+{
+    int H = l->nhosts;
+    for (int i = 0; i < H; i++) {
+        double best = 0, lat = INFINITY;
+        for (int j = 0; j < H; j++) {
+            if (i == j)
+                continue;
+            /* row = receiver: bw[j][i] is what j received from i. */
+            double both = AI_MIN(l->bw_Bps[(size_t)i * H + j], l->bw_Bps[(size_t)j * H + i]);
+            best = AI_MAX(best, both);
+            lat = AI_MIN(lat, AI_MIN(l->lat_s[(size_t)i * H + j], l->lat_s[(size_t)j * H + i]));
+        }
+        l->host_Bps[i] = H > 1 ? best : INFINITY;
+        l->host_lat_s[i] = H > 1 ? lat : 0;
+    }
+}
+
+ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
+{
+    if (c->links && !refresh) {
+        *out = c->links;
+        return AI_OK;
+    }
+    int H = c->nhosts;
+    comm_links *l = calloc(1, sizeof *l);
+    if (!l || !(l->bw_Bps = calloc((size_t)H * (size_t)(2 * H + 2), sizeof(double)))) {
+        free(l);
+        return ai_fail(AI_ERR_NOMEM, "link matrix");
+    }
+    l->nhosts = H;
+    l->lat_s = l->bw_Bps + (size_t)H * H;
+    l->host_Bps = l->lat_s + (size_t)H * H;
+    l->host_lat_s = l->host_Bps + H;
+    size_t bytes = PROBE_BYTES_DEFAULT;
+    const char *v = ai_env_str("AUTOINFRA_PROBE_BYTES", NULL);
+    ai_status_t st = AI_OK;
+    if (v && (ai_parse_size(v, &bytes) != AI_OK || bytes < 4096))
+        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_PROBE_BYTES='%s': want a size of at least 4K", v);
+    comm_group leaders = group_leaders(c, -1);
+    if (st == AI_OK && H > 1 && leaders.me >= 0 && (st = measure(c, &leaders, l, bytes)) == AI_OK)
+        st = share(c, &leaders, l);
+    /* Every rank of a host learns its leader's copy. */
+    comm_group local = group_host(c, c->host_of[c->rank]);
+    if (st == AI_OK && local.n > 1)
+        st = comm_core_binomial_bcast(c, &local, l->bw_Bps, 2 * (size_t)H * H * sizeof(double));
+    if (st != AI_OK) {
+        comm_links_free(l);
+        return st;
+    }
+    summarize(l);
+    comm_links_free(c->links);
+    c->links = l;
+    *out = l;
+    return AI_OK;
+}
+
+ai_status_t ai_comm_probe(ai_comm *c, int refresh)
+{
+    if (c->state != AI_OK)
+        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
+    c->call_seq++;
+    const comm_links *l;
+    ai_status_t st = comm_links_get(c, refresh, &l);
+    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d: link probe", c->rank);
+}
+
+ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *bw_GBps,
+                         double *lat_us)
+{
+    const comm_links *m = c->links;
+    if (!m)
+        return ai_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
+    if (from_host < 0 || to_host < 0 || from_host >= m->nhosts || to_host >= m->nhosts)
+        return ai_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
+                       m->nhosts - 1);
+    size_t at = (size_t)to_host * (size_t)m->nhosts + (size_t)from_host;
+    *bw_GBps = m->bw_Bps[at] / 1e9;
+    *lat_us = m->lat_s[at] * 1e6;
+    return AI_OK;
+}
+
+double ai_comm_host_bw_GBps(const ai_comm *c, int host)
+{
+    const comm_links *m = c->links;
+    return m && host >= 0 && host < m->nhosts ? m->host_Bps[host] / 1e9 : NAN;
+}
