@@ -232,6 +232,33 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
 
 /* ---- end job level ---- */
 
+/* ---- cluster queries (the testbed and the network model's view) ---- */
+
+typedef struct ai_node_info {
+    char name[64];   /* "<group>-<index>" */
+    char group[64];
+    char rack[64];   /* "" when attached to the core */
+    int devices;
+    double nic_Gbps; /* count x bw, after overrides */
+    double nic_latency_us;
+} ai_node_info;
+
+typedef struct ai_rack_info {
+    char name[64];
+    double uplink_Gbps;
+    int nodes;
+} ai_rack_info;
+
+int ai_cluster_node_count(const ai_cluster *cluster);
+ai_status_t ai_cluster_node(const ai_cluster *cluster, int index, ai_node_info *out);
+int ai_cluster_rack_count(const ai_cluster *cluster);
+ai_status_t ai_cluster_rack(const ai_cluster *cluster, int index, ai_rack_info *out);
+/* Lower bound (seconds) on a collective of `bytes` (nccl-tests sizes) over
+ * the cluster's network, ranks_per_node ranks per node (0: one per device),
+ * root 0: cut bounds on every node and rack (docs/runtime.md). */
+ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_t bytes,
+                                  int ranks_per_node, double *seconds);
+
 /* ------------------------------------------------------------------ clock */
 
 /* Monotonic seconds. */

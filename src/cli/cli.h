@@ -7,5 +7,6 @@
 int cli_launch_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
 int cli_plan_main(int argc, char **argv);
+int cli_cluster_main(int argc, char **argv);
 
 #endif

@@ -12,6 +12,7 @@ static const struct {
     {"launch", cli_launch_main, "start N local ranks of a command with the runtime's environment"},
     {"bench", cli_bench_main, "measure collectives (nccl-tests style), run under launch/mpirun/srun"},
     {"plan", cli_plan_main, "find the parallel plan, placement and batch size for a training job"},
+    {"cluster", cli_cluster_main, "a cluster spec's nodes and racks, and collective lower bounds on it"},
 };
 
 static void usage(FILE *out)

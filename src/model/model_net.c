@@ -3,6 +3,7 @@
  * step by step with shared resources (model_net.h explains the model).
  */
 #include "model/model_net.h"
+#include "topo/topo.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +39,33 @@ void model_net_free(model_net *n)
     free(n->rack_of);
     free(n->up_Bps);
     memset(n, 0, sizeof *n);
+}
+
+ai_status_t model_net_from_cluster(const topo_cluster *cl, int ranks_per_node, model_net *out)
+{
+    int nranks = 0;
+    for (int h = 0; h < cl->nnodes; h++)
+        nranks += ranks_per_node > 0 ? ranks_per_node : cl->groups[cl->nodes[h].group].devices_per_node;
+    ai_status_t st = model_net_alloc(out, nranks, cl->nnodes, cl->nracks);
+    if (st != AI_OK)
+        return st;
+    int r = 0;
+    double mem = INFINITY;
+    for (int h = 0; h < cl->nnodes; h++) {
+        const topo_node *nd = &cl->nodes[h];
+        int k = ranks_per_node > 0 ? ranks_per_node : cl->groups[nd->group].devices_per_node;
+        for (int i = 0; i < k; i++)
+            out->host_of[r++] = h;
+        out->nic_Bps[h] = nd->nic_count * nd->nic_bw_Gbps * 1e9 / 8;
+        out->lat_s[h] = nd->nic_latency_us * 1e-6;
+        out->rack_of[h] = nd->rack;
+        mem = AI_MIN(mem, nd->intra_bw_GBps * 1e9);
+    }
+    for (int k = 0; k < cl->nracks; k++)
+        out->up_Bps[k] = cl->racks[k].uplink_Gbps * 1e9 / 8;
+    if (isfinite(mem) && mem > 0)
+        out->mem_Bps = mem;
+    return AI_OK;
 }
 
 /* ------------------------------------------------------------ bounds */

@@ -42,6 +42,11 @@ typedef struct model_net {
 ai_status_t model_net_alloc(model_net *n, int nranks, int nhosts, int nracks);
 void model_net_free(model_net *n);
 
+struct topo_cluster;
+/* The network of a cluster spec with `ranks_per_node` ranks on every node
+ * (0: one per device). NICs: count x bw; racks: uplinks. */
+ai_status_t model_net_from_cluster(const struct topo_cluster *cl, int ranks_per_node, model_net *out);
+
 /* Lower bound in seconds for `bytes` (nccl-tests convention: the vector for
  * allreduce/broadcast/reduce, the gathered or scattered total for
  * allgather/reduce_scatter, the send buffer for alltoall), root 0. */

@@ -1,0 +1,71 @@
+/*
+ * Model-based selection for `auto` across hosts: once the links have been
+ * measured (probe.c), every algorithm the network model knows is costed on
+ * the measured network (model_net.h) and the cheapest wins. Every rank
+ * holds the same measurements, so every rank picks the same algorithm.
+ * Within one host, or before any measurement, the fixed rule in coll.c
+ * decides. The learner (tune layer) later replaces both with evidence.
+ */
+#include "comm/algos.h"
+#include "comm/probe.h"
+#include "comm/select.h"
+#include "model/model_net.h"
+
+#include <math.h>
+
+/* Below this, latency dominates and the fixed rule's trees are right; the
+ * probe (H rounds of 1 MiB) would also cost more than it could save. */
+#define SELECT_MIN_BYTES ((size_t)64 << 10)
+
+static int wants_model(const ai_comm *c, ai_coll coll, size_t bytes)
+{
+    return c->nhosts > 1 && bytes >= SELECT_MIN_BYTES && coll != AI_BARRIER;
+}
+
+ai_status_t comm_select_prepare(ai_comm *c, ai_coll coll, size_t bytes)
+{
+    const comm_links *l;
+    if (!wants_model(c, coll, bytes) || c->links)
+        return AI_OK;
+    return comm_links_get(c, 0, &l);
+}
+
+static ai_status_t net_from_links(const ai_comm *c, model_net *n)
+{
+    const comm_links *l = c->links;
+    ai_status_t st = model_net_alloc(n, c->size, c->nhosts, 0);
+    if (st != AI_OK)
+        return st;
+    for (int r = 0; r < c->size; r++)
+        n->host_of[r] = c->host_of[r];
+    for (int h = 0; h < c->nhosts; h++) {
+        n->nic_Bps[h] = l->host_Bps[h];
+        n->lat_s[h] = l->host_lat_s[h];
+    }
+    return AI_OK;
+}
+
+const char *comm_select_model(const ai_comm *c, ai_coll coll, size_t bytes)
+{
+    if (!wants_model(c, coll, bytes) || !c->links)
+        return NULL;
+    model_net n;
+    if (net_from_links(c, &n) != AI_OK)
+        return NULL;
+    /* The model speaks nccl-tests sizes: totals for the gathered forms. */
+    double size = (double)bytes;
+    if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER || coll == AI_ALLTOALL)
+        size *= c->size;
+    const char *best = NULL;
+    double best_t = INFINITY;
+    for (int i = 0; i < comm_algo_count(coll); i++) {
+        const char *name = comm_algo_at(coll, i)->name;
+        double t = model_net_algo_time(&n, coll, name, size);
+        if (t < best_t) {
+            best_t = t;
+            best = name;
+        }
+    }
+    model_net_free(&n);
+    return best;
+}
