@@ -207,8 +207,10 @@ typedef struct ai_plan_summary {
 
 typedef struct ai_plan_report ai_plan_report;
 
-/* Search for the fastest plans that fit (AI_ERR_INFEASIBLE if none). The
- * report keeps no reference to the specs. */
+/* Search for the fastest plans that fit (AI_ERR_INFEASIBLE if none). With
+ * every scalar plan field pinned by opts->fix the plan is evaluated and
+ * reported even if it does not fit (summary.feasible = 0). The report keeps
+ * no reference to the specs. */
 ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model,
                     const ai_training *training, const ai_plan_options *opts,
                     ai_plan_report **out);

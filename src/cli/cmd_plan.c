@@ -1,0 +1,160 @@
+/*
+ * autoinfra plan: the job-level planner (docs/planner.md).
+ *
+ *   autoinfra plan --cluster C.json --model M.json --training T.json
+ *                  [--fix key=value,...] [--baseline manual] [--top N] [--json]
+ *   autoinfra plan fidelity [--data DIR] [--json]   model vs published tables
+ *   autoinfra plan fit [--data DIR] [--holdout SRC] [--json]  refit the parameters
+ */
+#include "autoinfra.h"
+#include "cli.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void plan_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: autoinfra plan --cluster C.json --model M.json --training T.json\n"
+            "                      [--fix key=value,...] [--baseline manual] [--top N] [--json]\n"
+            "       autoinfra plan fidelity [--data DIR] [--json]\n"
+            "       autoinfra plan fit [--data DIR] [--holdout SOURCE] [--json]\n"
+            "\n"
+            "  --fix        pin plan fields: tp pp dp cp micro_batch interleave recompute\n"
+            "               (none|selective|full) sequence_parallel (true|false) zero (0..3)\n"
+            "  --baseline   'manual': also evaluate the rule-of-thumb plan and the speedup\n"
+            "  --top N      also show the next N-1 best plans\n"
+            "  --json       machine-readable output\n"
+            "  fidelity     predicted vs published on data/calibration (default DIR)\n"
+            "  fit          refit the model's free parameters to those tables and report;\n"
+            "               --holdout leaves one source (korthikanti_table5 or\n"
+            "               megatron_core_h100) out of the fit to test generalization\n");
+}
+
+static int calib_main(int argc, char **argv, int refit)
+{
+    const char *dir = "data/calibration", *holdout = NULL;
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--data") && i + 1 < argc)
+            dir = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            as_json = 1;
+        else if (refit && !strcmp(argv[i], "--holdout") && i + 1 < argc)
+            holdout = argv[++i];
+        else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            plan_usage(stdout);
+            return 0;
+        } else {
+            fprintf(stderr, "autoinfra plan %s: unknown argument '%s'\n", argv[0], argv[i]);
+            plan_usage(stderr);
+            return 2;
+        }
+    }
+    char *text = NULL;
+    ai_status_t st = ai_model_fidelity(dir, refit, holdout, as_json, &text);
+    if (st != AI_OK) {
+        fprintf(stderr, "autoinfra plan %s: %s\n", argv[0], ai_last_error());
+        return 1;
+    }
+    fputs(text, stdout);
+    if (as_json)
+        fputc('\n', stdout);
+    free(text);
+    return 0;
+}
+
+int cli_plan_main(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "fidelity"))
+        return calib_main(argc - 1, argv + 1, 0);
+    if (argc >= 2 && !strcmp(argv[1], "fit"))
+        return calib_main(argc - 1, argv + 1, 1);
+
+    const char *cpath = NULL, *mpath = NULL, *tpath = NULL;
+    ai_plan_options opts = {NULL, 1, 0};
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int has_val = i + 1 < argc;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            plan_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            as_json = 1;
+        } else if (!strcmp(a, "--cluster") && has_val) {
+            cpath = argv[++i];
+        } else if (!strcmp(a, "--model") && has_val) {
+            mpath = argv[++i];
+        } else if (!strcmp(a, "--training") && has_val) {
+            tpath = argv[++i];
+        } else if (!strcmp(a, "--fix") && has_val) {
+            opts.fix = argv[++i];
+        } else if (!strcmp(a, "--baseline") && has_val) {
+            if (strcmp(argv[++i], "manual") != 0) {
+                fprintf(stderr, "autoinfra plan: --baseline '%s': only 'manual' exists\n", argv[i]);
+                return 2;
+            }
+            opts.baseline_manual = 1;
+        } else if (!strcmp(a, "--top") && has_val) {
+            char *end;
+            long n = strtol(argv[++i], &end, 10);
+            if (*end || n < 1 || n > 1000) {
+                fprintf(stderr, "autoinfra plan: --top '%s': expected 1..1000\n", argv[i]);
+                return 2;
+            }
+            opts.top = (int)n;
+        } else {
+            fprintf(stderr, "autoinfra plan: unknown or incomplete argument '%s'\n", a);
+            plan_usage(stderr);
+            return 2;
+        }
+    }
+    if (!cpath || !mpath || !tpath) {
+        fprintf(stderr, "autoinfra plan: --cluster, --model and --training are required\n");
+        plan_usage(stderr);
+        return 2;
+    }
+
+    int rc = 1;
+    ai_cluster *cluster = NULL;
+    ai_model_spec *model = NULL;
+    ai_training *training = NULL;
+    ai_plan_report *report = NULL;
+    char *text = NULL;
+    ai_status_t st;
+    if ((st = ai_cluster_load(cpath, &cluster)) != AI_OK ||
+        (st = ai_model_spec_load(mpath, &model)) != AI_OK ||
+        (st = ai_training_load(tpath, &training)) != AI_OK) {
+        fprintf(stderr, "autoinfra plan: %s\n", ai_last_error());
+        goto out;
+    }
+    if ((st = ai_plan(cluster, model, training, &opts, &report)) != AI_OK) {
+        fprintf(stderr, "autoinfra plan: %s: %s\n", ai_strerror(st), ai_last_error());
+        rc = st == AI_ERR_INVALID ? 2 : 1;
+        goto out;
+    }
+    st = as_json ? ai_plan_report_json(report, &text) : ai_plan_report_text(report, &text);
+    if (st != AI_OK) {
+        fprintf(stderr, "autoinfra plan: %s\n", ai_last_error());
+        goto out;
+    }
+    fputs(text, stdout);
+    if (as_json)
+        fputc('\n', stdout);
+    rc = 0;
+    ai_plan_summary sum;
+    if (ai_plan_report_summary(report, 0, &sum) == AI_OK && !sum.feasible) {
+        fprintf(stderr, "autoinfra plan: the pinned plan needs %.1f GB per device: it does not fit\n",
+                sum.memory_GB_per_device);
+        rc = 1;
+    }
+out:
+    free(text);
+    ai_plan_report_destroy(report);
+    ai_training_destroy(training);
+    ai_model_spec_destroy(model);
+    ai_cluster_destroy(cluster);
+    return rc;
+}

@@ -1,0 +1,222 @@
+/*
+ * model layer: cost models. Pure, deterministic functions of their inputs.
+ *
+ *  - Collective alpha-beta costs (closed forms per algorithm) and their
+ *    cost on a group of ranks laid out on real nodes.
+ *  - The transformer training-step model: FLOPs (formats.md accounting),
+ *    memory per device, and step time of a parallel plan on a cluster.
+ *  - Its few fitted parameters (model_params.c) and the fit itself
+ *    (model_fit.c) against the published tables in data/calibration.
+ *
+ * docs/model.md derives every formula and cites where constants come from.
+ */
+#ifndef AI_MODEL_H
+#define AI_MODEL_H
+
+#include "topo/topo.h"
+
+/* ------------------------------------------------------------ params */
+
+/*
+ * The free parameters. Each is a physical quantity a profiler could
+ * measure; the fit only decides values the literature does not pin down.
+ */
+typedef struct model_params {
+    double gemm_eff;      /* fraction of dense peak reached by large GEMMs */
+    double gemm_half_dim; /* GEMM dimension where that fraction is halved */
+    double attn_eff;      /* fraction of peak reached by fused (flash) attention */
+    double mem_eff;       /* fraction of HBM bandwidth reached by elementwise kernels */
+    double link_eff;      /* fraction of link bandwidth reached by collectives */
+    double dp_overlap;    /* fraction of a micro-batch's compute that hides DP traffic */
+    double tp_overlap;    /* fraction of TP traffic hidden when tp_comm_overlap is on */
+} model_params;
+
+#define MODEL_NPARAMS 7
+#define MODEL_NFITTED 6 /* tp_overlap has no calibration row: held at its prior */
+extern const int model_param_fitted[MODEL_NPARAMS];
+/* Literature values the fit is weakly pulled towards (model_params.c). */
+extern const double model_param_prior[MODEL_NPARAMS];
+#define MODEL_PRIOR_WEIGHT 0.002
+extern const model_params model_params_fitted;
+extern const char *const model_param_names[MODEL_NPARAMS];
+/* Bounds that keep each parameter physical (fractions in (0,1], ...). */
+extern const double model_param_lo[MODEL_NPARAMS], model_param_hi[MODEL_NPARAMS];
+double *model_params_slot(model_params *p, int i);
+
+/* -------------------------------------------------------- collectives */
+
+typedef enum { MODEL_ALGO_RING, MODEL_ALGO_TREE, MODEL_ALGO_COUNT } model_algo;
+
+/*
+ * Alpha-beta time of one collective among p ranks. `bytes` is the full
+ * vector each rank contributes/holds (allreduce, broadcast, reduce: the
+ * buffer; reduce_scatter/allgather/alltoall: the whole p-part vector).
+ * alpha: seconds per message; beta: seconds per byte.
+ *   ring allreduce  2(p-1)a + 2(p-1)/p n b
+ *   ring rs/ag/a2a   (p-1)a +  (p-1)/p n b
+ *   ring bcast/reduce (pipelined chain)  (p-1)a + n b
+ *   tree allreduce (recursive doubling)  log2(p) (a + n b)
+ *   tree rs/ag (recursive halving/doubling) log2(p) a + (p-1)/p n b
+ *   tree bcast/reduce (binomial) ceil(log2 p)(a + n b)
+ *   barrier: ring 2(p-1)a, tree 2 ceil(log2 p) a
+ */
+double model_coll_time(ai_coll coll, model_algo algo, int p, double bytes, double alpha_s,
+                       double beta_s_per_byte);
+/* Best algorithm's time; *algo_out (may be NULL) gets which one. */
+double model_coll_best(ai_coll coll, int p, double bytes, double alpha_s, double beta_s_per_byte,
+                       model_algo *algo_out);
+
+/* A communicator laid out on nodes: `ranks` members, `per_node` of them on
+ * each node they touch. intra/inter: per-rank bandwidth (bytes/s) and
+ * latency (s). Inter bandwidth is the rank's share of its node's NICs. */
+typedef struct model_group {
+    int ranks;
+    int per_node;
+    double intra_Bps, intra_alpha_s;
+    double inter_Bps, inter_alpha_s;
+} model_group;
+
+/* Time of a collective on that layout with the best algorithm; link_eff
+ * scales the bandwidths (achieved vs nominal). */
+double model_group_coll_time(ai_coll coll, const model_group *g, double bytes, double link_eff);
+
+/* --------------------------------------------------------------- plan */
+
+typedef enum { MODEL_RC_NONE, MODEL_RC_SELECTIVE, MODEL_RC_FULL } model_recompute;
+const char *model_recompute_name(model_recompute r);
+
+#define MODEL_MAX_STAGES 512
+#define MODEL_MAX_SETS 8
+#define MODEL_MAX_SEGS 8
+
+/*
+ * A parallel plan. Replicas of one pipeline form a "set"; a set's stages
+ * run on pools (node classes) given as contiguous segments in pipeline
+ * order. Homogeneous: one set, one segment. Heterogeneous, split by stage:
+ * one set, one segment per pool. Split by data: one set per pool, each
+ * with its own micro-batch count per replica (uneven data parallelism).
+ * All sets share tp/cp/pp and the per-stage layer counts, so parameter
+ * shards line up for the gradient reduction across sets.
+ */
+typedef struct model_set {
+    int dp;                  /* replicas in this set */
+    int micro_batches;       /* per replica per step (largest replica) */
+    int total_micro;         /* over all replicas of the set; 0: dp x micro_batches */
+    int nsegs;
+    int seg_pool[MODEL_MAX_SEGS];
+    int seg_stages[MODEL_MAX_SEGS];
+} model_set;
+
+typedef struct model_plan {
+    int tp, pp, cp;
+    int micro_batch;         /* sequences per micro-batch */
+    int interleave;          /* virtual stages per device */
+    model_recompute recompute;
+    int sequence_parallel;
+    int zero;                /* 0..3 */
+    int nsets;
+    model_set sets[MODEL_MAX_SETS];
+    short layers[MODEL_MAX_STAGES]; /* per stage, sum = model layers */
+} model_plan;
+
+typedef struct model_result {
+    int feasible;               /* memory fits everywhere */
+    double step_s;
+    /* Breakdown (sums to step_s): along the critical stage of the slowest set. */
+    double compute_s, recompute_s, tp_comm_s, cp_comm_s, pp_comm_s, dp_comm_s, bubble_s,
+        optimizer_s;
+    double tokens_per_s;
+    double model_flops, hw_flops;    /* per step, whole job */
+    double model_tflops_per_device, hw_tflops_per_device, mfu;
+    double memory_GB;                /* worst device */
+    double mem_params_GB, mem_act_GB; /* of that device: weights+grads+optimizer, activations */
+    double memory_cap_GB;            /* usable memory of that device */
+    int devices;                     /* devices the plan uses */
+    int worst_set, worst_stage;      /* where memory is tightest */
+} model_result;
+
+/* Usable fraction of device memory: allocator fragmentation, CUDA/CANN
+ * context, communication buffers (see docs/model.md). */
+#define MODEL_MEM_USABLE 0.92
+
+typedef struct model_ctx {
+    const topo_cluster *cluster;
+    const topo_model *model;
+    const topo_training *train;
+    model_params params;
+} model_ctx;
+
+/* Check plan structure against model, training and cluster (divisibility,
+ * device counts, batch); AI_ERR_INVALID naming the offending field. */
+ai_status_t model_plan_check(const model_ctx *ctx, const model_plan *plan);
+/* Memory check alone (cheaper than model_plan_eval): 1 if every device
+ * fits; *worst_ratio (may be NULL) gets the largest need / usable. */
+int model_plan_fits(const model_ctx *ctx, const model_plan *plan, double *worst_ratio);
+/* Evaluate a structurally valid plan (call model_plan_check first). */
+void model_plan_eval(const model_ctx *ctx, const model_plan *plan, model_result *out);
+
+/* Memory (bytes) of one device of stage `stage` in pool `pool`: split into
+ * parameter state and activations. */
+void model_stage_memory(const model_ctx *ctx, const model_plan *plan, int stage, int micro_batches,
+                        double *params_bytes, double *act_bytes);
+
+/* Time of one transformer layer for one micro-batch (forward, backward,
+ * recompute, exposed TP/CP traffic) on a pool, and the last stage's extra
+ * (output layer and loss). Used to balance uneven stages. */
+void model_pool_layer_time(const model_ctx *ctx, const model_plan *pl, int pool, double *per_layer_s,
+                           double *last_extra_s);
+
+/* FLOPs of one training step (formats.md accounting). */
+double model_step_model_flops(const topo_model *m, const topo_training *t);
+double model_step_hw_flops(const topo_model *m, const topo_training *t, model_recompute rc);
+/* Forward FLOPs of one transformer layer per token (formats.md). */
+double model_layer_fwd_flops_per_token(const topo_model *m, int seq_len);
+
+/* Activation bytes of one transformer layer for one micro-batch on one
+ * device (Korthikanti et al. 2022, generalized to GQA and SwiGLU). */
+double model_layer_act_bytes(const topo_model *m, const topo_training *t, int tp, int cp,
+                             int micro_batch, model_recompute rc, int sp);
+
+/* ---------------------------------------------------------- fitting */
+
+/* One published measurement. */
+typedef struct model_calib_row {
+    char source[32];         /* "megatron_core_h100", "korthikanti_table5" */
+    char name[32];
+    topo_cluster *cluster;   /* owned */
+    topo_model model;
+    topo_training train;
+    model_plan plan;
+    double published;        /* seconds per iteration, or model TFLOP/s per GPU */
+    int published_is_tflops;
+} model_calib_row;
+
+typedef struct model_calib {
+    int nrows;
+    model_calib_row *rows;
+    /* Memory check rows (Korthikanti Figure 1). */
+    int nmem;
+    struct {
+        char name[32];
+        topo_cluster *cluster;
+        topo_model model;
+        topo_training train;
+        model_plan plan;
+        double params_GiB, act_GiB;
+    } *mem;
+} model_calib;
+
+/* Read the CSVs of data/calibration (directory). */
+ai_status_t model_calib_load(const char *dir, model_calib **out);
+void model_calib_free(model_calib *c);
+/* Predicted value of a row in the row's unit. */
+double model_calib_predict(const model_calib_row *row, const model_params *p);
+/* The fit's objective: mean squared log error over the rows plus the weak
+ * prior term. */
+double model_fit_loss(const model_calib *c, const model_params *p);
+/* Nelder-Mead fit of the parameters from `start`, minimizing
+ * model_fit_loss. */
+ai_status_t model_fit(const model_calib *c, const model_params *start, model_params *out,
+                      double *loss_out);
+
+#endif

@@ -1,0 +1,466 @@
+/*
+ * Calibration rows (data/calibration/ CSV files) and the parameter fit.
+ *
+ * Each row is rebuilt as a real cluster/model/training/plan and evaluated by
+ * the same model_plan_eval the planner uses, so the fit exercises exactly
+ * the code that makes predictions. The fit is Nelder-Mead (Nelder & Mead,
+ * Computer Journal 1965) on a logistic transform of each parameter into its
+ * physical bounds, minimizing the mean squared log error (relative errors,
+ * so the 1.1 s and the 94 s rows weigh the same).
+ */
+#include "model/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- CSV */
+
+#define CSV_MAX_COLS 24
+#define CSV_MAX_ROWS 64
+
+typedef struct csv {
+    int ncols, nrows;
+    char head[CSV_MAX_COLS][48];
+    char cell[CSV_MAX_ROWS][CSV_MAX_COLS][48];
+} csv;
+
+static void csv_split(char *line, char out[][48], int *n)
+{
+    *n = 0;
+    char *save = NULL;
+    line[strcspn(line, "\r\n")] = '\0';
+    for (char *tok = strtok_r(line, ",", &save); tok && *n < CSV_MAX_COLS;
+         tok = strtok_r(NULL, ",", &save))
+        snprintf(out[(*n)++], 48, "%s", tok);
+}
+
+static ai_status_t csv_read(const char *path, csv *c)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return ai_fail(AI_ERR_IO, "%s: %s", path, strerror(errno));
+    char line[1024];
+    memset(c, 0, sizeof *c);
+    ai_status_t st = AI_OK;
+    if (!fgets(line, sizeof line, f)) {
+        st = ai_fail(AI_ERR_PARSE, "%s: empty file", path);
+        goto out;
+    }
+    csv_split(line, c->head, &c->ncols);
+    int lineno = 1;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        if (line[0] == '\n' || line[0] == '#')
+            continue;
+        if (c->nrows == CSV_MAX_ROWS) {
+            st = ai_fail(AI_ERR_PARSE, "%s: more than %d rows", path, CSV_MAX_ROWS);
+            goto out;
+        }
+        int n;
+        csv_split(line, c->cell[c->nrows], &n);
+        if (n != c->ncols) {
+            st = ai_fail(AI_ERR_PARSE, "%s:%d: %d fields, header has %d", path, lineno, n, c->ncols);
+            goto out;
+        }
+        c->nrows++;
+    }
+out:
+    fclose(f);
+    return st;
+}
+
+static const char *csv_get(const csv *c, int row, const char *col)
+{
+    for (int i = 0; i < c->ncols; i++)
+        if (strcmp(c->head[i], col) == 0)
+            return c->cell[row][i];
+    return NULL;
+}
+
+static ai_status_t csv_num(const csv *c, const char *path, int row, const char *col, double *out)
+{
+    const char *s = csv_get(c, row, col);
+    if (!s)
+        return ai_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
+    if (ai_parse_double(s, out) != AI_OK)
+        return ai_fail(AI_ERR_PARSE, "%s: row %d column %s: '%s' is not a number", path, row + 2, col, s);
+    return AI_OK;
+}
+
+/* ------------------------------------------------------------- rows */
+
+/* DGX systems of the sources. DGX A100: 8 x A100-SXM4-80GB, NVLink3
+ * (600 GB/s bidirectional per GPU = 300 per direction), 8 x 200 Gb/s HDR
+ * (NVIDIA DGX A100 user guide). DGX H100: NVLink4 900 GB/s bidirectional
+ * (450 per direction), 8 x 400 Gb/s NDR (DGX H100 user guide). */
+static ai_status_t calib_cluster(const char *device, int gpus, topo_cluster **out)
+{
+    int h100 = strstr(device, "H100") != NULL;
+    json_t *doc = json_pack("{s:s, s:[{s:s, s:i, s:s, s:i, s:{s:f, s:f}, s:{s:i, s:f, s:f}}]}",
+                            "name", h100 ? "dgx-h100" : "dgx-a100", "node_groups", "name", "dgx",
+                            "count", AI_MAX(1, gpus / 8), "device", device, "devices_per_node",
+                            AI_MIN(8, gpus), "intra", "bw_GBps", h100 ? 450.0 : 300.0, "latency_us",
+                            2.0, "nic", "count", 8, "bw_Gbps", h100 ? 400.0 : 200.0, "latency_us", 5.0);
+    if (!doc)
+        return ai_fail(AI_ERR_NOMEM, "calibration cluster");
+    ai_status_t st = topo_cluster_from_json(doc, "(calibration cluster)", out);
+    json_decref(doc);
+    return st;
+}
+
+static void uniform_plan(model_plan *pl, const topo_model *m, int tp, int pp, int dp, int mb,
+                         int v, model_recompute rc, int sp, int zero, int global_batch)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->tp = tp;
+    pl->pp = pp;
+    pl->cp = 1;
+    pl->micro_batch = mb;
+    pl->interleave = v;
+    pl->recompute = rc;
+    pl->sequence_parallel = sp;
+    pl->zero = zero;
+    pl->nsets = 1;
+    pl->sets[0].dp = dp;
+    pl->sets[0].micro_batches = global_batch / (dp * mb);
+    pl->sets[0].nsegs = 1;
+    pl->sets[0].seg_pool[0] = 0;
+    pl->sets[0].seg_stages[0] = pp;
+    for (int i = 0; i < pp; i++)
+        pl->layers[i] = (short)(m->layers / pp + (i < m->layers % pp ? 1 : 0));
+}
+
+static void gpt(topo_model *m, const char *name, int layers, int hidden, int heads, int vocab)
+{
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->layers = layers;
+    m->hidden = hidden;
+    m->heads = heads;
+    m->kv_heads = heads;
+    m->ffn_hidden = 4 * hidden;
+    m->ffn_kind = TOPO_FFN_GELU;
+    m->vocab = vocab;
+}
+
+void model_calib_free(model_calib *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->nrows; i++)
+        topo_cluster_free(c->rows[i].cluster);
+    for (int i = 0; i < c->nmem; i++)
+        topo_cluster_free(c->mem[i].cluster);
+    free(c->rows);
+    free(c->mem);
+    free(c);
+}
+
+static model_recompute parse_rc(const char *s)
+{
+    if (s && strcmp(s, "full") == 0)
+        return MODEL_RC_FULL;
+    if (s && strcmp(s, "selective") == 0)
+        return MODEL_RC_SELECTIVE;
+    return MODEL_RC_NONE;
+}
+
+ai_status_t model_calib_load(const char *dir, model_calib **out)
+{
+    char path[1024];
+    ai_status_t st;
+    csv *k5 = malloc(sizeof *k5), *mc = malloc(sizeof *mc), *km = malloc(sizeof *km),
+        *kc = malloc(sizeof *kc);
+    model_calib *c = calloc(1, sizeof *c);
+    if (!k5 || !mc || !km || !kc || !c) {
+        st = ai_fail(AI_ERR_NOMEM, "calibration");
+        goto err;
+    }
+    snprintf(path, sizeof path, "%s/korthikanti_table5.csv", dir);
+    if ((st = csv_read(path, k5)) != AI_OK)
+        goto err;
+    char mcpath[1024];
+    snprintf(mcpath, sizeof mcpath, "%s/megatron_core_h100.csv", dir);
+    if ((st = csv_read(mcpath, mc)) != AI_OK)
+        goto err;
+    char kmpath[1024];
+    snprintf(kmpath, sizeof kmpath, "%s/korthikanti_memory.csv", dir);
+    if ((st = csv_read(kmpath, km)) != AI_OK)
+        goto err;
+    char kcpath[1024];
+    snprintf(kcpath, sizeof kcpath, "%s/korthikanti_memory_configs.csv", dir);
+    if ((st = csv_read(kcpath, kc)) != AI_OK)
+        goto err;
+    c->rows = calloc((size_t)(k5->nrows + mc->nrows), sizeof *c->rows);
+    c->mem = calloc((size_t)km->nrows + 1, sizeof *c->mem);
+    if (!c->rows || !c->mem) {
+        st = ai_fail(AI_ERR_NOMEM, "calibration");
+        goto err;
+    }
+
+    /* Korthikanti et al. Table 5: DGX A100, fp16, s 2048, V 51200, Megatron
+     * of 2022 (attention scores materialized, no TP overlap), dp 1. */
+    for (int i = 0; i < k5->nrows; i++) {
+        double heads, hidden, layers, tp, pp, dp, gpus, gb, mb, v, secs;
+        if ((st = csv_num(k5, path, i, "heads", &heads)) || (st = csv_num(k5, path, i, "hidden", &hidden)) ||
+            (st = csv_num(k5, path, i, "layers", &layers)) || (st = csv_num(k5, path, i, "tp", &tp)) ||
+            (st = csv_num(k5, path, i, "pp", &pp)) || (st = csv_num(k5, path, i, "dp", &dp)) ||
+            (st = csv_num(k5, path, i, "gpus", &gpus)) || (st = csv_num(k5, path, i, "global_batch", &gb)) ||
+            (st = csv_num(k5, path, i, "micro_batch", &mb)) || (st = csv_num(k5, path, i, "interleave", &v)) ||
+            (st = csv_num(k5, path, i, "seconds_per_iteration", &secs)))
+            goto err;
+        model_calib_row *r = &c->rows[c->nrows];
+        const char *rc = csv_get(k5, i, "recompute");
+        const char *sp = csv_get(k5, i, "sequence_parallel");
+        snprintf(r->source, sizeof r->source, "korthikanti_table5");
+        snprintf(r->name, sizeof r->name, "%s/%s", csv_get(k5, i, "model"), rc ? rc : "?");
+        gpt(&r->model, csv_get(k5, i, "model"), (int)layers, (int)hidden, (int)heads, 51200);
+        r->train = (topo_training){.seq_len = 2048, .global_batch = (int)gb, .precision = TOPO_FP16,
+                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 0, .tp_comm_overlap = 0,
+                                   .grad_fp32 = 1};
+        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, (int)mb, (int)v, parse_rc(rc),
+                     sp && strcmp(sp, "true") == 0, 1, (int)gb);
+        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &r->cluster)) != AI_OK)
+            goto err;
+        r->published = secs;
+        r->published_is_tflops = 0;
+        c->nrows++;
+    }
+    /* Megatron-Core H100 table: bf16, s 4096, V 131072, dp 48, selective
+     * recompute, sequence parallel with TP, distributed optimizer (ZeRO-1),
+     * flash attention, micro-batch 1, 1F1B, no TP communication overlap
+     * (off by default in Megatron-Core; the table does not say), and
+     * Megatron-Core DDP's default of reducing gradients in bf16
+     * (grad_reduce_in_fp32 = False). */
+    for (int i = 0; i < mc->nrows; i++) {
+        double heads, hidden, layers, tp, pp, dp, gpus, gb, tfl;
+        if ((st = csv_num(mc, mcpath, i, "heads", &heads)) || (st = csv_num(mc, mcpath, i, "hidden", &hidden)) ||
+            (st = csv_num(mc, mcpath, i, "layers", &layers)) || (st = csv_num(mc, mcpath, i, "tp", &tp)) ||
+            (st = csv_num(mc, mcpath, i, "pp", &pp)) || (st = csv_num(mc, mcpath, i, "dp", &dp)) ||
+            (st = csv_num(mc, mcpath, i, "gpus", &gpus)) || (st = csv_num(mc, mcpath, i, "global_batch", &gb)) ||
+            (st = csv_num(mc, mcpath, i, "tflops_per_gpu", &tfl)))
+            goto err;
+        model_calib_row *r = &c->rows[c->nrows];
+        snprintf(r->source, sizeof r->source, "megatron_core_h100");
+        snprintf(r->name, sizeof r->name, "%s", csv_get(mc, i, "model"));
+        gpt(&r->model, csv_get(mc, i, "model"), (int)layers, (int)hidden, (int)heads, 131072);
+        r->train = (topo_training){.seq_len = 4096, .global_batch = (int)gb, .precision = TOPO_BF16,
+                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 1, .tp_comm_overlap = 0,
+                                   .grad_fp32 = 0};
+        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, 1, 1, MODEL_RC_SELECTIVE, tp > 1, 1,
+                     (int)gb);
+        if ((st = calib_cluster("H100-SXM5-80GB", (int)gpus, &r->cluster)) != AI_OK)
+            goto err;
+        r->published = tfl;
+        r->published_is_tflops = 1;
+        c->nrows++;
+    }
+    /* Korthikanti Figure 1 memory, with the configuration of each model
+     * from Table 5 and the per-figure settings in
+     * korthikanti_memory_configs.csv (README explains them). */
+    for (int i = 0; i < km->nrows; i++) {
+        const char *name = csv_get(km, i, "model");
+        int row5 = -1, rowc = -1;
+        for (int j = 0; j < k5->nrows && row5 < 0; j++)
+            if (strcmp(csv_get(k5, j, "model"), name) == 0)
+                row5 = j;
+        for (int j = 0; j < kc->nrows && rowc < 0; j++)
+            if (strcmp(csv_get(kc, j, "model"), name) == 0)
+                rowc = j;
+        if (row5 < 0 || rowc < 0) {
+            st = ai_fail(AI_ERR_PARSE, "%s: model %s has no Table 5 row or no memory config", kmpath, name);
+            goto err;
+        }
+        double heads, hidden, layers, tp, pp, gpus, gb, mb, v, pg, ag;
+        if ((st = csv_num(k5, path, row5, "heads", &heads)) || (st = csv_num(k5, path, row5, "hidden", &hidden)) ||
+            (st = csv_num(k5, path, row5, "layers", &layers)) || (st = csv_num(k5, path, row5, "tp", &tp)) ||
+            (st = csv_num(k5, path, row5, "pp", &pp)) || (st = csv_num(k5, path, row5, "gpus", &gpus)) ||
+            (st = csv_num(k5, path, row5, "global_batch", &gb)) ||
+            (st = csv_num(kc, kcpath, rowc, "micro_batch", &mb)) ||
+            (st = csv_num(kc, kcpath, rowc, "interleave", &v)) ||
+            (st = csv_num(km, kmpath, i, "params_and_optimizer_GiB_per_gpu", &pg)) ||
+            (st = csv_num(km, kmpath, i, "activations_GiB_per_gpu", &ag)))
+            goto err;
+        const char *sp = csv_get(km, i, "sequence_parallel");
+        snprintf(c->mem[c->nmem].name, 32, "%s/%s", name, csv_get(km, i, "recompute"));
+        gpt(&c->mem[c->nmem].model, name, (int)layers, (int)hidden, (int)heads, 51200);
+        c->mem[c->nmem].train = (topo_training){.seq_len = 2048, .global_batch = (int)gb,
+                                                .precision = TOPO_FP16, .optimizer = TOPO_OPT_ADAM,
+                                                .grad_fp32 = 1};
+        uniform_plan(&c->mem[c->nmem].plan, &c->mem[c->nmem].model, (int)tp, (int)pp, 1, (int)mb, (int)v,
+                     parse_rc(csv_get(km, i, "recompute")), sp && strcmp(sp, "true") == 0, 1, (int)gb);
+        c->mem[c->nmem].params_GiB = pg;
+        c->mem[c->nmem].act_GiB = ag;
+        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &c->mem[c->nmem].cluster)) != AI_OK)
+            goto err;
+        c->nmem++;
+    }
+    free(k5);
+    free(mc);
+    free(km);
+    free(kc);
+    *out = c;
+    return AI_OK;
+err:
+    free(k5);
+    free(mc);
+    free(km);
+    free(kc);
+    model_calib_free(c);
+    return st;
+}
+
+double model_calib_predict(const model_calib_row *row, const model_params *p)
+{
+    model_ctx ctx = {row->cluster, &row->model, &row->train, *p};
+    model_result r;
+    model_plan_eval(&ctx, &row->plan, &r);
+    return row->published_is_tflops ? r.model_tflops_per_device : r.step_s;
+}
+
+/* ---------------------------------------------------------------- fit */
+
+/*
+ * Mean squared log error plus a weak pull of each parameter towards its
+ * literature prior (model_param_prior), measured in units of its allowed
+ * range. The pull only matters for a parameter the rows do not constrain
+ * (a table with dp = 1 says nothing about DP overlap): it then stays at
+ * the prior instead of drifting to a bound, which is what lets a fit on
+ * one source predict the other (docs/model.md, cross-validation).
+ */
+double model_fit_loss(const model_calib *c, const model_params *p)
+{
+    double sum = 0;
+    for (int i = 0; i < c->nrows; i++) {
+        double e = log(model_calib_predict(&c->rows[i], p) / c->rows[i].published);
+        sum += e * e;
+    }
+    double pen = 0;
+    model_params q = *p;
+    for (int i = 0; i < MODEL_NPARAMS; i++) {
+        if (!model_param_fitted[i])
+            continue;
+        double d = (*model_params_slot(&q, i) - model_param_prior[i]) / (model_param_hi[i] - model_param_lo[i]);
+        pen += d * d;
+    }
+    return sum / c->nrows + MODEL_PRIOR_WEIGHT * pen;
+}
+
+/* The optimizer's vector x holds the fitted parameters only; the others
+ * keep their values from `base`. */
+static void to_params(const double *x, const model_params *base, model_params *p)
+{
+    *p = *base;
+    for (int i = 0, k = 0; i < MODEL_NPARAMS; i++) {
+        if (!model_param_fitted[i])
+            continue;
+        double u = 1 / (1 + exp(-x[k++]));
+        *model_params_slot(p, i) = model_param_lo[i] + u * (model_param_hi[i] - model_param_lo[i]);
+    }
+}
+
+static void from_params(const model_params *p0, double *x)
+{
+    model_params p = *p0;
+    for (int i = 0, k = 0; i < MODEL_NPARAMS; i++) {
+        if (!model_param_fitted[i])
+            continue;
+        double u = (*model_params_slot(&p, i) - model_param_lo[i]) / (model_param_hi[i] - model_param_lo[i]);
+        u = AI_MIN(AI_MAX(u, 1e-6), 1 - 1e-6);
+        x[k++] = log(u / (1 - u));
+    }
+}
+
+static double nm_eval(const model_calib *c, const model_params *base, const double *x)
+{
+    model_params p;
+    to_params(x, base, &p);
+    return model_fit_loss(c, &p);
+}
+
+ai_status_t model_fit(const model_calib *c, const model_params *start, model_params *out,
+                      double *loss_out)
+{
+    enum { N = MODEL_NFITTED };
+    double s[N + 1][N], f[N + 1];
+    if (c->nrows == 0)
+        return ai_fail(AI_ERR_INVALID, "no calibration rows to fit");
+    from_params(start, s[0]);
+    /* Restarts from the best point shake the simplex out of the flat
+     * valleys a logistic transform creates near the bounds. */
+    for (int restart = 0; restart < 4; restart++) {
+        for (int i = 1; i <= N; i++) {
+            memcpy(s[i], s[0], sizeof s[0]);
+            s[i][i - 1] += 0.5;
+        }
+        for (int i = 0; i <= N; i++)
+            f[i] = nm_eval(c, start, s[i]);
+        for (int it = 0; it < 600 * N; it++) {
+            /* order: best first */
+            for (int i = 1; i <= N; i++)
+                for (int j = i; j > 0 && f[j] < f[j - 1]; j--) {
+                    double tf = f[j];
+                    f[j] = f[j - 1];
+                    f[j - 1] = tf;
+                    double tx[N];
+                    memcpy(tx, s[j], sizeof tx);
+                    memcpy(s[j], s[j - 1], sizeof tx);
+                    memcpy(s[j - 1], tx, sizeof tx);
+                }
+            if (f[N] - f[0] < 1e-12)
+                break;
+            double cen[N] = {0}, xr[N], xe[N], xc[N];
+            for (int i = 0; i < N; i++)
+                for (int j = 0; j < N; j++)
+                    cen[j] += s[i][j] / N;
+            for (int j = 0; j < N; j++)
+                xr[j] = cen[j] + (cen[j] - s[N][j]);
+            double fr = nm_eval(c, start, xr);
+            if (fr < f[0]) {
+                for (int j = 0; j < N; j++)
+                    xe[j] = cen[j] + 2 * (cen[j] - s[N][j]);
+                double fe = nm_eval(c, start, xe);
+                if (fe < fr) {
+                    memcpy(s[N], xe, sizeof xe);
+                    f[N] = fe;
+                } else {
+                    memcpy(s[N], xr, sizeof xr);
+                    f[N] = fr;
+                }
+            } else if (fr < f[N - 1]) {
+                memcpy(s[N], xr, sizeof xr);
+                f[N] = fr;
+            } else {
+                for (int j = 0; j < N; j++)
+                    xc[j] = cen[j] + 0.5 * (s[N][j] - cen[j]);
+                double fc = nm_eval(c, start, xc);
+                if (fc < f[N]) {
+                    memcpy(s[N], xc, sizeof xc);
+                    f[N] = fc;
+                } else {
+                    for (int i = 1; i <= N; i++) {
+                        for (int j = 0; j < N; j++)
+                            s[i][j] = s[0][j] + 0.5 * (s[i][j] - s[0][j]);
+                        f[i] = nm_eval(c, start, s[i]);
+                    }
+                }
+            }
+        }
+        int best = 0;
+        for (int i = 1; i <= N; i++)
+            if (f[i] < f[best])
+                best = i;
+        if (best)
+            memcpy(s[0], s[best], sizeof s[0]);
+        f[0] = f[best];
+    }
+    model_params p;
+    to_params(s[0], start, &p);
+    *out = p;
+    if (loss_out)
+        *loss_out = f[0];
+    return AI_OK;
+}

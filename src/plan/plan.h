@@ -1,0 +1,63 @@
+/*
+ * plan layer: the job-level planner and its manual baseline.
+ *
+ * plan_search enumerates parallel plans (tp, cp, pp, dp, micro-batch,
+ * interleave, recompute, sequence parallelism, ZeRO stage and, on mixed
+ * clusters, which pools host which stages with how many layers, or how
+ * micro-batches split between pools), evaluates each with the step model
+ * and keeps the fastest that fit in memory. docs/planner.md describes the
+ * search order and its pruning rules.
+ */
+#ifndef AI_PLAN_H
+#define AI_PLAN_H
+
+#include "model/model.h"
+
+/* Plan fields pinned by --fix; -1 = free. */
+typedef struct plan_fix {
+    int tp, pp, dp, cp, micro_batch, interleave, recompute, sequence_parallel, zero;
+} plan_fix;
+
+void plan_fix_init(plan_fix *f);
+/* "tp=8,pp=16,dp=6,recompute=full" (keys: tp pp dp cp micro_batch|mb
+ * interleave|vp recompute sequence_parallel|sp zero). */
+ai_status_t plan_fix_parse(const char *text, plan_fix *out);
+
+typedef struct plan_candidate {
+    model_plan plan;
+    model_result res;
+} plan_candidate;
+
+typedef struct plan_stats {
+    long evaluated;        /* plans the step model evaluated */
+    long pruned_memory;    /* of those, rejected because they do not fit */
+    long pruned_bound;     /* layouts skipped: lower bound above the kept plans */
+    double seconds;
+    /* When nothing fits: the plan that came closest (res.feasible = 0). */
+    int has_closest;
+    plan_candidate closest;
+} plan_stats;
+
+/*
+ * Search. Writes up to `top` best feasible plans, fastest first, into a
+ * new array (*out, free() it) of *nout entries. AI_ERR_INFEASIBLE if no
+ * plan fits; the message says what came closest and stats->closest holds
+ * it (so a fully pinned plan can still be reported, marked infeasible).
+ */
+ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan_candidate **out,
+                        int *nout, plan_stats *stats);
+
+/*
+ * The manual baseline (docs/planner.md): tp = devices per node (largest
+ * divisor of heads not above it), pp = the smallest power of two that fits
+ * with a uniform layer split and full recompute, dp = the rest, micro-batch
+ * 1, ZeRO-1, no sequence parallelism, every device treated as the slowest
+ * one present. Evaluated on that all-slowest cluster, which *slow_out
+ * receives (free with topo_cluster_free) so the plan can be reported.
+ */
+ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo_cluster **slow_out);
+
+/* JSON of one candidate (formats.md plan fields + results). */
+json_t *plan_candidate_json(const topo_cluster *c, const plan_candidate *pc);
+
+#endif
