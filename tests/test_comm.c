@@ -69,7 +69,7 @@ static int failure_body(ai_comm *c, void *arg)
         return 92;
     /* A dead process is noticed without waiting for the timeout; a stall
      * costs one timeout plus the spread of the abort. */
-    double limit = !strcmp(fc->how, "kill") ? fc->timeout_s * 0.5 : fc->timeout_s * 1.5 + 1.0;
+    double limit = !strcmp(fc->how, "kill") ? fc->timeout_s * 0.75 : fc->timeout_s * 1.5 + 1.0;
     if (took > limit) {
         fprintf(stderr, "rank %d: took %.2f s, limit %.2f s\n", rank, took, limit);
         return 93;
