@@ -39,6 +39,7 @@ typedef struct comm_req {
     ai_dtype dt;
     ai_op op;
     /* private */
+    uint64_t qpos;     /* place in the peer's queue for this direction */
     int stamp;         /* set by the caller: record t_done */
     double t_done;     /* ai_now() when the request completed */
     int done;

@@ -40,7 +40,11 @@ static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size
     r->stamp = 0;
     r->done = bytes == 0;
     int nchan = 1;
-    const comm_peer *p = (peer >= 0 && peer < c->size) ? &c->tp->peers[peer] : NULL;
+    comm_peer *p = (peer >= 0 && peer < c->size && peer != c->rank) ? &c->tp->peers[peer] : NULL;
+    /* Take the next place in this peer's queue for the direction: messages
+     * match in posting order, whatever order requests are waited in. */
+    if (p && !r->done)
+        r->qpos = kind == COMM_REQ_SEND ? p->tx_posted++ : p->rx_posted++;
     if (p && p->kind == CHAN_TCP) {
         nchan = AI_MAX(1, AI_MIN(c->active_channels, p->nchan));
         size_t by_size = bytes / COMM_CHAN_MIN_BYTES;
@@ -461,7 +465,6 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
     double idle_since = 0, last_check = 0;
     int idle = 0;
     for (;;) {
-        uint32_t pass = ++tp->pass;
         int pending = 0, moved = 0, tcp_only = 1;
         for (int i = 0; i < n; i++) {
             comm_req *r = &reqs[i];
@@ -480,20 +483,21 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
                     return comm_abort(c, st);
                 continue;
             }
-            /* FIFO: a later request to the same peer and direction waits
-             * until the earlier one is complete. */
-            uint32_t *gate = r->kind == COMM_REQ_SEND ? &p->tx[0].gate : &p->rx[0].gate;
-            if (*gate == pass) {
+            /* Not its turn yet: an earlier-posted request to this peer in
+             * this direction is still moving. */
+            uint64_t *next = r->kind == COMM_REQ_SEND ? &p->tx_next : &p->rx_next;
+            if (r->qpos != *next) {
                 pending++;
                 continue;
             }
             st = req_progress(c, r, &moved);
             if (st != AI_OK)
                 return comm_abort(c, st);
-            if (r->done && r->stamp)
-                r->t_done = ai_now();
-            if (!r->done) {
-                *gate = pass;
+            if (r->done) {
+                (*next)++;
+                if (r->stamp)
+                    r->t_done = ai_now();
+            } else {
                 pending++;
                 if (p->kind != CHAN_TCP)
                     tcp_only = 0;

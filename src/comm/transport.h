@@ -48,8 +48,6 @@ typedef struct comm_chan {
     unsigned char *bounce; /* received bytes not yet consumed: [start, end) */
     size_t bstart, bend, bcap;
     uint64_t spos;         /* stream offset of bstart */
-    /* FIFO gate: engine pass in which an earlier request was left pending */
-    uint32_t gate;
 } comm_chan;
 
 /* One remote rank as seen from this rank. */
@@ -63,6 +61,9 @@ typedef struct comm_peer {
     char host[COMM_HOST_MAX];
     uint32_t addr;                    /* IPv4, network order */
     uint16_t port;                    /* data listen port, host order */
+    /* Posting order per direction: requests take places at posting, and
+     * only the request whose place is next may move. */
+    uint64_t tx_posted, tx_next, rx_posted, rx_next;
 } comm_peer;
 
 typedef struct comm_shm_header {
@@ -77,7 +78,6 @@ typedef struct comm_shm_header {
 
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
-    uint32_t pass;          /* engine pass counter (FIFO gates) */
     int spin_passes;        /* idle passes before yielding the CPU */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
