@@ -509,10 +509,13 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             idle = 0;
             continue;
         }
+        /* Spinning on shared memory is a few loads a pass; on TCP it is a
+         * system call a pass, so only-TCP waits go to poll() at once. */
+        int spin = tcp_only ? 1 : tp->spin_passes;
         double now = 0;
         if (idle == 0) {
             idle_since = last_check = ai_now();
-        } else if (idle >= tp->spin_passes) {
+        } else if (idle >= spin) {
             now = ai_now();
             if (now - last_check > LIVENESS_PERIOD_S) {
                 last_check = now;
@@ -524,7 +527,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
                 return comm_abort(c, timeout_error(c, reqs, n, now - idle_since));
         }
         idle++;
-        if (idle < tp->spin_passes)
+        if (idle < spin)
             continue;
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */
