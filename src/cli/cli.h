@@ -9,4 +9,16 @@ int cli_bench_main(int argc, char **argv);
 int cli_plan_main(int argc, char **argv);
 int cli_cluster_main(int argc, char **argv);
 
+/* Shared argument parsing (cli_args.c); each returns 0 or -1. */
+#include <stddef.h>
+int cli_parse_long(const char *text, long min, long max, long *out);
+int cli_parse_int(const char *text, long min, long max, int *out);
+/* "4096", "64K", "16M", "1G" (powers of two) in [text, stop) (stop NULL:
+ * the whole string). */
+int cli_parse_size(const char *text, const char *stop, size_t *out);
+/* argv[*i] is option `name`, as "name VALUE" or "name=VALUE": 1 with
+ * *value set (and *i advanced past a separate value); 0 if not; -1 if the
+ * value is missing. */
+int cli_match_opt(int argc, char **argv, int *i, const char *name, const char **value);
+
 #endif

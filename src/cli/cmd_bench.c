@@ -148,70 +148,6 @@ static void bench_help(FILE *out)
 
 /* ------------------------------------------------------------ parsing */
 
-static int parse_int(const char *text, long min, long max, int *out)
-{
-    char *end;
-    long v;
-    if (!*text)
-        return -1;
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = (int)v;
-    return 0;
-}
-
-/* "4096", "64K", "16M", "1G" (powers of two); [end, stop) is the text. */
-static int parse_size(const char *text, const char *stop, size_t *out)
-{
-    size_t v = 0, mul = 1;
-    const char *p = text;
-    if (p == stop)
-        return -1;
-    for (; p < stop && *p >= '0' && *p <= '9'; p++) {
-        if (v > (SIZE_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (size_t)(*p - '0');
-    }
-    if (p == text)
-        return -1;
-    if (p < stop) {
-        switch (*p) {
-        case 'k': case 'K': mul = (size_t)1 << 10; break;
-        case 'm': case 'M': mul = (size_t)1 << 20; break;
-        case 'g': case 'G': mul = (size_t)1 << 30; break;
-        default: return -1;
-        }
-        if (++p != stop)
-            return -1;
-    }
-    if (v > SIZE_MAX / mul)
-        return -1;
-    *out = v * mul;
-    return 0;
-}
-
-/* If argv[*i] is `name` ("name VALUE" or "name=VALUE"): 1 with *value set,
- * 0 if not, -1 if the value is missing. */
-static int match_opt(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n))
-        return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n])
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
 static int algo_known(ai_coll coll, const char *name)
 {
     int n = ai_coll_algo_count(coll);
@@ -250,7 +186,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
             o->list = 1;
             continue;
         }
-#define OPT(name) ((m = match_opt(argc, argv, &i, name, &v)) != 0)
+#define OPT(name) ((m = cli_match_opt(argc, argv, &i, name, &v)) != 0)
         if (OPT("--coll")) {
             if (m < 0)
                 goto missing;
@@ -262,8 +198,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
                 goto missing;
             colon = strchr(v, ':');
             end = v + strlen(v);
-            if (parse_size(v, colon ? colon : end, &o->min_bytes) ||
-                (colon && parse_size(colon + 1, end, &o->max_bytes)))
+            if (cli_parse_size(v, colon ? colon : end, &o->min_bytes) ||
+                (colon && cli_parse_size(colon + 1, end, &o->max_bytes)))
                 return bench_usage_err("--bytes '%s': expected MIN[:MAX] like 1K:64M", v);
             if (!colon)
                 o->max_bytes = o->min_bytes;
@@ -288,27 +224,27 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
         } else if (OPT("--iters")) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 1, 1000000000, &o->iters))
+            if (cli_parse_int(v, 1, 1000000000, &o->iters))
                 return bench_usage_err("--iters '%s': expected a number >= 1", v);
         } else if (OPT("--warmup")) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 0, 1000000000, &o->warmup))
+            if (cli_parse_int(v, 0, 1000000000, &o->warmup))
                 return bench_usage_err("--warmup '%s': expected a number >= 0", v);
         } else if (OPT("--chunk")) {
             if (m < 0)
                 goto missing;
-            if (parse_size(v, v + strlen(v), &o->chunk) || !o->chunk)
+            if (cli_parse_size(v, v + strlen(v), &o->chunk) || !o->chunk)
                 return bench_usage_err("--chunk '%s': expected a size > 0 like 64K", v);
         } else if (OPT("--channels")) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 1, 1024, &o->channels))
+            if (cli_parse_int(v, 1, 1024, &o->channels))
                 return bench_usage_err("--channels '%s': expected a number >= 1", v);
         } else if (OPT("--root")) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 0, 1 << 30, &o->root))
+            if (cli_parse_int(v, 0, 1 << 30, &o->root))
                 return bench_usage_err("--root '%s': expected a rank >= 0", v);
         } else {
             return bench_usage_err("unknown option '%s'", a);

@@ -8,7 +8,6 @@
 #include "autoinfra.h"
 #include "cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,25 +25,6 @@ static void usage(FILE *out)
             "bound   lower bound (cut argument, docs/runtime.md) on the time of a collective\n"
             "        over one rank per device (or K per node); sizes as in `bench`\n"
             "        (K/M/G suffixes, doubling from MIN to MAX).\n");
-}
-
-static int parse_size(const char *s, size_t *out)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *s == '-')
-        return -1;
-    switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
-    }
-    if (*end)
-        return -1;
-    *out = (size_t)v;
-    return 0;
 }
 
 static int fail(const char *what)
@@ -112,19 +92,16 @@ static int cmd_bound(const ai_cluster *cl, int argc, char **argv, int json)
             char *colon = strchr(buf, ':');
             if (colon)
                 *colon = '\0';
-            if (parse_size(buf, &lo) || parse_size(colon ? colon + 1 : buf, &hi) || hi < lo) {
+            if (cli_parse_size(buf, NULL, &lo) || cli_parse_size(colon ? colon + 1 : buf, NULL, &hi) || hi < lo) {
                 fprintf(stderr, "autoinfra cluster bound: --bytes '%s' is not MIN[:MAX] (e.g. 64K:64M)\n", v);
                 return 2;
             }
             have_bytes = 1;
         } else if (!strcmp(a, "--ranks-per-node")) {
-            char *end;
-            long k = strtol(v, &end, 10);
-            if (*end || k < 1 || k > 1024) {
+            if (cli_parse_int(v, 1, 1024, &per_node)) {
                 fprintf(stderr, "autoinfra cluster bound: --ranks-per-node '%s' is not in 1..1024\n", v);
                 return 2;
             }
-            per_node = (int)k;
         } else {
             fprintf(stderr, "autoinfra cluster bound: unknown option '%s'\n", a);
             return 2;

@@ -152,41 +152,6 @@ static void launch_usage(FILE *out)
 
 /* ------------------------------------------------------------ parsing */
 
-static int parse_int(const char *text, long min, long max, long *out)
-{
-    char *end;
-    long v;
-    if (!text || !*text)
-        return -1;
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno || *end || v < min || v > max)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* If argv[*i] is option `name`, as "name VALUE" or "name=VALUE", set *value
- * and return 1 (advancing *i past a separate value); 0 if it is not; -1 if
- * the value is missing. */
-static int match_opt(int argc, char **argv, int *i, const char *name, const char **value)
-{
-    size_t n = strlen(name);
-    const char *a = argv[*i];
-    if (strncmp(a, name, n))
-        return 0;
-    if (a[n] == '=') {
-        *value = a + n + 1;
-        return 1;
-    }
-    if (a[n])
-        return 0;
-    if (*i + 1 >= argc)
-        return -1;
-    *value = argv[++*i];
-    return 1;
-}
-
 static int parse_hosts(launch_opts *o, const char *text)
 {
     char *p, *save = NULL, *tok;
@@ -241,24 +206,24 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
         if (!strncmp(a, "-n", 2) && a[2] >= '0' && a[2] <= '9') {
             v = a + 2; /* -n4 */
             m = 1;
-        } else if ((m = match_opt(argc, argv, &i, "-n", &v)) == 0)
-            m = match_opt(argc, argv, &i, "--np", &v);
+        } else if ((m = cli_match_opt(argc, argv, &i, "-n", &v)) == 0)
+            m = cli_match_opt(argc, argv, &i, "--np", &v);
         if (m) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 1, LAUNCH_MAX_RANKS, &l)) {
+            if (cli_parse_long(v, 1, LAUNCH_MAX_RANKS, &l)) {
                 launch_err("-n '%s': expected a number of ranks between 1 and %d", v,
                            LAUNCH_MAX_RANKS);
                 return LAUNCH_EXIT_USAGE;
             }
             o->nranks = (int)l;
             have_n = 1;
-        } else if ((m = match_opt(argc, argv, &i, "--hosts", &v))) {
+        } else if ((m = cli_match_opt(argc, argv, &i, "--hosts", &v))) {
             if (m < 0)
                 goto missing;
             if (parse_hosts(o, v))
                 return LAUNCH_EXIT_USAGE;
-        } else if ((m = match_opt(argc, argv, &i, "--timeout", &v))) {
+        } else if ((m = cli_match_opt(argc, argv, &i, "--timeout", &v))) {
             char *end;
             if (m < 0)
                 goto missing;
@@ -268,15 +233,15 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
                 launch_err("--timeout '%s': expected seconds > 0", v);
                 return LAUNCH_EXIT_USAGE;
             }
-        } else if ((m = match_opt(argc, argv, &i, "--port", &v))) {
+        } else if ((m = cli_match_opt(argc, argv, &i, "--port", &v))) {
             if (m < 0)
                 goto missing;
-            if (parse_int(v, 1, 65535, &l)) {
+            if (cli_parse_long(v, 1, 65535, &l)) {
                 launch_err("--port '%s': expected a TCP port 1..65535", v);
                 return LAUNCH_EXIT_USAGE;
             }
             o->port = (int)l;
-        } else if ((m = match_opt(argc, argv, &i, "--store-host", &v))) {
+        } else if ((m = cli_match_opt(argc, argv, &i, "--store-host", &v))) {
             if (m < 0)
                 goto missing;
             if (!*v || strchr(v, ':')) {
@@ -284,7 +249,7 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
                 return LAUNCH_EXIT_USAGE;
             }
             o->store_host = v;
-        } else if ((m = match_opt(argc, argv, &i, "--wrap", &v))) {
+        } else if ((m = cli_match_opt(argc, argv, &i, "--wrap", &v))) {
             if (m < 0)
                 goto missing;
             o->wrap = v;

@@ -238,19 +238,7 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
     if (c->nhosts == 1 || c->nhosts == c->size)
         return comm_ring_allreduce(c, a);
 
-    size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
-    comm_group local = group_host(c, c->host_of[c->rank]);
-    ai_status_t st;
-
-    /* 1. Reduce to the host leader (local index 0). Small messages: binomial
-     * tree (log steps). Large: reduce-scatter + gather, which moves each
-     * byte about twice instead of log2(local) times. recvbuf is valid at
-     * every rank, so it is the accumulator everywhere. */
-    if (bytes <= ALGO_SMALL_BYTES || local.n == 1)
-        st = comm_core_binomial_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt,
-                                       a->op);
-    else
-        st = comm_core_rab_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
+    ai_status_t st = comm_host_reduce(c, a);
     if (st != AI_OK)
         return st;
 
@@ -263,8 +251,27 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
         if (st != AI_OK)
             return st;
     }
+    return comm_host_bcast(c, a);
+}
 
-    /* 3. Broadcast within the host. */
+/* 1. Reduce to the host leader (local index 0). Small messages: binomial
+ * tree (log steps). Large: reduce-scatter + gather, which moves each byte
+ * about twice instead of log2(local) times. recvbuf is valid at every rank,
+ * so it is the accumulator everywhere. */
+ai_status_t comm_host_reduce(ai_comm *c, const coll_args *a)
+{
+    size_t bytes = a->count * ai_dtype_size(a->dt);
+    comm_group local = group_host(c, c->host_of[c->rank]);
+    if (bytes <= ALGO_SMALL_BYTES || local.n == 1)
+        return comm_core_binomial_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
+    return comm_core_rab_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
+}
+
+/* 3. The host leader's recvbuf to every rank of the host. */
+ai_status_t comm_host_bcast(ai_comm *c, const coll_args *a)
+{
+    size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
+    comm_group local = group_host(c, c->host_of[c->rank]);
     if (local.n == 1)
         return AI_OK;
     if (bytes <= ALGO_SMALL_BYTES)

@@ -87,16 +87,8 @@ ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
     ai_status_t st = comm_links_get(c, 0, &links);
     if (st != AI_OK)
         return st;
-    comm_group local = group_host(c, c->host_of[c->rank]);
-
     /* 1. Within the host: reduce to the leader. */
-    if (local.n == 1)
-        copy_if(a->recvbuf, a->sendbuf, bytes);
-    else if (bytes <= ALGO_SMALL_BYTES)
-        st = comm_core_binomial_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
-    else
-        st = comm_core_rab_reduce(c, &local, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
-    if (st != AI_OK)
+    if ((st = comm_host_reduce(c, a)) != AI_OK)
         return st;
 
     /* 2. Leaders: weighted direct reduce-scatter + allgather, pipelined. */
@@ -128,9 +120,5 @@ ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
     }
 
     /* 3. Within the host: the leader broadcasts the result. */
-    if (local.n == 1)
-        return AI_OK;
-    if (bytes <= ALGO_SMALL_BYTES)
-        return comm_core_binomial_bcast(c, &local, a->recvbuf, bytes);
-    return comm_core_scatter_allgather_bcast(c, &local, a->recvbuf, a->count, es);
+    return comm_host_bcast(c, a);
 }
