@@ -1,16 +1,41 @@
 /*
  * The peer side of our comparisons: times MPI collectives exactly the way
- * `autoinfra bench` times ours (warm-up, then the mean over iterations of
- * the slowest rank), checks the result, and prints the same JSON lines.
- * Built against whichever MPI's mpicc is on PATH; not part of libautoinfra.
+ * `autoinfra bench` times ours (warm-up calls, a barrier, then `iters` calls
+ * back to back; each rank's mean per call; the slowest rank's mean is the
+ * time), checks the result with the same kind of exact small-integer data,
+ * and prints the same JSON lines. Built against whichever MPI's mpicc
+ * compiles it (Open MPI's `mpicc`, MPICH's `mpicc.mpich`); the "system"
+ * field says which. Not part of libautoinfra.
  *
- *   mpi_bench [--coll allreduce|allgather|reduce_scatter|bcast|alltoall]
- *             [--bytes MIN[:MAX]] [--iters N] [--warmup N]
+ *   mpi_bench [--coll allreduce|allgather|reduce_scatter|broadcast|reduce|alltoall]
+ *             [--bytes MIN[:MAX]] [--iters N] [--warmup N] [--algo LABEL]
+ *             [--system NAME] [--no-finalize 0|1]
+ *
+ * `bytes` follows nccl-tests / `autoinfra bench` (docs/cli.md): the vector
+ * for allreduce, reduce, broadcast; the whole input for reduce_scatter; the
+ * gathered output for allgather; the whole send buffer for alltoall. Counts
+ * round down to a multiple of the rank count where the buffer is split, and
+ * the reported size is the rounded one. `bcast` is accepted for broadcast.
+ * --algo only labels the output (the algorithm is chosen through the MPI's
+ * own environment or MCA parameters). Every result is checked after timing
+ * (receive buffer preset to 251 first); `wrong` is the number of wrong
+ * elements summed over the ranks, and the exit status is 1 if any is wrong.
+ * --no-finalize 1 ends with a barrier and _exit() instead of MPI_Finalize
+ * (bench/compare uses it for MPICH, whose finalize hangs on the testbed).
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#if defined(OPEN_MPI)
+#define DEFAULT_SYSTEM "ompi"
+#elif defined(MPICH)
+#define DEFAULT_SYSTEM "mpich"
+#else
+#define DEFAULT_SYSTEM "mpi"
+#endif
 
 static size_t parse_size(const char *s)
 {
@@ -25,19 +50,140 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+enum coll { ALLREDUCE, ALLGATHER, REDUCE_SCATTER, BROADCAST, REDUCE, ALLTOALL };
+
+/* Data patterns: small integers, exact in float for any reduction order. */
+static float v_sum(int rank, size_t i) { return (float)((rank + (int)(i % 7)) % 4); }
+static float v_src(int rank, size_t i) { return (float)((rank * 37 + (int)(i % 101)) % 101); }
+static float v_a2a(int src, int dst, size_t i)
+{
+    return (float)((src * 13 + dst * 29 + (int)(i % 101)) % 101);
+}
+
+static void fill(enum coll c, int rank, int size, float *in, size_t count, size_t per)
+{
+    switch (c) {
+    case ALLREDUCE: case REDUCE: case REDUCE_SCATTER:
+        for (size_t i = 0; i < count; i++) in[i] = v_sum(rank, i);
+        break;
+    case ALLGATHER:
+        for (size_t i = 0; i < per; i++) in[i] = v_src(rank, i);
+        break;
+    case BROADCAST:
+        for (size_t i = 0; i < count; i++) in[i] = rank == 0 ? v_src(0, i) : 251.0f;
+        break;
+    case ALLTOALL:
+        for (int d = 0; d < size; d++)
+            for (size_t i = 0; i < per; i++) in[(size_t)d * per + i] = v_a2a(rank, d, i);
+        break;
+    }
+}
+
+static void run(enum coll c, float *in, float *out, size_t count, size_t per)
+{
+    switch (c) {
+    case ALLREDUCE:
+        MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case REDUCE:
+        MPI_Reduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        break;
+    case ALLGATHER:
+        MPI_Allgather(in, (int)per, MPI_FLOAT, out, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case REDUCE_SCATTER:
+        MPI_Reduce_scatter_block(in, out, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case BROADCAST:
+        MPI_Bcast(in, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+    case ALLTOALL:
+        MPI_Alltoall(in, (int)per, MPI_FLOAT, out, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    }
+}
+
+static long check(enum coll c, int rank, int size, const float *in, const float *out,
+                  size_t count, size_t per)
+{
+    long wrong = 0;
+    switch (c) {
+    case ALLREDUCE: case REDUCE:
+        if (c == REDUCE && rank != 0) break;
+        for (size_t i = 0; i < count; i++) {
+            float e = 0;
+            for (int r = 0; r < size; r++) e += v_sum(r, i);
+            wrong += out[i] != e;
+        }
+        break;
+    case REDUCE_SCATTER:
+        for (size_t i = 0; i < per; i++) {
+            float e = 0;
+            for (int r = 0; r < size; r++) e += v_sum(r, (size_t)rank * per + i);
+            wrong += out[i] != e;
+        }
+        break;
+    case ALLGATHER:
+        for (int r = 0; r < size; r++)
+            for (size_t i = 0; i < per; i++) wrong += out[(size_t)r * per + i] != v_src(r, i);
+        break;
+    case BROADCAST:
+        for (size_t i = 0; i < count; i++) wrong += in[i] != v_src(0, i);
+        break;
+    case ALLTOALL:
+        for (int s = 0; s < size; s++)
+            for (size_t i = 0; i < per; i++)
+                wrong += out[(size_t)s * per + i] != v_a2a(s, rank, i);
+        break;
+    }
+    return wrong;
+}
+
+/* The slowest rank's mean (rank 0 only) and the wrong elements of all ranks
+ * (every rank). Point to point on purpose: a forced algorithm (Open MPI's
+ * coll_tuned_*_algorithm, MPICH's MPIR_CVAR_*_INTRA_ALGORITHM) applies to
+ * every call of that collective, and some refuse a count of 1 (MPICH's
+ * reduce_scatter_allgather needs count >= ranks), which would make the
+ * bookkeeping fail instead of the measured call. */
+static void stats(int rank, int size, double mean, long wrong, double *worst, long *total)
+{
+    double m[2] = {mean, (double)wrong};
+    if (rank == 0) {
+        *worst = mean;
+        *total = wrong;
+        for (int r = 1; r < size; r++) {
+            MPI_Recv(m, 2, MPI_DOUBLE, r, 77, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            if (m[0] > *worst) *worst = m[0];
+            *total += (long)m[1];
+        }
+        for (int r = 1; r < size; r++) MPI_Send(total, 1, MPI_LONG, r, 78, MPI_COMM_WORLD);
+    } else {
+        MPI_Send(m, 2, MPI_DOUBLE, 0, 77, MPI_COMM_WORLD);
+        MPI_Recv(total, 1, MPI_LONG, 0, 78, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        *worst = mean;
+    }
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     int rank, size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    const char *coll = "allreduce";
+    const char *coll = "allreduce", *algo = "default", *system = DEFAULT_SYSTEM;
     size_t lo = 8, hi = 64 << 20;
-    int iters = 20, warmup = 5;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    int iters = 20, warmup = 5, no_finalize = 0;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) {
+            if (!rank) fprintf(stderr, "mpi_bench: %s needs a value\n", argv[i]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
         if (!strcmp(argv[i], "--coll")) coll = argv[i + 1];
         else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--algo")) algo = argv[i + 1];
+        else if (!strcmp(argv[i], "--system")) system = argv[i + 1];
+        else if (!strcmp(argv[i], "--no-finalize")) no_finalize = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bytes")) {
             char *colon = strchr(argv[i + 1], ':');
             lo = parse_size(argv[i + 1]);
@@ -47,60 +193,76 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
+    if (iters < 1 || warmup < 0 || lo > hi) {
+        if (!rank) fprintf(stderr, "mpi_bench: bad --iters/--warmup/--bytes\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    enum coll c;
+    double bus;
+    if (!strcmp(coll, "allreduce")) c = ALLREDUCE, bus = 2.0 * (size - 1) / size;
+    else if (!strcmp(coll, "allgather")) c = ALLGATHER, bus = (double)(size - 1) / size;
+    else if (!strcmp(coll, "reduce_scatter")) c = REDUCE_SCATTER, bus = (double)(size - 1) / size;
+    else if (!strcmp(coll, "broadcast") || !strcmp(coll, "bcast")) c = BROADCAST, bus = 1, coll = "broadcast";
+    else if (!strcmp(coll, "reduce")) c = REDUCE, bus = 1;
+    else if (!strcmp(coll, "alltoall")) c = ALLTOALL, bus = (double)(size - 1) / size;
+    else {
+        if (!rank) fprintf(stderr, "mpi_bench: unknown collective %s\n", coll);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+        return 2;
+    }
+    int split = c == ALLGATHER || c == REDUCE_SCATTER || c == ALLTOALL;
     float *in = malloc(hi + 64), *out = malloc(hi + 64);
-    for (size_t bytes = lo; bytes <= hi; bytes *= 2) {
-        size_t count = bytes / sizeof(float);
-        int per = (int)(count / (size_t)size);
-        double bus = 1.0;
-        for (int w = 0; w < warmup + iters + 1; w++) {
-            for (size_t i = 0; i < count; i++)
-                in[i] = (float)((rank + (int)i) % 7);
-            MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = MPI_Wtime();
-            if (!strcmp(coll, "allreduce")) {
-                MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                bus = 2.0 * (size - 1) / size;
-            } else if (!strcmp(coll, "allgather")) {
-                MPI_Allgather(in, per, MPI_FLOAT, out, per, MPI_FLOAT, MPI_COMM_WORLD);
-                bus = (double)(size - 1) / size;
-            } else if (!strcmp(coll, "reduce_scatter")) {
-                MPI_Reduce_scatter_block(in, out, per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                bus = (double)(size - 1) / size;
-            } else if (!strcmp(coll, "broadcast")) {
-                MPI_Bcast(in, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-            } else if (!strcmp(coll, "alltoall")) {
-                MPI_Alltoall(in, per, MPI_FLOAT, out, per, MPI_FLOAT, MPI_COMM_WORLD);
-                bus = (double)(size - 1) / size;
-            } else {
-                if (!rank) fprintf(stderr, "mpi_bench: unknown collective %s\n", coll);
-                MPI_Abort(MPI_COMM_WORLD, 2);
-            }
-            double dt = MPI_Wtime() - t0;
-            static double sum;
-            if (w == warmup) sum = 0;
-            if (w >= warmup && w < warmup + iters) sum += dt;
-            if (w == warmup + iters) {
-                double mean = sum / iters, worst;
-                long wrong = 0, total;
-                if (!strcmp(coll, "allreduce"))
-                    for (size_t i = 0; i < count; i++) {
-                        double e = 0;
-                        for (int r = 0; r < size; r++) e += (r + (int)i) % 7;
-                        wrong += out[i] != (float)e;
-                    }
-                MPI_Reduce(&mean, &worst, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-                MPI_Reduce(&wrong, &total, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
-                if (!rank)
-                    printf("{\"system\":\"ompi\",\"coll\":\"%s\",\"bytes\":%zu,\"ranks\":%d,"
-                           "\"time_us\":%.3f,\"algbw_GBps\":%.4f,\"busbw_GBps\":%.4f,\"wrong\":%ld}\n",
-                           coll, bytes, size, worst * 1e6, bytes / worst / 1e9,
-                           bytes / worst / 1e9 * bus, total);
-            }
+    if (!in || !out) {
+        fprintf(stderr, "mpi_bench: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    long any_wrong = 0;
+    for (size_t req = lo; req <= hi; req *= 2) {
+        size_t count = req / sizeof(float);
+        if (split) count -= count % (size_t)size;
+        size_t per = split ? count / (size_t)size : count;
+        size_t bytes = count * sizeof(float);
+
+        fill(c, rank, size, in, count, per);
+        for (int w = 0; w < warmup; w++) run(c, in, out, count, per);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = MPI_Wtime();
+        for (int it = 0; it < iters; it++) run(c, in, out, count, per);
+        double mean = (MPI_Wtime() - t0) / iters, worst;
+
+        fill(c, rank, size, in, count, per);
+        for (size_t i = 0; i < count; i++) out[i] = 251.0f;
+        run(c, in, out, count, per);
+        long wrong = check(c, rank, size, in, out, count, per), total;
+
+        stats(rank, size, mean, wrong, &worst, &total);
+        any_wrong += total;
+        if (!rank) {
+            double algbw = worst > 0 ? bytes / worst / 1e9 : 0;
+            printf("{\"system\":\"%s\",\"algo\":\"%s\",\"coll\":\"%s\",\"bytes\":%zu,"
+                   "\"count\":%zu,\"call_count\":%zu,\"dtype\":\"f32\",\"op\":\"%s\","
+                   "\"ranks\":%d,\"time_us\":%.3f,\"algbw_GBps\":%.6g,\"busbw_GBps\":%.6g,"
+                   "\"wrong\":%ld,\"iters\":%d,\"warmup\":%d}\n",
+                   system, algo, coll, bytes, count, per,
+                   (c == ALLREDUCE || c == REDUCE || c == REDUCE_SCATTER) ? "sum" : "none",
+                   size, worst * 1e6, algbw, algbw * bus, total, iters, warmup);
+            fflush(stdout);
         }
-        if (bytes == 0) break;
+        if (req == 0) break;
     }
     free(in);
     free(out);
+    if (any_wrong && !rank) fprintf(stderr, "mpi_bench: %ld wrong elements\n", any_wrong);
+    if (no_finalize) {
+        /* MPICH 4.0 ch4:ucx over tcp across namespaces often hangs in
+         * MPI_Finalize (ranks stuck in the PMI barrier and in UCX's
+         * disconnect) after all results are out. Everything is measured and
+         * printed by now: synchronise and leave without it. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        fflush(stdout);
+        fflush(stderr);
+        _exit(any_wrong ? 1 : 0);
+    }
     MPI_Finalize();
-    return 0;
+    return any_wrong ? 1 : 0;
 }

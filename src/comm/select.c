@@ -12,10 +12,15 @@
 #include "model/model_net.h"
 
 #include <math.h>
+#include <string.h>
 
 /* Below this, latency dominates and the fixed rule's trees are right; the
  * probe (H rounds of 1 MiB) would also cost more than it could save. */
 #define SELECT_MIN_BYTES ((size_t)64 << 10)
+/* `weighted` gains only where hosts really differ; on equal links, probe
+ * noise of a few percent would make its prediction look better than the
+ * ring's. It must beat the best other algorithm by this factor. */
+#define SELECT_WEIGHTED_MARGIN 0.85
 
 static int wants_model(const ai_comm *c, ai_coll coll, size_t bytes)
 {
@@ -57,15 +62,17 @@ const char *comm_select_model(const ai_comm *c, ai_coll coll, size_t bytes)
     if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER || coll == AI_ALLTOALL)
         size *= c->size;
     const char *best = NULL;
-    double best_t = INFINITY;
+    double best_t = INFINITY, weighted_t = INFINITY;
     for (int i = 0; i < comm_algo_count(coll); i++) {
         const char *name = comm_algo_at(coll, i)->name;
         double t = model_net_algo_time(&n, coll, name, size);
-        if (t < best_t) {
+        if (!strcmp(name, "weighted"))
+            weighted_t = t;
+        else if (t < best_t) {
             best_t = t;
             best = name;
         }
     }
     model_net_free(&n);
-    return best;
+    return weighted_t < SELECT_WEIGHTED_MARGIN * best_t ? "weighted" : best;
 }

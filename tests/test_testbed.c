@@ -1,0 +1,321 @@
+/*
+ * bench/testbed end to end: bring up the two-node scenario T0 (one
+ * network namespace per node, links shaped to 500 Mbit/s), run an
+ * allreduce across the namespaces with --check, verify the result and that
+ * its time reflects the shaping, tear down, and verify that nothing the
+ * testbed makes is left behind.
+ *
+ * The testbed's state goes to a private directory under /tmp
+ * (TESTBED_STATE), but namespace and link names (ai-*, aib-*, ain*, air*)
+ * are global: the test runs `down` before and after, also on failure
+ * (cmocka teardown) and on the alarm; it first waits (up to 120 s) for
+ * the lock a running bench/compare holds. Skipped when not root or without
+ * iproute2's `ip`. Needs AUTOINFRA_BIN and AUTOINFRA_SOURCE_DIR (ctest sets
+ * both).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TEST_ALARM_S 150
+#define BYTES (1 << 20)
+#define LINK_BPS (0.5e9 / 8) /* T0: every NIC at 0.5 Gbit/s */
+/* Held by bench/compare while it runs: wait for it rather than pulling a
+ * running comparison's testbed away (up to LOCK_WAIT_S, then go ahead). */
+#define LOCK_PATH "/run/lock/autoinfra-testbed.lock"
+#define LOCK_WAIT_S 120
+
+static int lock_fd = -1;
+
+static char tmpdir[256], state[300], outpath[300], errpath[300];
+static char testbed[1024], spec[1024];
+static char outbuf[1 << 16], errbuf[1 << 16];
+/* argv of `sh testbed down`, built before anything can fail, so that the
+ * alarm handler only needs fork/execve/waitpid (async-signal-safe). */
+static char *down_argv[] = {"/bin/sh", testbed, "down", NULL};
+extern char **environ;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void slurp(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    if (f) {
+        n = fread(buf, 1, len - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+}
+
+/* Run argv with stdout/stderr captured into outbuf/errbuf, stdin from
+ * /dev/null, bounded by limit_s (then SIGKILL of its process group).
+ * Returns the exit code, or 128+signal. */
+static int run(char *const *argv, double limit_s)
+{
+    double end = now_s() + limit_s;
+    int status = 0;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open("/dev/null", O_RDONLY);
+        dup2(fd, 0);
+        fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 1);
+        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fd, 2);
+        alarm(0);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    for (;;) {
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid)
+            break;
+        if (w < 0 && errno != EINTR)
+            fail_msg("waitpid: %s", strerror(errno));
+        if (now_s() > end) {
+            kill(-pid, SIGKILL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            slurp(outpath, outbuf, sizeof outbuf);
+            slurp(errpath, errbuf, sizeof errbuf);
+            fail_msg("'%s %s' did not finish within %.0f s; stderr:\n%s", argv[0],
+                     argv[1] ? argv[1] : "", limit_s, errbuf);
+        }
+        usleep(20000);
+    }
+    slurp(outpath, outbuf, sizeof outbuf);
+    slurp(errpath, errbuf, sizeof errbuf);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int run_down(void)
+{
+    char *argv[] = {"/bin/sh", testbed, "down", NULL};
+    return run(argv, 60);
+}
+
+/* Nothing of the testbed's left: no ai-* namespace, no aib-/ain/air link. */
+static void assert_clean(void)
+{
+    char *ns[] = {"ip", "netns", "list", NULL};
+    assert_int_equal(run(ns, 20), 0);
+    for (char *line = strtok(outbuf, "\n"); line; line = strtok(NULL, "\n"))
+        if (strncmp(line, "ai-", 3) == 0)
+            fail_msg("namespace left after down: %s", line);
+    char *links[] = {"ip", "-o", "link", "show", NULL};
+    assert_int_equal(run(links, 20), 0);
+    for (char *line = strtok(outbuf, "\n"); line; line = strtok(NULL, "\n")) {
+        /* "N: NAME[@PEER]: <...": the name follows the first ": ". */
+        char *name = strstr(line, ": ");
+        if (!name)
+            continue;
+        name += 2;
+        if (strncmp(name, "aib-", 4) == 0 || strncmp(name, "ain", 3) == 0 ||
+            strncmp(name, "air", 3) == 0)
+            fail_msg("link left after down: %s", line);
+    }
+    struct stat st;
+    if (stat(state, &st) == 0)
+        fail_msg("testbed state %s still exists after down", state);
+}
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    static const char msg[] = "test_testbed: alarm: tearing the testbed down\n";
+    ssize_t r = write(2, msg, sizeof msg - 1);
+    (void)r;
+    pid_t pid = fork();
+    if (pid == 0) {
+        execve(down_argv[0], down_argv, environ);
+        _exit(127);
+    }
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    _exit(1);
+}
+
+static int setup(void **st)
+{
+    (void)st;
+    if (geteuid() != 0) {
+        fprintf(stderr, "test_testbed: skipped: needs root (network namespaces, tc)\n");
+        return 0;
+    }
+    const char *src = getenv("AUTOINFRA_SOURCE_DIR");
+    const char *bin = getenv("AUTOINFRA_BIN");
+    if (!src || !*src || !bin || !*bin) {
+        fprintf(stderr, "test_testbed: AUTOINFRA_SOURCE_DIR and AUTOINFRA_BIN must be set "
+                        "(ctest sets them)\n");
+        return -1;
+    }
+    snprintf(testbed, sizeof testbed, "%s/bench/testbed", src);
+    snprintf(spec, sizeof spec, "%s/bench/scenarios/T0.json", src);
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/autoinfra-test-testbed.XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("test_testbed: mkdtemp");
+        return -1;
+    }
+    snprintf(state, sizeof state, "%s/state", tmpdir);
+    snprintf(outpath, sizeof outpath, "%s/out", tmpdir);
+    snprintf(errpath, sizeof errpath, "%s/err", tmpdir);
+    /* The testbed script reads both; the state must never be a user's. */
+    setenv("TESTBED_STATE", state, 1);
+    setenv("AUTOINFRA_BIN", bin, 1);
+    unsetenv("AUTOINFRA_RANK");
+    unsetenv("AUTOINFRA_SIZE");
+    unsetenv("AUTOINFRA_ADDR");
+    unsetenv("AUTOINFRA_HOST");
+    lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_fd >= 0) {
+        double give_up = now_s() + LOCK_WAIT_S;
+        int said = 0;
+        while (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+            if (!said++)
+                fprintf(stderr, "test_testbed: waiting for %s (a bench/compare is running)\n",
+                        LOCK_PATH);
+            if (now_s() > give_up) {
+                fprintf(stderr, "test_testbed: still locked after %d s; going ahead\n",
+                        LOCK_WAIT_S);
+                break;
+            }
+            usleep(200000);
+        }
+    }
+    signal(SIGALRM, on_alarm);
+    alarm(TEST_ALARM_S);
+    return 0;
+}
+
+static int teardown(void **st)
+{
+    (void)st;
+    if (!testbed[0])
+        return 0;
+    char *argv[] = {"/bin/sh", testbed, "down", NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        dup2(fd, 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    if (pid > 0)
+        waitpid(pid, NULL, 0);
+    alarm(0);
+    if (lock_fd >= 0) {
+        close(lock_fd);
+        lock_fd = -1;
+    }
+    if (tmpdir[0]) {
+        unlink(outpath);
+        unlink(errpath);
+        rmdir(state); /* normally gone already */
+        rmdir(tmpdir);
+    }
+    return 0;
+}
+
+static void test_testbed_allreduce_shaped(void **st)
+{
+    (void)st;
+    if (geteuid() != 0)
+        skip();
+    {
+        char *argv[] = {"/bin/sh", "-c", "command -v ip", NULL};
+        if (run(argv, 10) != 0) {
+            fprintf(stderr, "test_testbed: skipped: iproute2's 'ip' is not installed\n");
+            skip();
+        }
+    }
+    const char *bin = getenv("AUTOINFRA_BIN");
+
+    /* Start clean (names are global: a previous crash may have left some). */
+    int rc = run_down();
+    assert_int_equal(rc, 0);
+    assert_clean();
+
+    char *up[] = {"/bin/sh", testbed, "up", spec, NULL};
+    rc = run(up, 60);
+    if (rc != 0)
+        fail_msg("bench/testbed up %s failed (%d):\n%s%s", spec, rc, outbuf, errbuf);
+
+    /* Unshaped reference: the same job over loopback TCP, no namespaces. */
+    char *loop[] = {(char *)bin, "launch", "-n", "2", "--hosts", "a,b", "--timeout", "60", "--",
+                    (char *)bin, "bench", "--coll", "allreduce", "--bytes", "1M", "--check",
+                    "--json", NULL};
+    rc = run(loop, 90);
+    if (rc != 0)
+        fail_msg("loopback reference run failed (%d):\n%s", rc, errbuf);
+    json_error_t jerr;
+    json_t *o = json_loads(outbuf, JSON_DISABLE_EOF_CHECK, &jerr);
+    if (!o)
+        fail_msg("loopback run printed no JSON (%s):\n%s", jerr.text, outbuf);
+    double loop_us = json_number_value(json_object_get(o, "time_us"));
+    json_decref(o);
+
+    char *job[] = {"/bin/sh", testbed, "run", "--timeout", "90", "--", (char *)bin, "bench",
+                   "--coll", "allreduce", "--bytes", "1M", "--check", "--json", NULL};
+    rc = run(job, 120);
+    if (rc != 0)
+        fail_msg("bench/testbed run ... bench failed (%d):\n%s%s", rc, outbuf, errbuf);
+    o = json_loads(outbuf, JSON_DISABLE_EOF_CHECK, &jerr);
+    if (!o)
+        fail_msg("testbed run printed no JSON (%s):\n%s", jerr.text, outbuf);
+    json_int_t wrong = json_integer_value(json_object_get(o, "wrong"));
+    json_int_t ranks = json_integer_value(json_object_get(o, "ranks"));
+    json_int_t hosts = json_integer_value(json_object_get(o, "hosts"));
+    json_int_t bytes = json_integer_value(json_object_get(o, "bytes"));
+    double t_us = json_number_value(json_object_get(o, "time_us"));
+    json_decref(o);
+    assert_int_equal(wrong, 0);
+    assert_int_equal(ranks, 2);
+    assert_int_equal(hosts, 2);
+    assert_int_equal(bytes, BYTES);
+
+    /* An allreduce over p ranks moves at least 2(p-1)/p * bytes through
+     * each rank's link: 1 MiB for p = 2, 16.8 ms at 500 Mbit/s. tbf's burst
+     * lets a little through faster, hence the 0.8. */
+    double bound_us = 2.0 * (2 - 1) / 2 * (double)BYTES / LINK_BPS * 1e6;
+    fprintf(stderr, "test_testbed: 1 MiB allreduce: %.0f us shaped (bound %.0f us), "
+                    "%.0f us over unshaped loopback\n", t_us, bound_us, loop_us);
+    if (t_us < 0.8 * bound_us)
+        fail_msg("%.0f us is faster than a 500 Mbit/s link allows (%.0f us): "
+                 "the traffic did not go through the shaped links", t_us, bound_us);
+
+    rc = run_down();
+    if (rc != 0)
+        fail_msg("bench/testbed down failed (%d):\n%s", rc, errbuf);
+    assert_clean();
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_testbed_allreduce_shaped, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
