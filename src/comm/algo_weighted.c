@@ -26,11 +26,6 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* Pipeline segment: big enough to amortise a round of h-1 messages per
- * peer, small enough that the pipeline fills quickly. */
-#define WEIGHTED_SEGMENT ((size_t)512 << 10)
-#define WEIGHTED_MAX_SEGMENTS 16
-
 /* Element range of segment k of leader i's shard [first[i], first[i+1]). */
 static void seg_range(const size_t *first, int i, int m, int k, size_t *off, size_t *len)
 {
@@ -112,8 +107,7 @@ ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
             given += len;
             first[i + 1] = given;
         }
-        size_t seg = a->chunk_bytes ? a->chunk_bytes : WEIGHTED_SEGMENT;
-        int m = (int)AI_MIN((size_t)WEIGHTED_MAX_SEGMENTS, AI_MAX((size_t)1, bytes / seg));
+        int m = model_net_weighted_segments((double)bytes, a->chunk_bytes);
         st = leaders_exchange(c, &leaders, a->recvbuf, a->count, a->dt, a->op, first, m);
         if (st != AI_OK)
             return st;

@@ -280,6 +280,12 @@ static void binomial(sched *s, const int *ranks, int p, double bytes, int to_roo
     }
 }
 
+int model_net_weighted_segments(double bytes, size_t seg_bytes)
+{
+    double seg = seg_bytes ? (double)seg_bytes : (double)(128 << 10);
+    return (int)AI_MIN(32.0, AI_MAX(1.0, floor(bytes / seg)));
+}
+
 void model_net_weighted_shards(int nh, const double *bw, double *frac)
 {
     double sum = 0;
@@ -403,7 +409,7 @@ static double algo_time(const model_net *n, ai_coll coll, const char *algo, doub
                 free(bw);
                 /* As the runtime does it: m segments, the reduce-scatter
                  * of segment t overlapping the allgather of segment t-1. */
-                int m = (int)AI_MIN(16.0, AI_MAX(1.0, floor(bytes / (512 << 10))));
+                int m = model_net_weighted_segments(bytes, 0);
                 for (int t = 0; t <= m; t++) {
                     for (int i = 0; i < nl; i++)
                         for (int j = 0; j < nl; j++) {

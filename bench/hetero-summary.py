@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""The runtime issue's heterogeneity figures from bench/compare JSON files:
+autoinfra `auto` against Open MPI's default (geometric mean over sizes and
+scenarios), against Open MPI's best forced algorithm, and against the best
+of every peer from 4 MiB up; and autoinfra's best against the bound.
+
+    bench/hetero-summary.py bench/results/hetero-T1.json ... [--auto-from F]
+
+An argument PEERS.json+AUTOINFRA.json takes the peers' rows from the first
+file and autoinfra's from the second (autoinfra re-run alone on the same
+scenario)."""
+import json
+import math
+import sys
+
+
+def records(path):
+    if "+" in path:
+        peers, ours = path.split("+")
+        return [o for o in json.load(open(peers)) if o["system"] != "autoinfra"] + \
+               [o for o in json.load(open(ours)) if o["system"] == "autoinfra"]
+    return json.load(open(path))
+
+
+def load(path):
+    rows = {}
+    for o in records(path):
+        if not o.get("correct") or o.get("time_us") is None:
+            continue
+        rows.setdefault((o["system"], o["algo"], o["bytes"]), o["time_us"])
+    return rows
+
+
+def main(paths):
+    logs = []
+    for path in paths:
+        r = load(path)
+        name = path.split("+")[0].rsplit("-", 1)[-1].split(".")[0]
+        sizes = sorted({k[2] for k in r})
+        print(f"\n{name}: size, auto us, ompi default/auto, ompi best/auto, best peer/auto, autoinfra best / bound")
+        bounds = {o["bytes"]: o.get("bound_us") for o in records(path)}
+        for b in sizes:
+            auto = r.get(("autoinfra", "auto", b))
+            dflt = r.get(("ompi", "default", b))
+            if not auto or not dflt:
+                continue
+            ompi_best = min(t for (s, a, bb), t in r.items() if s == "ompi" and bb == b)
+            peer_best = min(t for (s, a, bb), t in r.items() if s != "autoinfra" and bb == b)
+            ours_best = min(t for (s, a, bb), t in r.items() if s == "autoinfra" and bb == b)
+            logs.append(math.log(dflt / auto))
+            bound = bounds.get(b)
+            print(f"  {b:>9} {auto:>12.0f} {dflt / auto:>8.2f} {ompi_best / auto:>8.2f} {peer_best / auto:>8.2f}"
+                  f" {ours_best / bound if bound else float('nan'):>8.2f}")
+    if logs:
+        print(f"\ngeometric mean of ompi default / autoinfra auto over all: {math.exp(sum(logs) / len(logs)):.2f}"
+              f" ({len(logs)} points)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
