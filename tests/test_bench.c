@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/proc.h"
+
 #include <fcntl.h>
 #include <jansson.h>
 #include <signal.h>
@@ -21,81 +23,20 @@
 
 #define TEST_ALARM_S 280
 
-static char outpath[256], errpath[256];
 static char outbuf[1 << 16], errbuf[1 << 16];
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static const char *bin(void)
-{
-    const char *b = getenv("AUTOINFRA_BIN");
-    if (!b || !*b) {
-        fprintf(stderr, "AUTOINFRA_BIN is not set (path of the autoinfra binary)\n");
-        abort();
-    }
-    return b;
-}
-
-static void slurp(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    if (f) {
-        n = fread(buf, 1, len - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-}
-
-/* Run argv (NULL-terminated) with stdout/stderr captured into outbuf/errbuf
- * and the AUTOINFRA_* rank variables removed, bounded by limit_s. Returns
- * the exit code, or 128+signal. */
+/* Run with output captured into outbuf/errbuf; a run past limit_s fails. */
 static int run(char *const *argv, double limit_s)
 {
-    double end = now_s() + limit_s;
-    int status;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        int fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 2);
-        /* No job around us: --list and flag errors must not need one. */
-        unsetenv("AUTOINFRA_RANK");
-        unsetenv("AUTOINFRA_SIZE");
-        unsetenv("AUTOINFRA_ADDR");
-        alarm(0);
-        execv(argv[0], argv);
-        _exit(99);
-    }
-    for (;;) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            break;
-        if (now_s() > end) {
-            kill(pid, SIGTERM);
-            sleep(3);
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            fail_msg("%s still running after %.0f s", argv[1], limit_s);
-        }
-        usleep(10000);
-    }
-    slurp(outpath, outbuf, sizeof outbuf);
-    slurp(errpath, errbuf, sizeof errbuf);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    int rc = proc_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT)
+        fail_msg("%s %s still running after %.0f s", argv[0], argv[1], limit_s);
+    return rc;
 }
 
 static int setup(void **state)
 {
     (void)state;
-    snprintf(outpath, sizeof outpath, "/tmp/ai_test_bench.%d.out", (int)getpid());
-    snprintf(errpath, sizeof errpath, "/tmp/ai_test_bench.%d.err", (int)getpid());
     alarm(TEST_ALARM_S);
     return 0;
 }
@@ -104,8 +45,6 @@ static int teardown(void **state)
 {
     (void)state;
     alarm(0);
-    unlink(outpath);
-    unlink(errpath);
     return 0;
 }
 
@@ -116,7 +55,7 @@ static void test_list_every_coll(void **state)
 {
     (void)state;
     for (size_t k = 0; k < sizeof colls / sizeof colls[0]; k++) {
-        char *argv[] = {(char *)bin(), "bench", "--coll", (char *)colls[k], "--list", NULL};
+        char *argv[] = {(char *)proc_bin(), "bench", "--coll", (char *)colls[k], "--list", NULL};
         int lines = 0;
         assert_int_equal(run(argv, 20), 0);
         for (const char *l = outbuf; *l; l = strchr(l, '\n') + 1) {
@@ -131,7 +70,7 @@ static void test_list_every_coll(void **state)
 
 static void check_usage_error(const char *flag, const char *value, const char *want)
 {
-    char *argv[] = {(char *)bin(), "bench", (char *)flag, (char *)value, NULL};
+    char *argv[] = {(char *)proc_bin(), "bench", (char *)flag, (char *)value, NULL};
     int rc = run(argv, 20);
     if (rc != 2)
         fail_msg("bench %s %s: exit %d, expected 2 (stderr: %s)", flag, value ? value : "", rc,
@@ -161,7 +100,7 @@ static void test_flag_errors(void **state)
 
 static void test_help(void **state)
 {
-    char *argv[] = {(char *)bin(), "bench", "--help", NULL};
+    char *argv[] = {(char *)proc_bin(), "bench", "--help", NULL};
     (void)state;
     assert_int_equal(run(argv, 20), 0);
     assert_non_null(strstr(outbuf, "usage: autoinfra bench"));
@@ -204,8 +143,8 @@ static int check_json_lines(const char *coll, int ranks, int hosts, const char *
 
 static void test_allreduce_check_json(void **state)
 {
-    char *argv[] = {(char *)bin(), "launch", "-n", "3", "--timeout", "120", "--",
-                    (char *)bin(), "bench", "--coll", "allreduce", "--bytes", "1K:8K",
+    char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--timeout", "120", "--",
+                    (char *)proc_bin(), "bench", "--coll", "allreduce", "--bytes", "1K:8K",
                     "--check", "--json", NULL};
     int rc;
     (void)state;
@@ -234,8 +173,8 @@ static void test_every_coll_check(void **state)
     (void)state;
     for (size_t k = 0; k < sizeof colls / sizeof colls[0]; k++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-            char *argv[] = {(char *)bin(), "launch", "-n", "3", "--hosts", "a,b",
-                            "--timeout", "60", "--", (char *)bin(), "bench", "--coll",
+            char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b",
+                            "--timeout", "60", "--", (char *)proc_bin(), "bench", "--coll",
                             (char *)colls[k], "--bytes", "100:3000", "--dtype",
                             (char *)cases[c][0], "--op", (char *)cases[c][1], "--iters", "2",
                             "--warmup", "1", "--root", "1", "--check", "--json", NULL};
@@ -253,7 +192,7 @@ static void test_every_coll_check(void **state)
 static void test_single_process(void **state)
 {
     /* Not under a launcher: the runtime makes a job of one rank. */
-    char *argv[] = {(char *)bin(), "bench", "--bytes", "1K:2K", "--iters", "2", "--check",
+    char *argv[] = {(char *)proc_bin(), "bench", "--bytes", "1K:2K", "--iters", "2", "--check",
                     "--json", NULL};
     int rc;
     (void)state;
@@ -265,7 +204,7 @@ static void test_single_process(void **state)
 
 static void test_table_output(void **state)
 {
-    char *argv[] = {(char *)bin(), "launch", "-n", "2", "--timeout", "60", "--", (char *)bin(),
+    char *argv[] = {(char *)proc_bin(), "launch", "-n", "2", "--timeout", "60", "--", (char *)proc_bin(),
                     "bench", "--bytes", "64:256", "--iters", "3", "--check", NULL};
     int rc;
     (void)state;

@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/proc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -28,27 +30,10 @@
 static char tmpdir[256]; /* per test, made in setup */
 static char cmdbuf[4096];
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static const char *bin(void)
-{
-    const char *b = getenv("AUTOINFRA_BIN");
-    if (!b || !*b) {
-        fprintf(stderr, "AUTOINFRA_BIN is not set (path of the autoinfra binary)\n");
-        abort();
-    }
-    return b;
 }
 
 static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -84,7 +69,7 @@ static pid_t start_launch(char *const *args, int own_group)
     char *argv[64];
     int n = 0;
     pid_t pid;
-    argv[n++] = (char *)bin();
+    argv[n++] = (char *)proc_bin();
     argv[n++] = "launch";
     for (; *args && n < 63; args++)
         argv[n++] = *args;
@@ -115,13 +100,13 @@ static pid_t start_launch(char *const *args, int own_group)
  * shell-style status (code, or 128+signal). */
 static int wait_bounded(pid_t pid, double limit_s)
 {
-    double end = now_s() + limit_s;
+    double end = proc_now() + limit_s;
     int status;
     for (;;) {
         pid_t r = waitpid(pid, &status, WNOHANG);
         if (r == pid)
             break;
-        if (now_s() > end) {
+        if (proc_now() > end) {
             kill(pid, SIGTERM);
             sleep_ms(3000);
             kill(pid, SIGKILL);
@@ -135,10 +120,10 @@ static int wait_bounded(pid_t pid, double limit_s)
 
 static int run_launch(char *const *args, double limit_s, double *elapsed)
 {
-    double t0 = now_s();
+    double t0 = proc_now();
     int rc = wait_bounded(start_launch(args, 0), limit_s);
     if (elapsed)
-        *elapsed = now_s() - t0;
+        *elapsed = proc_now() - t0;
     return rc;
 }
 
@@ -188,12 +173,12 @@ static int file_exists(const char *name)
 /* Wait until all ranks wrote tmpdir/<prefix>.<rank>. */
 static void wait_files(const char *prefix, int n, double limit_s)
 {
-    double end = now_s() + limit_s;
+    double end = proc_now() + limit_s;
     char name[64];
     for (int r = 0; r < n; r++) {
         snprintf(name, sizeof name, "%s.%d", prefix, r);
         while (!file_exists(name)) {
-            if (now_s() > end)
+            if (proc_now() > end)
                 fail_msg("rank %d did not write %s within %.0f s", r, name, limit_s);
             sleep_ms(10);
         }
@@ -203,7 +188,7 @@ static void wait_files(const char *prefix, int n, double limit_s)
 /* pids written by ranks into pid.<rank> are gone within limit_s. */
 static void assert_pids_gone(int n, double limit_s)
 {
-    double end = now_s() + limit_s;
+    double end = proc_now() + limit_s;
     char name[64];
     for (int r = 0; r < n; r++) {
         long pid;
@@ -213,7 +198,7 @@ static void assert_pids_gone(int n, double limit_s)
         pid = strtol(slurp(name), NULL, 10);
         assert_true(pid > 1);
         while (kill((pid_t)pid, 0) == 0) {
-            if (now_s() > end) {
+            if (proc_now() > end) {
                 kill((pid_t)pid, SIGKILL);
                 fail_msg("rank %d (pid %ld) still alive %.0f s after the launcher ended", r, pid,
                          limit_s);

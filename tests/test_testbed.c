@@ -19,6 +19,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/proc.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -42,74 +44,23 @@
 
 static int lock_fd = -1;
 
-static char tmpdir[256], state[300], outpath[300], errpath[300];
+static char tmpdir[256], state[300];
 static char testbed[1024], spec[1024];
 static char outbuf[1 << 16], errbuf[1 << 16];
+
+/* Run with output captured into outbuf/errbuf; a run past limit_s fails. */
+static int run(char *const *argv, double limit_s)
+{
+    int rc = proc_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT)
+        fail_msg("'%s %s' did not finish within %.0f s; stderr:\n%s", argv[0],
+                 argv[1] ? argv[1] : "", limit_s, errbuf);
+    return rc;
+}
 /* argv of `sh testbed down`, built before anything can fail, so that the
  * alarm handler only needs fork/execve/waitpid (async-signal-safe). */
 static char *down_argv[] = {"/bin/sh", testbed, "down", NULL};
 extern char **environ;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void slurp(const char *path, char *buf, size_t len)
-{
-    FILE *f = fopen(path, "r");
-    size_t n = 0;
-    if (f) {
-        n = fread(buf, 1, len - 1, f);
-        fclose(f);
-    }
-    buf[n] = '\0';
-}
-
-/* Run argv with stdout/stderr captured into outbuf/errbuf, stdin from
- * /dev/null, bounded by limit_s (then SIGKILL of its process group).
- * Returns the exit code, or 128+signal. */
-static int run(char *const *argv, double limit_s)
-{
-    double end = now_s() + limit_s;
-    int status = 0;
-    pid_t pid = fork();
-    assert_true(pid >= 0);
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fd = open("/dev/null", O_RDONLY);
-        dup2(fd, 0);
-        fd = open(outpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 1);
-        fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fd, 2);
-        alarm(0);
-        execvp(argv[0], argv);
-        _exit(127);
-    }
-    for (;;) {
-        pid_t w = waitpid(pid, &status, WNOHANG);
-        if (w == pid)
-            break;
-        if (w < 0 && errno != EINTR)
-            fail_msg("waitpid: %s", strerror(errno));
-        if (now_s() > end) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            slurp(outpath, outbuf, sizeof outbuf);
-            slurp(errpath, errbuf, sizeof errbuf);
-            fail_msg("'%s %s' did not finish within %.0f s; stderr:\n%s", argv[0],
-                     argv[1] ? argv[1] : "", limit_s, errbuf);
-        }
-        usleep(20000);
-    }
-    slurp(outpath, outbuf, sizeof outbuf);
-    slurp(errpath, errbuf, sizeof errbuf);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 static int run_down(void)
 {
@@ -180,8 +131,6 @@ static int setup(void **st)
         return -1;
     }
     snprintf(state, sizeof state, "%s/state", tmpdir);
-    snprintf(outpath, sizeof outpath, "%s/out", tmpdir);
-    snprintf(errpath, sizeof errpath, "%s/err", tmpdir);
     /* The testbed script reads both; the state must never be a user's. */
     setenv("TESTBED_STATE", state, 1);
     setenv("AUTOINFRA_BIN", bin, 1);
@@ -191,13 +140,13 @@ static int setup(void **st)
     unsetenv("AUTOINFRA_HOST");
     lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock_fd >= 0) {
-        double give_up = now_s() + LOCK_WAIT_S;
+        double give_up = proc_now() + LOCK_WAIT_S;
         int said = 0;
         while (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
             if (!said++)
                 fprintf(stderr, "test_testbed: waiting for %s (a bench/compare is running)\n",
                         LOCK_PATH);
-            if (now_s() > give_up) {
+            if (proc_now() > give_up) {
                 fprintf(stderr, "test_testbed: still locked after %d s; going ahead\n",
                         LOCK_WAIT_S);
                 break;
@@ -231,8 +180,6 @@ static int teardown(void **st)
         lock_fd = -1;
     }
     if (tmpdir[0]) {
-        unlink(outpath);
-        unlink(errpath);
         rmdir(state); /* normally gone already */
         rmdir(tmpdir);
     }
