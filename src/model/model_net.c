@@ -282,7 +282,8 @@ static void binomial(sched *s, const int *ranks, int p, double bytes, int to_roo
 
 int model_net_weighted_segments(double bytes, size_t seg_bytes)
 {
-    double seg = seg_bytes ? (double)seg_bytes : (double)(128 << 10);
+    /* Default: 32 segments, none below 16 KiB (per-message costs). */
+    double seg = seg_bytes ? (double)seg_bytes : AI_MAX(16.0 * 1024, bytes / 32);
     return (int)AI_MIN(32.0, AI_MAX(1.0, floor(bytes / seg)));
 }
 

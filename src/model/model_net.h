@@ -62,9 +62,9 @@ double model_net_algo_time(const model_net *n, ai_coll coll, const char *algo, d
 void model_net_weighted_shards(int nhosts, const double *bw, double *frac_out);
 
 /* Pipeline depth of the weighted allreduce (runtime and model alike):
- * segments of `seg_bytes` (0: 128 KiB), between 1 and 32. Small segments
- * keep both directions of every NIC busy from small sizes on; each segment
- * costs 2 (h-1) messages per leader, a few microseconds. */
+ * segments of `seg_bytes` (0: bytes / 32, at least 16 KiB), between 1 and
+ * 32. Many segments keep both directions of every NIC busy from small sizes
+ * on; each costs 2 (h-1) messages per leader, a few microseconds. */
 int model_net_weighted_segments(double bytes, size_t seg_bytes);
 
 #endif
