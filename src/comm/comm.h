@@ -111,6 +111,9 @@ struct ai_comm {
 
     struct comm_transport *tp;
     struct comm_links *links; /* measured host links (probe.c), or NULL */
+    /* Model-based auto choices per collective and power-of-two size
+     * bucket (select.c); NULL: not decided yet. Cleared with new links. */
+    const char *auto_cache[AI_COLL_COUNT][64];
 };
 
 /* Mark failed (first error wins), tell peers, return `status`. */

@@ -50,10 +50,32 @@ static ai_status_t net_from_links(const ai_comm *c, model_net *n)
     return AI_OK;
 }
 
+/* Decisions are made once per power-of-two size bucket (at the bucket's
+ * lower edge) and kept, so repeated calls neither allocate nor rerun the
+ * model. */
+static int bucket_of(size_t bytes)
+{
+    int b = 0;
+    while (b < 63 && ((size_t)2 << b) <= bytes)
+        b++;
+    return b;
+}
+
+static const char *decide(const ai_comm *c, ai_coll coll, size_t bytes);
+
 const char *comm_select_model(const ai_comm *c, ai_coll coll, size_t bytes)
 {
     if (!wants_model(c, coll, bytes) || !c->links)
         return NULL;
+    /* A memo: communicators are never const objects, only const views. */
+    const char **slot = (const char **)&c->auto_cache[coll][bucket_of(bytes)];
+    if (!*slot)
+        *slot = decide(c, coll, (size_t)1 << bucket_of(bytes));
+    return *slot;
+}
+
+static const char *decide(const ai_comm *c, ai_coll coll, size_t bytes)
+{
     model_net n;
     if (net_from_links(c, &n) != AI_OK)
         return NULL;
