@@ -256,6 +256,22 @@ static int in_place(const void *sendbuf, const void *recvbuf)
     return sendbuf == AI_IN_PLACE || sendbuf == recvbuf;
 }
 
+/* The checks every collective with a send and a receive buffer shares:
+ * communicator, type and op, size (count, or count per rank when
+ * per_rank), and both buffers. */
+static ai_status_t check_two_bufs(const ai_comm *comm, ai_coll k, const void *sendbuf,
+                                  const void *recvbuf, size_t count, ai_dtype dt, ai_op op,
+                                  int reduces, int per_rank)
+{
+    ai_status_t st;
+    if ((st = check_comm(comm, k)) != AI_OK || (st = check_types(k, dt, op, reduces)) != AI_OK ||
+        (st = check_size(k, count, per_rank ? (size_t)comm->size : 1, dt)) != AI_OK ||
+        (st = check_buf(k, recvbuf, "recvbuf", count)) != AI_OK ||
+        (st = check_buf(k, sendbuf, "sendbuf", count)) != AI_OK)
+        return st;
+    return AI_OK;
+}
+
 /* ---------------------------------------------------------- wrappers */
 
 ai_status_t ai_allreduce(ai_comm *comm, const void *sendbuf, void *recvbuf, size_t count,
@@ -263,10 +279,7 @@ ai_status_t ai_allreduce(ai_comm *comm, const void *sendbuf, void *recvbuf, size
 {
     const ai_coll k = AI_ALLREDUCE;
     ai_status_t st;
-    if ((st = check_comm(comm, k)) != AI_OK || (st = check_types(k, dt, op, 1)) != AI_OK ||
-        (st = check_size(k, count, 1, dt)) != AI_OK ||
-        (st = check_buf(k, recvbuf, "recvbuf", count)) != AI_OK ||
-        (st = check_buf(k, sendbuf, "sendbuf", count)) != AI_OK)
+    if ((st = check_two_bufs(comm, k, sendbuf, recvbuf, count, dt, op, 1, 0)) != AI_OK)
         return st;
     coll_args a = {k, in_place(sendbuf, recvbuf) ? recvbuf : sendbuf, recvbuf, count, dt, op, 0, 0};
     return coll_run(comm, &a, opts, count * ai_dtype_size(dt), recvbuf, count);
@@ -277,10 +290,7 @@ ai_status_t ai_reduce_scatter(ai_comm *comm, const void *sendbuf, void *recvbuf,
 {
     const ai_coll k = AI_REDUCE_SCATTER;
     ai_status_t st;
-    if ((st = check_comm(comm, k)) != AI_OK || (st = check_types(k, dt, op, 1)) != AI_OK ||
-        (st = check_size(k, count, (size_t)comm->size, dt)) != AI_OK ||
-        (st = check_buf(k, recvbuf, "recvbuf", count)) != AI_OK ||
-        (st = check_buf(k, sendbuf, "sendbuf", count)) != AI_OK)
+    if ((st = check_two_bufs(comm, k, sendbuf, recvbuf, count, dt, op, 1, 1)) != AI_OK)
         return st;
     size_t es = ai_dtype_size(dt);
     coll_args a = {k, sendbuf, recvbuf, count, dt, op, 0, 0};
@@ -296,10 +306,7 @@ ai_status_t ai_allgather(ai_comm *comm, const void *sendbuf, void *recvbuf, size
 {
     const ai_coll k = AI_ALLGATHER;
     ai_status_t st;
-    if ((st = check_comm(comm, k)) != AI_OK || (st = check_types(k, dt, AI_SUM, 0)) != AI_OK ||
-        (st = check_size(k, count, (size_t)comm->size, dt)) != AI_OK ||
-        (st = check_buf(k, recvbuf, "recvbuf", count)) != AI_OK ||
-        (st = check_buf(k, sendbuf, "sendbuf", count)) != AI_OK)
+    if ((st = check_two_bufs(comm, k, sendbuf, recvbuf, count, dt, AI_SUM, 0, 1)) != AI_OK)
         return st;
     size_t es = ai_dtype_size(dt);
     coll_args a = {k, sendbuf, recvbuf, count, dt, AI_SUM, 0, 0};
@@ -346,10 +353,7 @@ ai_status_t ai_alltoall(ai_comm *comm, const void *sendbuf, void *recvbuf, size_
 {
     const ai_coll k = AI_ALLTOALL;
     ai_status_t st;
-    if ((st = check_comm(comm, k)) != AI_OK || (st = check_types(k, dt, AI_SUM, 0)) != AI_OK ||
-        (st = check_size(k, count, (size_t)comm->size, dt)) != AI_OK ||
-        (st = check_buf(k, recvbuf, "recvbuf", count)) != AI_OK ||
-        (st = check_buf(k, sendbuf, "sendbuf", count)) != AI_OK)
+    if ((st = check_two_bufs(comm, k, sendbuf, recvbuf, count, dt, AI_SUM, 0, 1)) != AI_OK)
         return st;
     size_t es = ai_dtype_size(dt), total = count * (size_t)comm->size * es;
     coll_args a = {k, sendbuf, recvbuf, count, dt, AI_SUM, 0, 0};

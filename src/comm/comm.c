@@ -138,7 +138,6 @@ ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
         goto err;
     for (int j = 0; j < c->size; j++) {
         comm_peer *p = &tp->peers[j];
-        p->rank = j;
         p->pid = table[j].pid;
         p->addr = table[j].addr;
         p->port = table[j].port;

@@ -46,8 +46,7 @@ typedef struct comm_req {
     int started;
     int nchan;
     size_t chan_off[COMM_MAX_CHANNELS + 1]; /* channel k moves [off[k], off[k+1]) */
-    size_t chan_done[COMM_MAX_CHANNELS];     /* payload bytes moved per channel */
-    size_t chan_hdr[COMM_MAX_CHANNELS];      /* header bytes moved per channel */
+    size_t chan_done[COMM_MAX_CHANNELS];     /* stream bytes (header, payload, pad) moved */
     unsigned char hdr[COMM_MAX_CHANNELS][16];
 } comm_req;
 

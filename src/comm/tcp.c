@@ -28,7 +28,7 @@
 #define BOUNCE_BYTES (256 * 1024)
 #define MAX_PENDING_ACCEPTS 64
 
-int comm_sock_nonblock(int fd)
+static int comm_sock_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL, 0);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);

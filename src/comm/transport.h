@@ -52,7 +52,6 @@ typedef struct comm_chan {
 
 /* One remote rank as seen from this rank. */
 typedef struct comm_peer {
-    int rank;
     comm_chan_kind kind;
     int nchan;                        /* 1 for shm, channels for tcp */
     comm_chan tx[COMM_MAX_CHANNELS];  /* to the peer */
@@ -109,7 +108,6 @@ ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out);
 ai_status_t comm_tcp_mesh(ai_comm *c); /* connect every cross-host pair */
 void comm_tcp_close(ai_comm *c);
 /* sockets helpers shared with bootstrap */
-int comm_sock_nonblock(int fd);
 ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int *fd_out);
 /* Read/write exactly n bytes before `deadline` (ai_now() seconds). */
 ai_status_t comm_sock_read_full(int fd, void *buf, size_t n, double deadline);
