@@ -5,7 +5,7 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= 2
-DEPS       := build-essential cmake pkg-config libjansson-dev libcmocka-dev iproute2
+DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2
 BENCH_DEPS := openmpi-bin libopenmpi-dev
 
 .PHONY: all deps bench-deps build asan demo test bench-vs-ompi clean

@@ -261,6 +261,80 @@ ai_status_t ai_cluster_rack(const ai_cluster *cluster, int index, ai_rack_info *
 ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_t bytes,
                                   int ranks_per_node, double *seconds);
 
+/* ---- learner and knowledge base (docs/learner.md) ---- */
+
+/*
+ * The learner behind `auto` (algorithm x chunk x channels per collective,
+ * power-of-two size bucket and communicator fingerprint) is attached to
+ * every communicator; AUTOINFRA_TUNE=0 turns it off (model / fixed rule
+ * only). What it learns is kept in a SQLite knowledge base: AUTOINFRA_KB,
+ * else $XDG_CACHE_HOME/autoinfra/kb.sqlite, else ~/.cache/autoinfra/kb.sqlite.
+ * Rank 0 is the job's only writer.
+ */
+
+/* The arm `auto` settled on for calls of this collective and size (the
+ * learner's current best; the model's or fixed rule's choice before any
+ * learning). Returns AI_ERR_NOTFOUND when `auto` has not run there yet. */
+typedef struct ai_choice {
+    char algo[32];
+    size_t chunk_bytes; /* 0: the algorithm's default */
+    int channels;       /* TCP connections used */
+    const char *source; /* "learned", "kb" (warm start), "model", "rule" */
+    int explored;       /* exploratory calls spent in this bucket */
+    double explore_s;   /* extra seconds they cost vs the best arm's mean */
+} ai_choice;
+ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
+/* The arms the learner weighs for calls of this collective and size (the
+ * same list on every rank): up to max of them in out (names are static
+ * strings); returns how many there are. For sweeps and oracles. */
+int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
+/* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
+ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
+
+typedef struct ai_kb ai_kb;
+
+/* The default path described above, in buf (AI_ERR_INVALID if it does not
+ * fit or no home directory is known). */
+ai_status_t ai_kb_default_path(char *buf, size_t len);
+/* Open or create (readonly = 0; parent directories are created). NULL
+ * path: the default. */
+ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out);
+void ai_kb_close(ai_kb *kb);
+
+/* One arm's statistics in one bucket of one fingerprint. */
+typedef struct ai_kb_arm {
+    char fingerprint[17];
+    int nranks, nhosts;
+    ai_coll coll;
+    size_t bytes;       /* bucket: calls of [bytes, 2 * bytes) */
+    char algo[32];
+    size_t chunk_bytes;
+    int channels;
+    long samples;       /* measured calls (slowest rank's time each) */
+    double mean_us;     /* posterior mean time, at `bytes` */
+    double std_us;      /* posterior standard deviation of that mean */
+    int best;           /* 1 for the bucket's best arm (lowest mean) */
+    double confidence;  /* best arm only: P(it is truly the fastest), 0..1 */
+} ai_kb_arm;
+
+/* Visit every arm (fingerprint NULL: all fingerprints), ordered by
+ * fingerprint, collective, bytes, mean. fn returns 0 to go on, nonzero to
+ * stop early (ai_kb_foreach still returns AI_OK). */
+typedef int (*ai_kb_visit_fn)(const ai_kb_arm *arm, void *arg);
+ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn, void *arg);
+/* Whole-KB JSON export / import (merges; docs/learner.md has the format). */
+ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path);
+ai_status_t ai_kb_import_json(ai_kb *kb, const char *path);
+
+/* Teach other stacks (docs/learner.md): an Open MPI coll/tuned dynamic
+ * rules file (use with --mca coll_tuned_use_dynamic_rules 1 --mca
+ * coll_tuned_dynamic_rules_filename PATH), and an MPICH 4 collective
+ * selection JSON file (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=PATH).
+ * Each bucket gets the fastest arm the KB holds that the stack has;
+ * fingerprint NULL: the one with the most samples. */
+ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const char *path);
+ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path);
+
 /* ------------------------------------------------------------------ clock */
 
 /* Monotonic seconds. */

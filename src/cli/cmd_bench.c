@@ -29,6 +29,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +51,11 @@ typedef struct bench_opts {
     size_t chunk;
     int channels;
     int root;
+    const char *kb;         /* --kb: the learner's knowledge base */
+    int learn;              /* --learn: learner vs exhaustive sweep */
+    int calls;              /* --calls: auto calls per size in --learn */
+    int drift_after;        /* --drift-after: calls before --drift-cmd */
+    const char *drift_cmd;
 } bench_opts;
 
 /* Buffer shape of one call, from the requested bytes. Reported "count" is
@@ -136,6 +142,15 @@ static void bench_help(FILE *out)
         "  --channels N       TCP connections to use (default: the communicator's)\n"
         "  --root R           root of broadcast and reduce (default 0)\n"
         "  --list             print the algorithms of --coll, one per line\n"
+        "  --kb PATH          the learner's knowledge base (default AUTOINFRA_KB or\n"
+        "                     ~/.cache/autoinfra/kb.sqlite)\n"
+        "\n"
+        "learner evaluation (docs/learner.md):\n"
+        "  --learn            per size: --calls auto calls, each timed, then every arm\n"
+        "                     the learner weighs (--iters calls each): the oracle\n"
+        "  --calls N          auto calls per size (default 32)\n"
+        "  --drift-after K    run K auto calls, then --drift-cmd on rank 0, then\n"
+        "  --drift-cmd CMD    --calls more; the sweep after it is the new oracle\n"
         "  -h, --help         this text\n"
         "\n"
         "bytes follows nccl-tests: the vector for allreduce/reduce/broadcast, the\n"
@@ -184,6 +199,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
         }
         if (!strcmp(a, "--list")) {
             o->list = 1;
+            continue;
+        }
+        if (!strcmp(a, "--learn")) {
+            o->learn = 1;
             continue;
         }
 #define OPT(name) ((m = cli_match_opt(argc, argv, &i, name, &v)) != 0)
@@ -241,6 +260,24 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
                 goto missing;
             if (cli_parse_int(v, 1, 1024, &o->channels))
                 return bench_usage_err("--channels '%s': expected a number >= 1", v);
+        } else if (OPT("--kb")) {
+            if (m < 0)
+                goto missing;
+            o->kb = v;
+        } else if (OPT("--calls")) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_int(v, 1, 100000, &o->calls))
+                return bench_usage_err("--calls '%s': expected a number >= 1", v);
+        } else if (OPT("--drift-after")) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_int(v, 1, 100000, &o->drift_after))
+                return bench_usage_err("--drift-after '%s': expected a number >= 1", v);
+        } else if (OPT("--drift-cmd")) {
+            if (m < 0)
+                goto missing;
+            o->drift_cmd = v;
         } else if (OPT("--root")) {
             if (m < 0)
                 goto missing;
@@ -254,6 +291,12 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
 missing:
         return bench_usage_err("option '%s' needs a value", a);
     }
+    if (!o->drift_after != !o->drift_cmd)
+        return bench_usage_err("--drift-after and --drift-cmd go together");
+    if ((o->drift_after || o->calls) && !o->learn)
+        return bench_usage_err("--calls and --drift-* need --learn");
+    if (!o->calls)
+        o->calls = 32;
     /* Checked after the loop: --algo may come before --coll. */
     if (o->algo && !algo_known(o->coll, o->algo)) {
         const char *r = env_rank();
@@ -520,9 +563,21 @@ static void json_str(FILE *f, const char *key, const char *v)
     fputc('"', f);
 }
 
+/* ,"choice":{...}: the arm auto settled on (ai_choice). */
+static void print_choice(const ai_choice *c)
+{
+    printf(",\"choice\":{");
+    json_str(stdout, "algo", c->algo);
+    printf(",\"chunk_bytes\":%zu,\"channels\":%d,", c->chunk_bytes, c->channels);
+    json_str(stdout, "source", c->source);
+    printf(",\"explored\":%d,\"explore_s\":%.6g}", c->explored, c->explore_s);
+}
+
 typedef struct bench_row {
     const bench_shape *s;
     const char *algo;
+    int has_choice;  /* auto: what it settled on */
+    ai_choice choice;
     double time_us, algbw, busbw;
     int64_t wrong; /* -1 without --check */
 } bench_row;
@@ -565,9 +620,12 @@ static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts
     json_str(stdout, "algo", r->algo);
     printf(",\"ranks\":%d,\"hosts\":%d,\"root\":%d,\"time_us\":%.6g,\"algbw_GBps\":%.6g,"
            "\"busbw_GBps\":%.6g,\"wrong\":%lld,\"iters\":%d,\"warmup\":%d,"
-           "\"chunk_bytes\":%zu,\"channels\":%d}\n",
+           "\"chunk_bytes\":%zu,\"channels\":%d",
            p, nhosts, o->root, r->time_us, r->algbw, r->busbw, (long long)r->wrong, o->iters,
            o->warmup, o->chunk, o->channels);
+    if (r->has_choice)
+        print_choice(&r->choice);
+    printf("}\n");
     fflush(stdout);
 }
 
@@ -635,12 +693,155 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
         *wrong_total += wrong;
     }
 
+    if (!o->algo && ai_comm_choice(comm, o->coll, s.count * ai_dtype_size(o->dt), &row.choice) ==
+                        AI_OK) {
+        row.has_choice = 1;
+        row.algo = row.choice.algo;
+    }
     row.time_us = mean * 1e6;
     row.algbw = mean > 0 ? (double)s.bytes / mean / 1e9 : 0.0;
     row.busbw = row.algbw * bus_factor(o->coll, p);
     if (rank == 0)
         print_row(o, &row, p, ai_comm_nhosts(comm));
     return 0;
+}
+
+/* ------------------------------------------------------- --learn */
+
+#define LMIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* n calls, each timed; t[i] becomes the slowest rank's time of call i. */
+static int timed_calls(ai_comm *comm, const bench_opts *o, const bench_shape *s,
+                       const ai_algo_opts *ao, void *sbuf, void *rbuf, double *t, int n)
+{
+    int rank = ai_comm_rank(comm);
+    ai_status_t st;
+    for (int i = 0; i < n; i++) {
+        double t0 = ai_now();
+        if ((st = run_once(comm, o, s, ao, sbuf, rbuf)) != AI_OK)
+            return bench_fail(rank, st, "%s of %zu bytes (%s)", ai_coll_name(o->coll), s->bytes,
+                              ao->algo ? ao->algo : "auto");
+        t[i] = ai_now() - t0;
+    }
+    if ((st = ai_allreduce(comm, AI_IN_PLACE, t, (size_t)n, AI_F64, AI_MAX, NULL)) != AI_OK)
+        return bench_fail(rank, st, "allreduce of the timings");
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *t, int n)
+{
+    double tmp[64];
+    n = LMIN(n, 64);
+    memcpy(tmp, t, (size_t)n * sizeof *t);
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+#define LEARN_MAX_ARMS 64
+
+/* One size of --learn: auto calls (with a drift in the middle if asked),
+ * then the sweep over every arm; one JSON line (or table row) on rank 0. */
+static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf, void *rbuf)
+{
+    int rank = ai_comm_rank(comm), p = ai_comm_size(comm);
+    bench_shape s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), p);
+    size_t call_bytes = s.count * ai_dtype_size(o->dt);
+    int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
+    ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
+    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)o->iters, sizeof *t);
+    double arm_us[LEARN_MAX_ARMS];
+    ai_choice ch;
+    ai_status_t st;
+    if (!t)
+        return bench_fail(rank, AI_ERR_NOMEM, "timings");
+    fill_inputs(o, &s, rank, p, sbuf, rbuf);
+    if (n1 > 0) {
+        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t, n1)) != 0)
+            goto out;
+        if (rank == 0) {
+            int w = system(o->drift_cmd);
+            if (w != 0)
+                fprintf(stderr, "autoinfra bench: --drift-cmd '%s' exited with %d\n",
+                        o->drift_cmd, w);
+        }
+        if ((st = ai_barrier(comm, NULL)) != AI_OK) {
+            rc = bench_fail(rank, st, "barrier after --drift-cmd");
+            goto out;
+        }
+    }
+    if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n1, o->calls)) != 0)
+        goto out;
+    if ((st = ai_comm_choice(comm, o->coll, call_bytes, &ch)) != AI_OK) {
+        rc = bench_fail(rank, st, "choice");
+        goto out;
+    }
+    int na = LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS), LEARN_MAX_ARMS);
+    int best = 0, chosen = -1;
+    double *at = t + n;
+    for (int a = 0; a < na; a++) {
+        if ((rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, 1)) != 0 || /* warm-up */
+            (rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, o->iters)) != 0)
+            goto out;
+        arm_us[a] = median(at, o->iters) * 1e6;
+        if (arm_us[a] < arm_us[best])
+            best = a;
+        if (!strcmp(arms[a].algo, ch.algo) && arms[a].chunk_bytes == ch.chunk_bytes &&
+            arms[a].channels == ch.channels)
+            chosen = a;
+    }
+    if (rank != 0)
+        goto out;
+    double oracle = arm_us[best], extra = 0, tail = median(t + n - LMIN(8, o->calls),
+                                                          LMIN(8, o->calls)) * 1e6;
+    for (int i = n1; i < n; i++)
+        extra += t[i] - oracle * 1e-6;
+    /* Drift: the first call after which every median of 5 stays within
+     * 10% of the new oracle. */
+    int recovered = -1;
+    for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
+        recovered = i - n1;
+    double chosen_us = chosen >= 0 ? arm_us[chosen] : NAN;
+    if (!o->json) {
+        printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
+               arms[best].algo, oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
+               ch.explored, extra);
+        fflush(stdout);
+        goto out;
+    }
+    printf("{");
+    json_str(stdout, "coll", ai_coll_name(o->coll));
+    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":{", s.bytes, p,
+           ai_comm_nhosts(comm), o->calls);
+    json_str(stdout, "algo", arms[best].algo);
+    printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[best].chunk_bytes,
+           arms[best].channels, oracle);
+    print_choice(&ch);
+    printf(",\"choice_time_us\":%.6g,\"choice_ratio\":%.6g,\"first_us\":%.6g,"
+           "\"tail_us\":%.6g,\"tail_ratio\":%.6g,\"explore_extra_s\":%.6g",
+           chosen_us, chosen_us / oracle, t[n1] * 1e6, tail, tail / oracle, extra);
+    if (n1 > 0)
+        printf(",\"drift_after\":%d,\"recovered_after\":%d", n1, recovered);
+    printf(",\"calls_us\":[");
+    for (int i = 0; i < n; i++)
+        printf("%s%.6g", i ? "," : "", t[i] * 1e6);
+    printf("],\"arms\":[");
+    for (int a = 0; a < na; a++) {
+        printf("%s{", a ? "," : "");
+        json_str(stdout, "algo", arms[a].algo);
+        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[a].chunk_bytes,
+               arms[a].channels, arm_us[a]);
+    }
+    printf("]}\n");
+    fflush(stdout);
+out:
+    free(t);
+    return rc;
 }
 
 int cli_bench_main(int argc, char **argv)
@@ -665,6 +866,10 @@ int cli_bench_main(int argc, char **argv)
     if (o.list)
         return bench_list(&o);
 
+    if (o.kb && setenv("AUTOINFRA_KB", o.kb, 1) != 0) {
+        fprintf(stderr, "autoinfra bench: --kb: cannot set AUTOINFRA_KB\n");
+        return 1;
+    }
     st = ai_comm_create_env(&comm);
     if (st != AI_OK)
         return bench_fail(-1, st, "cannot create the communicator");
@@ -694,10 +899,16 @@ int cli_bench_main(int argc, char **argv)
         goto out;
     }
 
-    if (rank == 0 && !o.json)
+    if (rank == 0 && !o.json && !o.learn)
         print_header(&o, p, ai_comm_nhosts(comm));
+    if (rank == 0 && !o.json && o.learn)
+        printf("# learner vs oracle (median of --iters calls per arm), %s, %d ranks, %d hosts\n"
+               "#%12s  %-28s %10s  %-28s %10s %7s %7s %4s %9s\n",
+               ai_coll_name(o.coll), p, ai_comm_nhosts(comm), "size(B)", "oracle", "us",
+               "choice", "us", "ratio", "tail", "expl", "extra(s)");
     for (size_t b = o.min_bytes;;) {
-        rc = bench_size(comm, &o, &ao, b, sbuf, rbuf, &wrong_total);
+        rc = o.learn ? learn_size(comm, &o, b, sbuf, rbuf)
+                     : bench_size(comm, &o, &ao, b, sbuf, rbuf, &wrong_total);
         /* Barrier has no size. Doubling stops at the last size <= MAX, as
          * in nccl-tests; 0 is followed by 1 so it does not repeat. */
         if (rc || o.coll == AI_BARRIER || b > o.max_bytes / 2)

@@ -218,34 +218,42 @@ static ai_status_t pick_algo(const ai_comm *c, ai_coll coll, const ai_algo_opts 
 }
 
 /* Common tail: options, sequence number, run, AVG. avg_buf/avg_count: the
- * result this rank divides (NULL: none). */
+ * result this rank divides (NULL: none). `auto` goes to the learner when
+ * one is attached and takes the call; otherwise to the model or the fixed
+ * rule. */
 static ai_status_t coll_run(ai_comm *c, coll_args *a, const ai_algo_opts *opts, size_t bytes,
                             void *avg_buf, size_t avg_count)
 {
-    const coll_algo *al;
     ai_status_t st = AI_OK;
+    int is_auto = !opts || !opts->algo || strcasecmp(opts->algo, "auto") == 0, learned = 0;
+    comm_arm arm = {NULL, opts ? opts->chunk_bytes : 0, opts ? opts->channels : 0};
+    if (is_auto && c->tuner.choose && a->count > 0 && a->coll != AI_BARRIER &&
+        (st = c->tuner.choose(c->tuner.ctx, c, a->coll, bytes, &arm, &learned)) != AI_OK)
+        return ai_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
     /* auto across hosts wants measured links: the first such call probes
      * them (collectively, on every rank at the same call). */
-    if (!opts || !opts->algo || strcasecmp(opts->algo, "auto") == 0)
-        st = comm_select_prepare(c, a->coll, bytes);
-    if (st != AI_OK)
+    if (is_auto && !learned && (st = comm_select_prepare(c, a->coll, bytes)) != AI_OK)
         return ai_fail_prefix(st, "rank %d: %s: measuring links for auto", c->rank,
                               ai_coll_name(a->coll));
-    if ((st = pick_algo(c, a->coll, opts, bytes, &al)) != AI_OK)
+    if (!learned && (st = pick_algo(c, a->coll, opts, bytes, &arm.algo)) != AI_OK)
         return st;
-    int ch = opts && opts->channels > 0 ? opts->channels : c->channels;
+    const coll_algo *al = arm.algo;
+    int ch = arm.channels > 0 ? arm.channels : c->channels;
     c->active_channels = AI_MAX(1, AI_MIN(ch, c->channels));
-    a->chunk_bytes = opts ? opts->chunk_bytes : 0;
+    a->chunk_bytes = arm.chunk_bytes;
     int avg = a->op == AI_AVG;
     if (avg)
         a->op = AI_SUM;
     c->call_seq++;
     if (a->count == 0 && a->coll != AI_BARRIER)
         return AI_OK;
+    double t0 = learned ? ai_now() : 0;
     st = al->run(c, a);
     if (st != AI_OK)
         return ai_fail_prefix(st, "rank %d: %s/%s (count %zu, %s)", c->rank, ai_coll_name(a->coll),
                               al->name, a->count, ai_dtype_name(a->dt));
+    if (learned && (st = c->tuner.observe(c->tuner.ctx, c, a->coll, bytes, ai_now() - t0)) != AI_OK)
+        return ai_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
     if (avg && avg_buf)
         comm_scale_div(avg_buf, avg_count, a->dt, c->size);
     return AI_OK;

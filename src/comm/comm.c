@@ -80,7 +80,7 @@ static ai_status_t check_config(const ai_comm_config *cfg)
     return AI_OK;
 }
 
-ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     ai_status_t st = check_config(cfg);
     if (st != AI_OK)
@@ -171,6 +171,8 @@ void ai_comm_destroy(ai_comm *c)
 {
     if (!c)
         return;
+    if (c->tuner.release)
+        c->tuner.release(c->tuner.ctx);
     if (c->tp) {
         comm_tcp_close(c);
         comm_shm_close(c);
@@ -205,7 +207,7 @@ static const char *const job_vars[] = {
     "SLURM_STEP_ID", "SLURM_JOB_ID",
 };
 
-ai_status_t ai_comm_create_env(ai_comm **out)
+ai_status_t comm_create_env(ai_comm **out)
 {
     ai_comm_config cfg = {0};
     cfg.size = 1;
@@ -259,5 +261,5 @@ ai_status_t ai_comm_create_env(ai_comm **out)
         (st = ai_env_int("AUTOINFRA_CHANNELS", 0, &cfg.channels)) != AI_OK ||
         (st = ai_env_int("AUTOINFRA_NO_SHM", 0, &cfg.no_shm)) != AI_OK)
         return st;
-    return ai_comm_create(&cfg, out);
+    return comm_create(&cfg, out);
 }

@@ -88,6 +88,27 @@ ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out);
 
 struct comm_transport; /* engine private */
 
+/* One way to run a collective: the learner's unit of choice. */
+typedef struct comm_arm {
+    const struct coll_algo *algo;
+    size_t chunk_bytes; /* 0: the algorithm's default */
+    int channels;       /* 1..communicator's channels */
+} comm_arm;
+
+/*
+ * The hook through which a layer above (tune) runs `auto`: choose() may
+ * take the call (return 1 and fill *arm; it may run small collectives of
+ * its own first, on every rank alike); the call is then timed and
+ * observe() gets its seconds. release() frees ctx with the communicator.
+ */
+typedef struct comm_tuner {
+    void *ctx;
+    ai_status_t (*choose)(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, comm_arm *arm,
+                          int *taken);
+    ai_status_t (*observe)(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds);
+    void (*release)(void *ctx);
+} comm_tuner;
+
 struct ai_comm {
     int rank, size;
     /* Hosts: ranks with equal host ids share memory. Host indices are
@@ -113,7 +134,14 @@ struct ai_comm {
     /* Model-based auto choices per collective and power-of-two size
      * bucket (select.c); NULL: not decided yet. Cleared with new links. */
     const char *auto_cache[AI_COLL_COUNT][64];
+    unsigned links_gen;  /* incremented whenever links are (re)measured */
+    comm_tuner tuner;    /* all NULL: no learner */
 };
+
+/* The communicator proper (comm.c); the public ai_comm_create* (tune layer)
+ * wrap these and attach the learner. */
+ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out);
+ai_status_t comm_create_env(ai_comm **out);
 
 /* Mark failed (first error wins), tell peers, return `status`. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);

@@ -166,6 +166,7 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     comm_links_free(c->links);
     c->links = l;
     memset(c->auto_cache, 0, sizeof c->auto_cache); /* decided on old links */
+    c->links_gen++;
     *out = l;
     return AI_OK;
 }

@@ -74,15 +74,31 @@ const char *comm_select_model(const ai_comm *c, ai_coll coll, size_t bytes)
     return *slot;
 }
 
+/* The model speaks nccl-tests sizes: totals for the gathered forms. */
+static double model_size(const ai_comm *c, ai_coll coll, size_t bytes)
+{
+    double size = (double)bytes;
+    if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER || coll == AI_ALLTOALL)
+        size *= c->size;
+    return size;
+}
+
+double comm_select_model_time(const ai_comm *c, ai_coll coll, const char *algo, size_t bytes)
+{
+    model_net n;
+    if (c->nhosts < 2 || !c->links || net_from_links(c, &n) != AI_OK)
+        return NAN;
+    double t = model_net_algo_time(&n, coll, algo, model_size(c, coll, bytes));
+    model_net_free(&n);
+    return isfinite(t) && t > 0 ? t : NAN;
+}
+
 static const char *decide(const ai_comm *c, ai_coll coll, size_t bytes)
 {
     model_net n;
     if (net_from_links(c, &n) != AI_OK)
         return NULL;
-    /* The model speaks nccl-tests sizes: totals for the gathered forms. */
-    double size = (double)bytes;
-    if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER || coll == AI_ALLTOALL)
-        size *= c->size;
+    double size = model_size(c, coll, bytes);
     const char *best = NULL;
     double best_t = INFINITY, weighted_t = INFINITY;
     for (int i = 0; i < comm_algo_count(coll); i++) {

@@ -1,0 +1,606 @@
+/*
+ * The knowledge base: an embedded SQLite database of what the learner
+ * measured and concluded, per communicator fingerprint.
+ *
+ * Tables (schema version 1):
+ *   fingerprints(id, nranks, nhosts, description, first_seen, last_seen)
+ *   arms(fp, coll, bytes, algo, chunk, channels, samples, mean_log, var_log)
+ *        the posterior of each measured arm, on log seconds at `bytes`
+ *   buckets(fp, coll, bytes, explored, explore_s, settled)
+ *   measurements(fp, coll, bytes, algo, chunk, channels, seconds, phase, at)
+ *        every agreed timing the learner used, and why the arm ran
+ *        ("explore", "exploit"): the decision log.
+ *
+ * Crash safety: WAL journal, every update one transaction; a process
+ * killed mid-write leaves the last committed state (SQLite's guarantee).
+ * One writer per job (rank 0); several jobs on one file wait for each
+ * other's transactions up to the busy timeout.
+ */
+#include "tune/tune.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define KB_SCHEMA_VERSION 1
+#define KB_BUSY_MS 10000
+
+struct ai_kb {
+    sqlite3 *db;
+    char path[1024];
+};
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS fingerprints(id TEXT PRIMARY KEY, nranks INTEGER NOT NULL,"
+    " nhosts INTEGER NOT NULL, description TEXT NOT NULL DEFAULT '', first_seen REAL,"
+    " last_seen REAL);"
+    "CREATE TABLE IF NOT EXISTS arms(fp TEXT NOT NULL, coll TEXT NOT NULL, bytes INTEGER NOT NULL,"
+    " algo TEXT NOT NULL, chunk INTEGER NOT NULL, channels INTEGER NOT NULL,"
+    " samples INTEGER NOT NULL, mean_log REAL NOT NULL, var_log REAL NOT NULL,"
+    " PRIMARY KEY(fp, coll, bytes, algo, chunk, channels));"
+    "CREATE TABLE IF NOT EXISTS buckets(fp TEXT NOT NULL, coll TEXT NOT NULL,"
+    " bytes INTEGER NOT NULL, explored INTEGER NOT NULL, explore_s REAL NOT NULL,"
+    " settled INTEGER NOT NULL, PRIMARY KEY(fp, coll, bytes));"
+    "CREATE TABLE IF NOT EXISTS measurements(fp TEXT NOT NULL, coll TEXT NOT NULL,"
+    " bytes INTEGER NOT NULL, algo TEXT NOT NULL, chunk INTEGER NOT NULL,"
+    " channels INTEGER NOT NULL, seconds REAL NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL);"
+    "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
+
+static ai_status_t kb_err(const ai_kb *kb, const char *what)
+{
+    return ai_fail(AI_ERR_IO, "knowledge base %s: %s: %s", kb->path, what, sqlite3_errmsg(kb->db));
+}
+
+ai_status_t ai_kb_default_path(char *buf, size_t len)
+{
+    const char *env = getenv("AUTOINFRA_KB"), *xdg = getenv("XDG_CACHE_HOME"),
+               *home = getenv("HOME");
+    int w;
+    if (env && *env)
+        w = snprintf(buf, len, "%s", env);
+    else if (xdg && *xdg)
+        w = snprintf(buf, len, "%s/autoinfra/kb.sqlite", xdg);
+    else if (home && *home)
+        w = snprintf(buf, len, "%s/.cache/autoinfra/kb.sqlite", home);
+    else
+        return ai_fail(AI_ERR_INVALID, "no knowledge base path: set AUTOINFRA_KB (HOME is unset)");
+    if (w < 0 || (size_t)w >= len)
+        return ai_fail(AI_ERR_INVALID, "knowledge base path is too long");
+    return AI_OK;
+}
+
+/* mkdir -p of the directory part of path. */
+static ai_status_t make_parents(const char *path)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", path);
+    for (char *p = dir + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return ai_fail(AI_ERR_IO, "knowledge base: cannot create directory %s: %s", dir,
+                           strerror(errno));
+        *p = '/';
+    }
+    return AI_OK;
+}
+
+static ai_status_t exec_sql(ai_kb *kb, const char *sql)
+{
+    char *msg = NULL;
+    if (sqlite3_exec(kb->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
+        ai_status_t st = ai_fail(AI_ERR_IO, "knowledge base %s: %s", kb->path,
+                                 msg ? msg : sqlite3_errmsg(kb->db));
+        sqlite3_free(msg);
+        return st;
+    }
+    return AI_OK;
+}
+
+ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
+{
+    ai_kb *kb = calloc(1, sizeof *kb);
+    if (!kb)
+        return ai_fail(AI_ERR_NOMEM, "knowledge base");
+    ai_status_t st = AI_OK;
+    if (path && *path) {
+        if (strlen(path) >= sizeof kb->path)
+            st = ai_fail(AI_ERR_INVALID, "knowledge base path is too long");
+        else
+            snprintf(kb->path, sizeof kb->path, "%s", path);
+    } else {
+        st = ai_kb_default_path(kb->path, sizeof kb->path);
+    }
+    if (st != AI_OK) {
+        free(kb);
+        return st;
+    }
+    struct stat sb;
+    if (readonly && stat(kb->path, &sb) != 0) {
+        st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s does not exist", kb->path);
+        free(kb);
+        return st;
+    }
+    if (!readonly && (st = make_parents(kb->path)) != AI_OK) {
+        free(kb);
+        return st;
+    }
+    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    if (sqlite3_open_v2(kb->path, &kb->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+        st = kb_err(kb, "cannot open");
+        goto fail;
+    }
+    sqlite3_busy_timeout(kb->db, KB_BUSY_MS);
+    if (!readonly && ((st = exec_sql(kb, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")) !=
+                          AI_OK ||
+                      (st = exec_sql(kb, schema)) != AI_OK))
+        goto fail;
+    /* A file that is not one of ours (or is corrupt) fails here, clearly. */
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &q,
+                           NULL) != SQLITE_OK) {
+        st = kb_err(kb, "not an autoinfra knowledge base");
+        goto fail;
+    }
+    int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
+    sqlite3_finalize(q);
+    if (ver != KB_SCHEMA_VERSION) {
+        st = ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this build reads %d",
+                     kb->path, ver, KB_SCHEMA_VERSION);
+        goto fail;
+    }
+    *out = kb;
+    return AI_OK;
+fail:
+    sqlite3_close(kb->db);
+    free(kb);
+    return st;
+}
+
+ai_status_t kb_open_writer(const char *path, ai_kb **out)
+{
+    return ai_kb_open(path, 0, out);
+}
+
+void ai_kb_close(ai_kb *kb)
+{
+    if (!kb)
+        return;
+    sqlite3_close(kb->db);
+    free(kb);
+}
+
+/* ------------------------------------------------------------ learner I/O */
+
+ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                           tune_arm_stat *arms, int max, int *n, tune_bucket_info *info)
+{
+    sqlite3_stmt *q = NULL;
+    *n = 0;
+    memset(info, 0, sizeof *info);
+    if (sqlite3_prepare_v2(kb->db,
+                           "SELECT algo, chunk, channels, samples, mean_log, var_log FROM arms"
+                           " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3 AND samples > 0",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "reading arms");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, ai_coll_name(coll), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    while (*n < max && sqlite3_step(q) == SQLITE_ROW) {
+        tune_arm_stat *a = &arms[*n];
+        snprintf(a->algo, sizeof a->algo, "%s", (const char *)sqlite3_column_text(q, 0));
+        a->chunk = (size_t)sqlite3_column_int64(q, 1);
+        a->channels = sqlite3_column_int(q, 2);
+        a->n = (long)sqlite3_column_int64(q, 3);
+        a->m = sqlite3_column_double(q, 4);
+        a->v = sqlite3_column_double(q, 5);
+        (*n)++;
+    }
+    sqlite3_finalize(q);
+    if (sqlite3_prepare_v2(kb->db,
+                           "SELECT explored, explore_s, settled FROM buckets"
+                           " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "reading buckets");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, ai_coll_name(coll), -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        info->explored = (long)sqlite3_column_int64(q, 0);
+        info->explore_s = sqlite3_column_double(q, 1);
+        info->settled = sqlite3_column_int(q, 2);
+    }
+    sqlite3_finalize(q);
+    return AI_OK;
+}
+
+static ai_status_t put_fingerprint(ai_kb *kb, const char *fp, int nranks, int nhosts,
+                                   const char *desc)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db,
+                           "INSERT INTO fingerprints VALUES(?1, ?2, ?3, ?4, ?5, ?5)"
+                           " ON CONFLICT(id) DO UPDATE SET last_seen = ?5,"
+                           " description = CASE WHEN ?4 = '' THEN description ELSE ?4 END",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "writing fingerprint");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_int(q, 2, nranks);
+    sqlite3_bind_int(q, 3, nhosts);
+    sqlite3_bind_text(q, 4, desc ? desc : "", -1, SQLITE_STATIC);
+    sqlite3_bind_double(q, 5, (double)time(NULL));
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing fingerprint");
+}
+
+static ai_status_t put_arm(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
+                           const tune_arm_stat *a)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO arms VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "writing arm");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    sqlite3_bind_text(q, 4, a->algo, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 5, (sqlite3_int64)a->chunk);
+    sqlite3_bind_int(q, 6, a->channels);
+    sqlite3_bind_int64(q, 7, a->n);
+    sqlite3_bind_double(q, 8, a->m);
+    sqlite3_bind_double(q, 9, a->v);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing arm");
+}
+
+static ai_status_t put_bucket(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
+                              const tune_bucket_info *info)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO buckets VALUES(?1,?2,?3,?4,?5,?6)", -1, &q,
+                           NULL) != SQLITE_OK)
+        return kb_err(kb, "writing bucket");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    sqlite3_bind_int64(q, 4, info->explored);
+    sqlite3_bind_double(q, 5, info->explore_s);
+    sqlite3_bind_int(q, 6, info->settled);
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing bucket");
+}
+
+static ai_status_t put_measurement(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
+                                   const tune_arm_stat *a, double seconds, const char *phase)
+{
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db,
+                           "INSERT INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", -1, &q,
+                           NULL) != SQLITE_OK)
+        return kb_err(kb, "writing measurement");
+    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    sqlite3_bind_text(q, 4, a->algo, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, 5, (sqlite3_int64)a->chunk);
+    sqlite3_bind_int(q, 6, a->channels);
+    sqlite3_bind_double(q, 7, seconds);
+    sqlite3_bind_text(q, 8, phase, -1, SQLITE_STATIC);
+    sqlite3_bind_double(q, 9, (double)time(NULL));
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing measurement");
+}
+
+ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc,
+                           ai_coll coll, size_t bytes, const tune_arm_stat *arms, int n,
+                           const tune_bucket_info *info, int arm, double seconds,
+                           const char *phase)
+{
+    const char *cn = ai_coll_name(coll);
+    ai_status_t st = exec_sql(kb, "BEGIN IMMEDIATE");
+    if (st != AI_OK)
+        return st;
+    if ((st = put_fingerprint(kb, fp, nranks, nhosts, desc)) != AI_OK)
+        goto rollback;
+    for (int i = 0; i < n; i++)
+        if (arms[i].n > 0 && (st = put_arm(kb, fp, cn, bytes, &arms[i])) != AI_OK)
+            goto rollback;
+    if ((st = put_bucket(kb, fp, cn, bytes, info)) != AI_OK)
+        goto rollback;
+    if (arm >= 0 && (st = put_measurement(kb, fp, cn, bytes, &arms[arm], seconds, phase)) != AI_OK)
+        goto rollback;
+    return exec_sql(kb, "COMMIT");
+rollback:
+    sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+/* ---------------------------------------------------------- posteriors */
+
+double tune_arm_mean_us(const tune_arm_stat *a)
+{
+    return exp(a->m) * 1e6;
+}
+
+double tune_arm_std_us(const tune_arm_stat *a)
+{
+    return exp(a->m) * sqrt(a->v) * 1e6;
+}
+
+double tune_confidence(const tune_arm_stat *arms, int n, int best)
+{
+    double p = 1;
+    for (int j = 0; j < n; j++) {
+        if (j == best)
+            continue;
+        double s = sqrt(arms[j].v + arms[best].v);
+        /* P(x_j > x_best) for independent normals: Phi((m_j - m_b) / s). */
+        p *= s > 0 ? 0.5 * erfc(-(arms[j].m - arms[best].m) / (s * sqrt(2.0)))
+                   : (arms[j].m > arms[best].m ? 1.0 : 0.5);
+    }
+    return p;
+}
+
+/* -------------------------------------------------------------- reading */
+
+typedef struct {
+    ai_kb_arm *a;
+    tune_arm_stat *s;
+    int n, cap;
+} arm_buf;
+
+static int flush_bucket(arm_buf *b, ai_kb_visit_fn fn, void *arg)
+{
+    int best = -1;
+    for (int i = 0; i < b->n; i++)
+        if (b->s[i].n > 0 && (best < 0 || b->s[i].m < b->s[best].m))
+            best = i;
+    int stop = 0;
+    for (int i = 0; i < b->n && !stop; i++) {
+        b->a[i].best = i == best;
+        b->a[i].confidence = i == best ? tune_confidence(b->s, b->n, best) : 0;
+        stop = fn(&b->a[i], arg);
+    }
+    b->n = 0;
+    return stop;
+}
+
+ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn, void *arg)
+{
+    if (!kb || !fn)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_foreach: kb or fn is NULL");
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db,
+                           "SELECT a.fp, f.nranks, f.nhosts, a.coll, a.bytes, a.algo, a.chunk,"
+                           " a.channels, a.samples, a.mean_log, a.var_log"
+                           " FROM arms a JOIN fingerprints f ON f.id = a.fp"
+                           " WHERE (?1 IS NULL OR a.fp = ?1) AND a.samples > 0"
+                           " ORDER BY a.fp, a.coll, a.bytes, a.mean_log",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "reading arms");
+    if (fingerprint)
+        sqlite3_bind_text(q, 1, fingerprint, -1, SQLITE_STATIC);
+    arm_buf b = {0};
+    ai_status_t st = AI_OK;
+    int rc, stop = 0;
+    while (!stop && (rc = sqlite3_step(q)) == SQLITE_ROW) {
+        ai_kb_arm a = {0};
+        snprintf(a.fingerprint, sizeof a.fingerprint, "%s", (const char *)sqlite3_column_text(q, 0));
+        a.nranks = sqlite3_column_int(q, 1);
+        a.nhosts = sqlite3_column_int(q, 2);
+        if (ai_coll_parse((const char *)sqlite3_column_text(q, 3), &a.coll) != AI_OK)
+            continue; /* a collective this build does not know */
+        a.bytes = (size_t)sqlite3_column_int64(q, 4);
+        snprintf(a.algo, sizeof a.algo, "%s", (const char *)sqlite3_column_text(q, 5));
+        a.chunk_bytes = (size_t)sqlite3_column_int64(q, 6);
+        a.channels = sqlite3_column_int(q, 7);
+        tune_arm_stat s = {.n = (long)sqlite3_column_int64(q, 8),
+                           .m = sqlite3_column_double(q, 9),
+                           .v = sqlite3_column_double(q, 10)};
+        a.samples = s.n;
+        a.mean_us = tune_arm_mean_us(&s);
+        a.std_us = tune_arm_std_us(&s);
+        if (b.n > 0 && (strcmp(b.a[0].fingerprint, a.fingerprint) || b.a[0].coll != a.coll ||
+                        b.a[0].bytes != a.bytes))
+            stop = flush_bucket(&b, fn, arg);
+        if (stop)
+            break;
+        if (b.n == b.cap) {
+            int cap = b.cap ? 2 * b.cap : 16;
+            ai_kb_arm *na = realloc(b.a, (size_t)cap * sizeof *na);
+            if (na)
+                b.a = na;
+            tune_arm_stat *ns = na ? realloc(b.s, (size_t)cap * sizeof *ns) : NULL;
+            if (!ns) {
+                st = ai_fail(AI_ERR_NOMEM, "knowledge base walk");
+                break;
+            }
+            b.s = ns;
+            b.cap = cap;
+        }
+        b.a[b.n] = a;
+        b.s[b.n] = s;
+        b.n++;
+    }
+    if (st == AI_OK && !stop && b.n > 0)
+        flush_bucket(&b, fn, arg);
+    sqlite3_finalize(q);
+    free(b.a);
+    free(b.s);
+    return st;
+}
+
+/* ------------------------------------------------------- JSON exchange */
+
+typedef struct {
+    json_t *fps;     /* array of fingerprint objects */
+    json_t *cur;     /* current fingerprint's arms array */
+    char cur_id[17];
+    ai_kb *kb;
+    ai_status_t st;
+} export_ctx;
+
+static json_t *fingerprint_obj(ai_kb *kb, const char *id, int nranks, int nhosts)
+{
+    const char *desc = "";
+    sqlite3_stmt *q = NULL;
+    json_t *o = NULL;
+    if (sqlite3_prepare_v2(kb->db, "SELECT description FROM fingerprints WHERE id = ?1", -1, &q,
+                           NULL) == SQLITE_OK) {
+        sqlite3_bind_text(q, 1, id, -1, SQLITE_STATIC);
+        if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
+            desc = (const char *)sqlite3_column_text(q, 0);
+        o = json_pack("{s:s, s:i, s:i, s:s, s:[]}", "id", id, "nranks", nranks, "nhosts", nhosts,
+                      "description", desc, "arms");
+    }
+    sqlite3_finalize(q);
+    return o;
+}
+
+static int export_arm(const ai_kb_arm *a, void *arg)
+{
+    export_ctx *x = arg;
+    if (!x->cur || strcmp(x->cur_id, a->fingerprint)) {
+        json_t *f = fingerprint_obj(x->kb, a->fingerprint, a->nranks, a->nhosts);
+        if (!f || json_array_append_new(x->fps, f) != 0) {
+            x->st = ai_fail(AI_ERR_NOMEM, "knowledge base export");
+            return 1;
+        }
+        x->cur = json_object_get(f, "arms");
+        snprintf(x->cur_id, sizeof x->cur_id, "%s", a->fingerprint);
+    }
+    json_t *o = json_pack("{s:s, s:I, s:s, s:I, s:i, s:I, s:f, s:f}", "coll", ai_coll_name(a->coll),
+                          "bytes", (json_int_t)a->bytes, "algo", a->algo, "chunk_bytes",
+                          (json_int_t)a->chunk_bytes, "channels", a->channels, "samples",
+                          (json_int_t)a->samples, "mean_us", a->mean_us, "std_us", a->std_us);
+    if (!o || json_array_append_new(x->cur, o) != 0) {
+        x->st = ai_fail(AI_ERR_NOMEM, "knowledge base export");
+        return 1;
+    }
+    return 0;
+}
+
+ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path)
+{
+    if (!kb || !path)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_export_json: kb or path is NULL");
+    export_ctx x = {.fps = json_array(), .kb = kb};
+    json_t *root = json_pack("{s:s, s:i, s:o}", "format", "autoinfra-kb", "version", 1,
+                             "fingerprints", x.fps);
+    if (!root)
+        return ai_fail(AI_ERR_NOMEM, "knowledge base export");
+    ai_status_t st = ai_kb_foreach(kb, fingerprint, export_arm, &x);
+    if (st == AI_OK)
+        st = x.st;
+    if (st == AI_OK && json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0)
+        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+    json_decref(root);
+    return st;
+}
+
+/* Read one arm object of fingerprint fi, arm ai. */
+static ai_status_t import_arm(const char *path, size_t fi, size_t ai, json_t *o, tune_arm_stat *s,
+                              ai_coll *coll, size_t *bytes)
+{
+    const char *cn = NULL, *algo = NULL;
+    json_int_t b = 0, chunk = 0, ch = 0, n = 0;
+    double mean = 0, sd = 0;
+    json_error_t e;
+    if (json_unpack_ex(o, &e, 0, "{s:s, s:I, s:s, s?I, s?I, s:I, s:F, s?F}", "coll", &cn, "bytes",
+                       &b, "algo", &algo, "chunk_bytes", &chunk, "channels", &ch, "samples", &n,
+                       "mean_us", &mean, "std_us", &sd) != 0)
+        return ai_fail(AI_ERR_PARSE, "%s: fingerprints[%zu].arms[%zu]: %s", path, fi, ai, e.text);
+    if (ai_coll_parse(cn, coll) != AI_OK)
+        return ai_fail(AI_ERR_INVALID, "%s: fingerprints[%zu].arms[%zu].coll: unknown '%s'", path,
+                       fi, ai, cn);
+    if (b < 1 || (b & (b - 1)) || chunk < 0 || ch < 0 || n < 0 || !(mean > 0) || sd < 0 ||
+        strlen(algo) >= TUNE_ALGO_MAX)
+        return ai_fail(AI_ERR_INVALID,
+                       "%s: fingerprints[%zu].arms[%zu]: want bytes a power of two, chunk_bytes,"
+                       " channels, samples >= 0, mean_us > 0, std_us >= 0, algo < %d chars",
+                       path, fi, ai, TUNE_ALGO_MAX);
+    memset(s, 0, sizeof *s);
+    snprintf(s->algo, sizeof s->algo, "%s", algo);
+    s->chunk = (size_t)chunk;
+    s->channels = (int)ch;
+    s->n = (long)n;
+    s->m = log(mean * 1e-6);
+    s->v = (sd / mean) * (sd / mean);
+    *bytes = (size_t)b;
+    return AI_OK;
+}
+
+ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
+{
+    if (!kb || !path)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_import_json: kb or path is NULL");
+    json_error_t e;
+    json_t *root = json_load_file(path, 0, &e);
+    if (!root)
+        return ai_fail(AI_ERR_PARSE, "%s:%d:%d: %s", path, e.line, e.column, e.text);
+    ai_status_t st = AI_OK;
+    const char *format = NULL;
+    json_int_t version = 0;
+    json_t *fps = NULL;
+    if (json_unpack_ex(root, &e, 0, "{s:s, s:I, s:o}", "format", &format, "version", &version,
+                       "fingerprints", &fps) != 0 ||
+        strcmp(format, "autoinfra-kb") || version != 1 || !json_is_array(fps)) {
+        json_decref(root);
+        return ai_fail(AI_ERR_PARSE,
+                       "%s: not an autoinfra knowledge base export (want format \"autoinfra-kb\","
+                       " version 1, a fingerprints array)",
+                       path);
+    }
+    if ((st = exec_sql(kb, "BEGIN IMMEDIATE")) != AI_OK) {
+        json_decref(root);
+        return st;
+    }
+    size_t fi, ai;
+    json_t *f, *o;
+    json_array_foreach(fps, fi, f)
+    {
+        const char *id = NULL, *desc = "";
+        json_int_t nr = 0, nh = 0;
+        json_t *arms = NULL;
+        if (json_unpack_ex(f, &e, 0, "{s:s, s:I, s:I, s?s, s:o}", "id", &id, "nranks", &nr,
+                           "nhosts", &nh, "description", &desc, "arms", &arms) != 0 ||
+            !json_is_array(arms) || strlen(id) != 16 || nr < 1 || nh < 1) {
+            st = ai_fail(AI_ERR_PARSE,
+                         "%s: fingerprints[%zu]: want id (16 hex digits), nranks, nhosts >= 1 and"
+                         " an arms array",
+                         path, fi);
+            break;
+        }
+        if ((st = put_fingerprint(kb, id, (int)nr, (int)nh, desc)) != AI_OK)
+            break;
+        json_array_foreach(arms, ai, o)
+        {
+            tune_arm_stat s;
+            ai_coll coll = AI_ALLREDUCE;
+            size_t bytes = 0;
+            if ((st = import_arm(path, fi, ai, o, &s, &coll, &bytes)) != AI_OK ||
+                (st = put_arm(kb, id, ai_coll_name(coll), bytes, &s)) != AI_OK)
+                break;
+        }
+        if (st != AI_OK)
+            break;
+    }
+    json_decref(root);
+    if (st != AI_OK) {
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+        return st;
+    }
+    return exec_sql(kb, "COMMIT");
+}

@@ -1,0 +1,643 @@
+/*
+ * The learner behind `auto`: for every (collective, power-of-two size
+ * bucket, communicator fingerprint) it picks an arm (algorithm x chunk x
+ * channels) by Thompson sampling on a normal model of log call time.
+ *
+ * Why Thompson sampling: the network model gives every arm a prior, so
+ * arms the model rates far slower are seldom tried, arms it cannot tell
+ * apart are tried in proportion to the chance that they are best, and
+ * exploration stops by itself once one arm is clearly fastest. Log time
+ * makes the noise roughly proportional (a few percent at any size) and the
+ * model's errors multiplicative.
+ *
+ * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
+ * rank 0 alone decides and every rank follows. At the end of each window
+ * of calls (1 call while exploring, TUNE_WINDOW once settled) all ranks
+ * run one 32-byte MAX allreduce carrying each rank's mean time over the
+ * window (the max is the slowest rank's, the time that counts) and rank 0's
+ * orders: the arm and window for the next calls, and whether to re-measure
+ * the links. Rank 0 decides the next arm from what it knows plus its own
+ * time of this window (the agreed time arrives with the same message).
+ *
+ * Drift: once settled, an agreed window time more than TUNE_DRIFT (log)
+ * away from the arm's posterior, twice running, means the cluster changed:
+ * the links are measured again, the fingerprint recomputed (a changed link
+ * rate gives another fingerprint, whose knowledge may already be in the
+ * KB) and the bucket learned again.
+ *
+ * Rank 0 writes every agreed measurement and the posteriors to the
+ * knowledge base; a later job with the same fingerprint starts warm.
+ */
+#include "comm/algos.h"
+#include "comm/probe.h"
+#include "comm/select.h"
+#include "tune/tune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define TUNE_MAX_ARMS 48
+#define TUNE_BUCKETS 64
+#define TUNE_WINDOW 4          /* calls per agreement once settled */
+#define TUNE_NOISE 0.12        /* prior guess of the sd of one call's log
+                                * time; the bucket's own spread replaces it
+                                * as calls come in */
+#define TUNE_NOISE_WEIGHT 4    /* ... with the weight of this many calls */
+#define TUNE_PRIOR_MODEL 0.35  /* sd of the model's log prediction */
+#define TUNE_PRIOR_VARIANT 0.5 /* chunk / channel variants the model ignores */
+#define TUNE_PRIOR_BLIND 0.7   /* arms without a model prediction */
+#define TUNE_MEMORY 16         /* evidence decays by 1 - 1/TUNE_MEMORY per
+                                * call, so drift can move an estimate */
+#define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
+#define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
+#define TUNE_DRIFT 0.4       /* log: a 1.5x change */
+#define TUNE_DRIFT_STRIKES 2
+#define TUNE_BIG 1e300
+
+enum { CMD_NONE = 0, CMD_REPROBE = 1 };
+
+typedef struct tune_bucket {
+    int ready;
+    int narms;
+    tune_arm_stat arm[TUNE_MAX_ARMS];
+    const coll_algo *algo[TUNE_MAX_ARMS];
+    int blind[TUNE_MAX_ARMS]; /* no model prior: mean unset until measured */
+    double noise2;  /* pooled variance of one call's log time */
+    int cur;        /* arm of the current window, same on every rank */
+    int exploring;  /* rank 0: cur was not the best measured arm when chosen */
+    long explored;  /* rank 0: this job's exploratory calls and their seconds */
+    double explore_s;
+    int win_len;    /* calls per window, same on every rank */
+    int win_calls;
+    double win_sum;
+    int settled;    /* exploiting (window TUNE_WINDOW) */
+    int warm;       /* started from the knowledge base */
+    long calls;
+    int strikes;
+    tune_bucket_info info;
+    ai_rng rng;     /* rank 0's Thompson draws */
+} tune_bucket;
+
+typedef struct tuner {
+    ai_kb *kb;       /* rank 0's writer; NULL: none (or unavailable) */
+    int kb_tried;
+    char fp[17];
+    char desc[256];
+    unsigned links_gen;
+    int have_fp;
+    int reprobe;     /* ordered by rank 0: measure links before the next call */
+    int relearn;     /* drift without a new fingerprint: ignore the KB */
+    size_t min_bytes;
+    int budget;
+    double bound;
+    tune_bucket draft; /* rank 0's scratch copy for decisions */
+    tune_bucket *b[AI_COLL_COUNT][TUNE_BUCKETS];
+} tuner;
+
+static int bucket_of(size_t bytes)
+{
+    int b = 0;
+    while (b < TUNE_BUCKETS - 1 && ((size_t)2 << b) <= bytes)
+        b++;
+    return b;
+}
+
+static double gauss(ai_rng *r)
+{
+    double u = ai_rng_uniform(r), v = ai_rng_uniform(r);
+    return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
+}
+
+/* ---------------------------------------------------------- fingerprint */
+
+/* What identifies a communicator's performance: ranks, their placement on
+ * hosts, and (several hosts) each host's measured bottleneck rate rounded
+ * to a power of two, coarse enough that probe noise does not change it and
+ * fine enough that a link at a quarter of its rate does. */
+static void fingerprint(const ai_comm *c, tuner *t)
+{
+    uint64_t h = ai_hash64("autoinfra-fp-1", 14, 0);
+    h = ai_hash64(&c->size, sizeof c->size, h);
+    h = ai_hash64(&c->nhosts, sizeof c->nhosts, h);
+    h = ai_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
+    int len = snprintf(t->desc, sizeof t->desc, "%d ranks on %d host%s", c->size, c->nhosts,
+                       c->nhosts > 1 ? "s" : "");
+    if (c->links && c->nhosts > 1) {
+        len += snprintf(t->desc + len, sizeof t->desc - (size_t)len, "; Gbit/s:");
+        for (int i = 0; i < c->nhosts; i++) {
+            double bps = c->links->host_Bps[i];
+            int q = isfinite(bps) && bps > 0 ? (int)lround(log2(bps)) : -1;
+            h = ai_hash64(&q, sizeof q, h);
+            if (len < (int)sizeof t->desc - 16)
+                len += snprintf(t->desc + len, sizeof t->desc - (size_t)len, " %.2f",
+                                bps * 8e-9);
+        }
+    }
+    snprintf(t->fp, sizeof t->fp, "%016llx", (unsigned long long)h);
+    t->links_gen = c->links_gen;
+    t->have_fp = 1;
+}
+
+static void reset_buckets(tuner *t)
+{
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int b = 0; b < TUNE_BUCKETS; b++)
+            if (t->b[k][b])
+                t->b[k][b]->ready = 0;
+}
+
+/* ----------------------------------------------------------------- arms */
+
+/* Algorithms whose chunk_bytes changes what they do (coll_args). */
+static int takes_chunk(ai_coll coll, const char *name)
+{
+    if (coll == AI_ALLREDUCE)
+        return !strcmp(name, "weighted");
+    if (coll == AI_BROADCAST)
+        return !strcmp(name, "binary_tree") || !strcmp(name, "chain");
+    if (coll == AI_REDUCE)
+        return !strcmp(name, "binary_tree");
+    return 0;
+}
+
+static int add_arm(tune_bucket *b, const coll_algo *al, size_t chunk, int channels)
+{
+    if (b->narms == TUNE_MAX_ARMS)
+        return 0;
+    tune_arm_stat *a = &b->arm[b->narms];
+    memset(a, 0, sizeof *a);
+    snprintf(a->algo, sizeof a->algo, "%s", al->name);
+    a->chunk = chunk;
+    a->channels = channels;
+    b->algo[b->narms++] = al;
+    return 1;
+}
+
+static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bucket *b)
+{
+    static const size_t chunks[] = {0, 64 << 10, 512 << 10};
+    int chans[2] = {c->channels, 1}, nch = c->nhosts > 1 && c->channels > 1 ? 2 : 1;
+    b->narms = 0;
+    for (int i = 0; i < comm_algo_count(coll); i++) {
+        const coll_algo *al = comm_algo_at(coll, i);
+        if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
+            (!strcmp(al->name, "weighted") && c->nhosts == 1))
+            continue;
+        for (size_t k = 0; k < AI_ARRAY_LEN(chunks); k++) {
+            if (k > 0 && (!takes_chunk(coll, al->name) || 2 * chunks[k] > bytes))
+                continue;
+            for (int j = 0; j < nch; j++)
+                add_arm(b, al, chunks[k], chans[j]);
+        }
+    }
+}
+
+static int find_arm(const tune_bucket *b, const char *algo, size_t chunk, int channels)
+{
+    for (int i = 0; i < b->narms; i++)
+        if (!strcmp(b->arm[i].algo, algo) && b->arm[i].chunk == chunk &&
+            b->arm[i].channels == channels)
+            return i;
+    return -1;
+}
+
+/* Priors from the network model at the bucket's edge; blind (mean unset
+ * until the first measurement) where it has nothing to say. */
+static void set_priors(const ai_comm *c, ai_coll coll, size_t edge, tune_bucket *b)
+{
+    for (int i = 0; i < b->narms; i++) {
+        tune_arm_stat *a = &b->arm[i];
+        double t = comm_select_model_time(c, coll, a->algo, edge);
+        int variant = a->chunk != 0 || a->channels != c->channels;
+        b->blind[i] = !isfinite(t);
+        double sd = !isfinite(t) ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
+        a->m = a->m0 = isfinite(t) ? log(t) : 0;
+        a->v = a->v0 = sd * sd;
+        a->n = 0;
+    }
+    b->noise2 = TUNE_NOISE * TUNE_NOISE;
+}
+
+static int best_measured(const tune_bucket *b);
+
+/* Posteriors from the priors and the decayed sums, with the bucket's noise
+ * pooled over all measured arms (normal model, known variance). Arms the
+ * model cannot cost and nobody has measured yet are assumed as fast as the
+ * best measured arm, with a wide spread: optimism that gets each of them
+ * tried early. */
+static void update_posteriors(tune_bucket *b)
+{
+    double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
+    for (int i = 0; i < b->narms; i++) {
+        const tune_arm_stat *a = &b->arm[i];
+        if (a->w > 1) {
+            ss += AI_MAX(0, a->syy - a->sy * a->sy / a->w);
+            dof += a->w - 1;
+        }
+    }
+    b->noise2 = ss / dof;
+    for (int i = 0; i < b->narms; i++) {
+        tune_arm_stat *a = &b->arm[i];
+        a->v = 1 / (1 / a->v0 + a->w / b->noise2);
+        a->m = a->v * (a->m0 / a->v0 + a->sy / b->noise2);
+    }
+    int best = best_measured(b);
+    for (int j = 0; best >= 0 && j < b->narms; j++)
+        if (b->blind[j])
+            b->arm[j].m = b->arm[j].m0 = b->arm[best].m;
+}
+
+/* Fold one agreed observation (log seconds, mean of `calls` calls) into
+ * arm i. */
+static void observe_arm(tune_bucket *b, int i, double y, int calls)
+{
+    tune_arm_stat *a = &b->arm[i];
+    if (b->blind[i]) {
+        a->m0 = y;
+        b->blind[i] = 0;
+    }
+    double keep = pow(1 - 1.0 / TUNE_MEMORY, calls);
+    a->w = keep * a->w + calls;
+    a->sy = keep * a->sy + calls * y;
+    a->syy = keep * a->syy + calls * y * y;
+    a->n += calls;
+    update_posteriors(b);
+}
+
+/* Index of the measured arm with the lowest mean; -1 if none. */
+static int best_measured(const tune_bucket *b)
+{
+    int best = -1;
+    for (int i = 0; i < b->narms; i++)
+        if (b->arm[i].n > 0 && (best < 0 || b->arm[i].m < b->arm[best].m))
+            best = i;
+    return best;
+}
+
+static int best_prior(const tune_bucket *b)
+{
+    int best = 0;
+    for (int i = 1; i < b->narms; i++)
+        if (b->arm[i].m < b->arm[best].m)
+            best = i;
+    return best;
+}
+
+/* Exploration ends when its budget is spent, or when the best arm has been
+ * measured a few times and is the fastest with high probability. */
+static int settles(const tuner *t, const tune_bucket *b, int best, long explored)
+{
+    return explored >= t->budget ||
+           (b->arm[best].n >= TUNE_SETTLE_SAMPLES &&
+            tune_confidence(b->arm, b->narms, best) >= TUNE_CONFIDENT);
+}
+
+/* Rank 0: the arm for the next window. Thompson draw among the arms whose
+ * optimistic time (mean - 2 sd) is within `bound` of the best measured
+ * arm; the best measured arm once confident or out of budget. */
+static int thompson(tuner *t, tune_bucket *b)
+{
+    int best = best_measured(b);
+    if (best >= 0 && settles(t, b, best, b->info.explored))
+        return best;
+    double ref = best >= 0 ? b->arm[best].m : b->arm[best_prior(b)].m;
+    int pick = best >= 0 ? best : best_prior(b);
+    double pick_draw = TUNE_BIG;
+    for (int i = 0; i < b->narms; i++) {
+        const tune_arm_stat *a = &b->arm[i];
+        if (a->m - 2 * sqrt(a->v) > ref + log(t->bound))
+            continue;
+        double draw = a->m + sqrt(a->v) * gauss(&b->rng);
+        if (draw < pick_draw) {
+            pick_draw = draw;
+            pick = i;
+        }
+    }
+    return pick;
+}
+
+/* ------------------------------------------------------------ buckets */
+
+static ai_status_t kb_ready(tuner *t, const ai_comm *c)
+{
+    if (c->rank != 0 || t->kb || t->kb_tried)
+        return AI_OK;
+    t->kb_tried = 1;
+    if (kb_open_writer(ai_env_str("AUTOINFRA_KB", NULL), &t->kb) != AI_OK) {
+        ai_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
+        t->kb = NULL;
+    }
+    return AI_OK;
+}
+
+/* Every rank: a fresh bucket's arms and priors; rank 0 adds what the KB
+ * knows and names the first arm, sent to all in one small allreduce. */
+static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_bucket *b)
+{
+    size_t edge = (size_t)1 << bi;
+    memset(b, 0, sizeof *b);
+    enumerate_arms(c, coll, edge, b);
+    set_priors(c, coll, edge, b);
+    ai_rng_seed(&b->rng, ai_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
+    double order[4] = {-TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
+    if (c->rank == 0) {
+        kb_ready(t, c);
+        tune_arm_stat known[TUNE_MAX_ARMS];
+        int nk = 0;
+        if (t->kb && !t->relearn &&
+            kb_load_bucket(t->kb, t->fp, coll, edge, known, TUNE_MAX_ARMS, &nk, &b->info) != AI_OK) {
+            ai_log(AI_LOG_WARN, "learner: %s", ai_last_error());
+            nk = 0;
+        }
+        long samples = 0;
+        for (int k = 0; k < nk; k++) {
+            int i = find_arm(b, known[k].algo, known[k].chunk, known[k].channels);
+            if (i >= 0) { /* what was learned is this job's prior */
+                tune_arm_stat *a = &b->arm[i];
+                a->n = known[k].n;
+                a->m = a->m0 = known[k].m;
+                a->v = a->v0 = AI_MAX(known[k].v, 1e-6);
+                b->blind[i] = 0;
+                samples += known[k].n;
+            }
+        }
+        update_posteriors(b);
+        /* Imported knowledge has no bucket row: enough samples settle it. */
+        int best = best_measured(b);
+        b->warm = best >= 0 && (b->info.settled || b->info.explored >= t->budget ||
+                                samples >= t->budget);
+        int first = b->warm ? best : -1;
+        if (first < 0) {
+            /* No model: the fixed rule's choice goes first. */
+            const char *rule = b->blind[0] ? ai_coll_auto_algo(c, coll, edge) : NULL;
+            first = rule ? find_arm(b, rule, 0, c->channels) : -1;
+            if (first < 0)
+                first = best >= 0 ? best : best_prior(b);
+        }
+        order[0] = first;
+        order[1] = b->warm ? TUNE_WINDOW : 1;
+        order[2] = b->warm;
+    }
+    ai_algo_opts o = {.algo = "recursive_doubling"};
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 4, AI_F64, AI_MAX, &o);
+    if (st != AI_OK)
+        return st;
+    if (!(order[0] >= 0 && order[0] < b->narms && order[1] >= 1 && order[1] <= 64))
+        return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d)",
+                       order[0], b->narms);
+    b->cur = (int)order[0];
+    b->win_len = (int)order[1];
+    b->settled = b->warm = order[2] > 0;
+    b->ready = 1;
+    ai_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
+           ai_coll_name(coll), edge, b->narms, b->arm[b->cur].algo, b->arm[b->cur].chunk,
+           b->arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
+    return AI_OK;
+}
+
+/* ------------------------------------------------------------- the hook */
+
+static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, comm_arm *arm,
+                               int *taken)
+{
+    tuner *t = ctx;
+    ai_status_t st;
+    *taken = 0;
+    if (bytes < t->min_bytes || c->size < 2)
+        return AI_OK;
+    /* Links first: the model's priors and the fingerprint need them. */
+    if (c->nhosts > 1 && (t->reprobe || !c->links)) {
+        const comm_links *l;
+        if ((st = comm_links_get(c, t->reprobe, &l)) != AI_OK)
+            return st;
+    }
+    if (!t->have_fp || t->links_gen != c->links_gen || t->reprobe) {
+        char old[17];
+        memcpy(old, t->fp, sizeof old);
+        int had = t->have_fp;
+        fingerprint(c, t);
+        /* Drift that did not change the fingerprint: learn afresh. */
+        t->relearn = t->reprobe && had && !strcmp(old, t->fp);
+        if (t->reprobe && c->rank == 0)
+            ai_log(AI_LOG_INFO, "learner: links re-measured; fingerprint %s -> %s%s", old, t->fp,
+                   t->relearn ? " (unchanged: learning again)" : "");
+        t->reprobe = 0;
+        reset_buckets(t);
+    }
+    int bi = bucket_of(bytes);
+    tune_bucket *b = t->b[coll][bi];
+    if (!b && !(b = t->b[coll][bi] = calloc(1, sizeof *b)))
+        return ai_fail(AI_ERR_NOMEM, "learner bucket");
+    if (!b->ready && (st = init_bucket(t, c, coll, bi, b)) != AI_OK)
+        return st;
+    arm->algo = b->algo[b->cur];
+    arm->chunk_bytes = b->arm[b->cur].chunk;
+    arm->channels = b->arm[b->cur].channels;
+    *taken = 1;
+    return AI_OK;
+}
+
+static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
+{
+    tuner *t = ctx;
+    int bi = bucket_of(bytes);
+    tune_bucket *b = t->b[coll][bi];
+    /* A bucket's first call pays for first touches of the buffers (page
+     * faults, scratch growth): it teaches nothing about the arm. */
+    if (b->calls++ == 0)
+        return AI_OK;
+    /* Times scale to the bucket's edge (calls in a bucket differ by < 2x). */
+    b->win_sum += seconds * (double)((size_t)1 << bi) / (double)bytes;
+    if (++b->win_calls < b->win_len)
+        return AI_OK;
+    double mine = b->win_sum / b->win_calls;
+    int ran = b->cur, calls = b->win_calls, was_settled = b->settled, next_explores = 0;
+    double msg[4] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
+    if (c->rank == 0) {
+        /* Decide on a copy that includes our own time of this window. */
+        tune_bucket *d = &t->draft;
+        *d = *b;
+        observe_arm(d, ran, log(mine), calls);
+        int best = best_measured(d);
+        int next = b->settled ? best : thompson(t, d);
+        b->rng = d->rng; /* the draws must not repeat */
+        int settle = b->settled ||
+                     (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
+        next_explores = next != best;
+        msg[1] = next;
+        msg[2] = settle ? TUNE_WINDOW : 1;
+        msg[3] = b->strikes >= TUNE_DRIFT_STRIKES ? CMD_REPROBE : CMD_NONE;
+        ai_log(AI_LOG_DEBUG, "learner: %s %zu: %s/%zu/%d took %.1f us (mine); next %s/%zu/%d%s",
+               ai_coll_name(coll), (size_t)1 << bi, d->arm[ran].algo, d->arm[ran].chunk,
+               d->arm[ran].channels, mine * 1e6, d->arm[next].algo, d->arm[next].chunk,
+               d->arm[next].channels, settle ? " (settled)" : "");
+    }
+    ai_algo_opts o = {.algo = "recursive_doubling"};
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 4, AI_F64, AI_MAX, &o);
+    if (st != AI_OK)
+        return st;
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->narms && msg[2] >= 1 && msg[2] <= 64))
+        return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, window %g)",
+                       msg[1], msg[2]);
+    /* Every rank: the agreed time is the slowest rank's. */
+    double y = log(msg[0]);
+    double off = fabs(y - b->arm[ran].m);
+    if (was_settled && off > TUNE_DRIFT && off > 3 * sqrt(b->noise2 / calls + b->arm[ran].v))
+        b->strikes++;
+    else
+        b->strikes = 0;
+    if (b->exploring) {
+        b->info.explored += calls;
+        b->info.explore_s += msg[0] * calls;
+        b->explored += calls;
+        b->explore_s += msg[0] * calls;
+    }
+    observe_arm(b, ran, y, calls);
+    b->cur = (int)msg[1];
+    b->exploring = next_explores;
+    b->win_len = (int)msg[2];
+    b->settled = b->info.settled = b->win_len > 1;
+    b->win_calls = 0;
+    b->win_sum = 0;
+    if (msg[3] == CMD_REPROBE) {
+        t->reprobe = 1;
+        b->strikes = 0;
+    }
+    if (c->rank == 0 && t->kb &&
+        kb_save_bucket(t->kb, t->fp, c->size, c->nhosts, t->desc, coll, (size_t)1 << bi, b->arm,
+                       b->narms, &b->info, ran, msg[0], was_settled ? "exploit" : "explore") !=
+            AI_OK)
+        ai_log(AI_LOG_WARN, "learner: not saved: %s", ai_last_error());
+    return AI_OK;
+}
+
+static void tune_release(void *ctx)
+{
+    tuner *t = ctx;
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int b = 0; b < TUNE_BUCKETS; b++)
+            free(t->b[k][b]);
+    ai_kb_close(t->kb);
+    free(t);
+}
+
+/* ------------------------------------------------------------ public */
+
+static ai_status_t attach(ai_comm *c)
+{
+    int on;
+    double bound;
+    ai_status_t st;
+    size_t min = (size_t)64 << 10;
+    const char *mv = ai_env_str("AUTOINFRA_TUNE_MIN", NULL);
+    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, &on)) != AI_OK)
+        return st;
+    if (!on)
+        return AI_OK;
+    if (mv && ai_parse_size(mv, &min) != AI_OK)
+        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_MIN='%s' is not a size", mv);
+    tuner *t = calloc(1, sizeof *t);
+    if (!t)
+        return ai_fail(AI_ERR_NOMEM, "learner");
+    t->min_bytes = min;
+    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 2.0, &bound)) != AI_OK) {
+        free(t);
+        return st;
+    }
+    if (t->budget < 0 || bound < 1) {
+        free(t);
+        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET must be >= 0 and "
+                                       "AUTOINFRA_TUNE_BOUND >= 1");
+    }
+    t->bound = bound;
+    c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
+    return AI_OK;
+}
+
+ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+{
+    ai_comm *c;
+    ai_status_t st = comm_create(cfg, &c);
+    if (st == AI_OK && (st = attach(c)) != AI_OK) {
+        ai_comm_destroy(c);
+        return st;
+    }
+    if (st == AI_OK)
+        *out = c;
+    return st;
+}
+
+ai_status_t ai_comm_create_env(ai_comm **out)
+{
+    ai_comm *c;
+    ai_status_t st = comm_create_env(&c);
+    if (st == AI_OK && (st = attach(c)) != AI_OK) {
+        ai_comm_destroy(c);
+        return st;
+    }
+    if (st == AI_OK)
+        *out = c;
+    return st;
+}
+
+int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out, int max)
+{
+    if (!c || (unsigned)coll >= AI_COLL_COUNT)
+        return 0;
+    tune_bucket *b = malloc(sizeof *b);
+    if (!b)
+        return 0;
+    enumerate_arms(c, coll, bytes, b);
+    int n = b->narms;
+    for (int i = 0; i < n && i < max; i++)
+        out[i] = (ai_algo_opts){b->algo[i]->name, b->arm[i].chunk, b->arm[i].channels};
+    free(b);
+    return n;
+}
+
+ai_status_t ai_comm_fingerprint(const ai_comm *c, char out[17])
+{
+    if (!c)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_fingerprint: communicator is NULL");
+    tuner tmp = {0};
+    const tuner *t = c->tuner.ctx && c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
+    if (!t || !t->have_fp) {
+        fingerprint(c, &tmp);
+        t = &tmp;
+    }
+    memcpy(out, t->fp, 17);
+    return AI_OK;
+}
+
+ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choice *out)
+{
+    if (!c || (unsigned)coll >= AI_COLL_COUNT)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_choice: bad communicator or collective");
+    const tuner *t = c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
+    const tune_bucket *b = t && bytes >= t->min_bytes ? t->b[coll][bucket_of(bytes)] : NULL;
+    ai_choice ch = {0};
+    if (b && b->ready) {
+        const tune_arm_stat *a = &b->arm[b->cur];
+        snprintf(ch.algo, sizeof ch.algo, "%s", a->algo);
+        ch.chunk_bytes = a->chunk;
+        ch.channels = a->channels;
+        ch.source = b->warm ? "kb" : "learned";
+        ch.explored = (int)b->explored;
+        int best = best_measured(b);
+        if (best >= 0)
+            ch.explore_s = b->explore_s - (double)b->explored * exp(b->arm[best].m);
+    } else {
+        const char *name = ai_coll_auto_algo(c, coll, bytes);
+        if (!name)
+            return ai_fail(AI_ERR_NOTFOUND, "no choice for %s", ai_coll_name(coll));
+        snprintf(ch.algo, sizeof ch.algo, "%s", name);
+        ch.channels = c->channels;
+        ch.source = comm_select_model(c, coll, bytes) ? "model" : "rule";
+    }
+    *out = ch;
+    return AI_OK;
+}

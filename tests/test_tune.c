@@ -1,0 +1,340 @@
+/*
+ * The learner and its knowledge base:
+ *  - every rank follows the same arm for the same call (mixed shm + TCP,
+ *    sizes in a shuffled order, results checked), and per bucket reports
+ *    the same choice;
+ *  - a second job on the same fingerprint starts warm: no exploration, the
+ *    KB's best arm from its first call, no "explore" rows written;
+ *  - the KB survives kill -9 in the middle of its writes, consistent;
+ *  - JSON export / import round trip and clear errors on bad files.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "support/ranks.h"
+#include "tune/tune.h"
+
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[256];
+
+static void path_in(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", dir, name);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(dir, sizeof dir, "/tmp/ai-tune-XXXXXX");
+    if (!mkdtemp(dir))
+        return -1;
+    setenv("AUTOINFRA_TUNE_MIN", "16K", 1);
+    setenv("AUTOINFRA_TUNE_BUDGET", "8", 1);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------- identical decisions */
+
+#define SIZES 5
+static const size_t sizes[SIZES] = {16 << 10, 24 << 10, 64 << 10, 100 << 10, 256 << 10};
+
+static uint64_t choice_hash(const ai_choice *ch)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = ch->algo; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    return h ^ ch->chunk_bytes * 31 ^ (uint64_t)ch->channels * 7;
+}
+
+static int same_choices(ai_comm *c, void *arg)
+{
+    (void)arg;
+    int r = ai_comm_rank(c), p = ai_comm_size(c);
+    size_t maxc = sizes[SIZES - 1] / sizeof(float);
+    float *buf = malloc(maxc * sizeof *buf);
+    if (!buf)
+        return 1;
+    unsigned seed = 12345; /* the same shuffled order on every rank */
+    for (int call = 0; call < 120; call++) {
+        seed = seed * 1103515245u + 12345u;
+        size_t n = sizes[(seed >> 16) % SIZES] / sizeof(float);
+        for (size_t i = 0; i < n; i++)
+            buf[i] = (float)((r + 1) * (int)(i % 7));
+        ai_status_t st = ai_allreduce(c, AI_IN_PLACE, buf, n, AI_F32, AI_SUM, NULL);
+        if (st != AI_OK) {
+            fprintf(stderr, "rank %d call %d: %s: %s\n", r, call, ai_strerror(st), ai_last_error());
+            free(buf);
+            return 1;
+        }
+        float want = (float)(p * (p + 1) / 2);
+        for (size_t i = 0; i < n; i++)
+            if (buf[i] != want * (float)(i % 7)) {
+                fprintf(stderr, "rank %d call %d: [%zu] = %g, want %g\n", r, call, i, buf[i],
+                        want * (float)(i % 7));
+                free(buf);
+                return 1;
+            }
+    }
+    free(buf);
+    for (int s = 0; s < SIZES; s++) {
+        ai_choice ch;
+        if (ai_comm_choice(c, AI_ALLREDUCE, sizes[s], &ch) != AI_OK)
+            return 1;
+        if (strcmp(ch.source, "learned") && strcmp(ch.source, "kb")) {
+            fprintf(stderr, "rank %d: %zu bytes: source %s, want the learner\n", r, sizes[s],
+                    ch.source);
+            return 1;
+        }
+        uint64_t lo = choice_hash(&ch), hi = lo;
+        if (ai_allreduce(c, AI_IN_PLACE, &lo, 1, AI_I64, AI_MIN, NULL) != AI_OK ||
+            ai_allreduce(c, AI_IN_PLACE, &hi, 1, AI_I64, AI_MAX, NULL) != AI_OK)
+            return 1;
+        if (lo != hi) {
+            fprintf(stderr, "rank %d: %zu bytes: ranks report different arms (%s here)\n", r,
+                    sizes[s], ch.algo);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void test_identical_decisions(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "same.sqlite");
+    setenv("AUTOINFRA_KB", kb, 1);
+    ranks_opts o = {.nhosts = 2, .deadline_s = 120};
+    assert_int_equal(ranks_run(4, &o, same_choices, NULL), 0);
+    ranks_opts shm = {.deadline_s = 120};
+    assert_int_equal(ranks_run(3, &shm, same_choices, NULL), 0);
+}
+
+/* ----------------------------------------------------------- warm start */
+
+typedef struct {
+    int calls;
+    int expect_warm;
+} warm_arg;
+
+static int run_bucket(ai_comm *c, void *arg)
+{
+    const warm_arg *w = arg;
+    size_t n = (64 << 10) / sizeof(float);
+    float *buf = calloc(n, sizeof *buf);
+    if (!buf)
+        return 1;
+    for (int i = 0; i < w->calls; i++) {
+        if (ai_allreduce(c, AI_IN_PLACE, buf, n, AI_F32, AI_SUM, NULL) != AI_OK) {
+            fprintf(stderr, "allreduce: %s\n", ai_last_error());
+            free(buf);
+            return 1;
+        }
+        ai_choice ch;
+        if (w->expect_warm && ai_comm_rank(c) == 0 &&
+            (ai_comm_choice(c, AI_ALLREDUCE, n * sizeof(float), &ch) != AI_OK ||
+             strcmp(ch.source, "kb") || ch.explored != 0)) {
+            fprintf(stderr, "call %d: source %s, explored %d: want kb, 0\n", i, ch.source,
+                    ch.explored);
+            free(buf);
+            return 1;
+        }
+    }
+    free(buf);
+    return 0;
+}
+
+static long count_rows(const char *kb, const char *sql)
+{
+    sqlite3 *db;
+    sqlite3_stmt *q;
+    long n = -1;
+    if (sqlite3_open_v2(kb, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &q, NULL) == SQLITE_OK) {
+        if (sqlite3_step(q) == SQLITE_ROW)
+            n = sqlite3_column_int64(q, 0);
+        sqlite3_finalize(q);
+    }
+    sqlite3_close(db);
+    return n;
+}
+
+static void test_warm_start(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "warm.sqlite");
+    setenv("AUTOINFRA_KB", kb, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg cold = {40, 0}, warm = {12, 1};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    long explore = count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'");
+    long settled = count_rows(kb, "SELECT count(*) FROM buckets WHERE settled = 1");
+    assert_true(explore >= 1);
+    assert_int_equal(settled, 1);
+    assert_int_equal(ranks_run(2, &o, run_bucket, &warm), 0);
+    assert_int_equal(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'"),
+                     explore);
+    assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
+}
+
+/* ------------------------------------------------------- crash safety */
+
+/* Writer: transaction k gives every arm k samples and the bucket k
+ * explored calls; a reader must never see them disagree. */
+static void writer(const char *kb)
+{
+    ai_kb *h;
+    if (kb_open_writer(kb, &h) != AI_OK)
+        _exit(3);
+    tune_arm_stat arms[8];
+    memset(arms, 0, sizeof arms);
+    for (int i = 0; i < 8; i++) {
+        snprintf(arms[i].algo, sizeof arms[i].algo, "algo%d", i);
+        arms[i].channels = 1;
+        arms[i].v = 0.01;
+    }
+    for (long k = 1;; k++) {
+        tune_bucket_info info = {k, 0.001 * (double)k, 0};
+        for (int i = 0; i < 8; i++) {
+            arms[i].n = k;
+            arms[i].m = -7 + 0.01 * i;
+        }
+        if (kb_save_bucket(h, "00000000000000aa", 2, 1, "crash test", AI_ALLREDUCE, 65536, arms,
+                           8, &info, 0, 0.001, "explore") != AI_OK)
+            _exit(4);
+    }
+}
+
+static void test_crash_safety(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "crash.sqlite");
+    long total = 0; /* measurements: one per committed transaction, all rounds */
+    for (int round = 0; round < 3; round++) {
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0)
+            writer(kb);
+        usleep(150000 + 50000 * round);
+        kill(pid, SIGKILL);
+        int wst;
+        assert_int_equal(waitpid(pid, &wst, 0), pid);
+        assert_true(WIFSIGNALED(wst)); /* it was still writing */
+        assert_int_equal(count_rows(kb, "SELECT count(*) FROM pragma_integrity_check() "
+                                        "WHERE integrity_check != 'ok'"),
+                         0);
+        long k = count_rows(kb, "SELECT explored FROM buckets");
+        assert_true(k >= 1);
+        assert_int_equal(count_rows(kb, "SELECT count(*) FROM arms WHERE samples != "
+                                        "(SELECT explored FROM buckets)"),
+                         0);
+        total += k;
+        assert_int_equal(count_rows(kb, "SELECT count(*) FROM measurements"), total);
+        /* Reopened through the API, it reads and takes new writes. */
+        ai_kb *h;
+        assert_int_equal(ai_kb_open(kb, 0, &h), AI_OK);
+        char out[300];
+        path_in(out, sizeof out, "crash.json");
+        assert_int_equal(ai_kb_export_json(h, NULL, out), AI_OK);
+        ai_kb_close(h);
+    }
+}
+
+/* ------------------------------------------------------- JSON exchange */
+
+static int count_arm(const ai_kb_arm *a, void *arg)
+{
+    int *n = arg;
+    (*n)++;
+    if (a->best && strcmp(a->algo, "ring"))
+        *n += 1000; /* ring (mean 100 us) must be the best */
+    return 0;
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_json_exchange(void **state)
+{
+    (void)state;
+    char in[300], kbp[300], out[300], bad[300];
+    path_in(in, sizeof in, "in.json");
+    path_in(kbp, sizeof kbp, "json.sqlite");
+    path_in(out, sizeof out, "out.json");
+    path_in(bad, sizeof bad, "bad.json");
+    write_file(in, "{\"format\":\"autoinfra-kb\",\"version\":1,\"fingerprints\":[{\"id\":"
+                   "\"0123456789abcdef\",\"nranks\":4,\"nhosts\":4,\"arms\":["
+                   "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"ring\",\"channels\":2,"
+                   "\"samples\":10,\"mean_us\":100,\"std_us\":2},"
+                   "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"rabenseifner\","
+                   "\"channels\":2,\"samples\":10,\"mean_us\":150,\"std_us\":3}]}]}");
+    ai_kb *kb;
+    assert_int_equal(ai_kb_open(kbp, 0, &kb), AI_OK);
+    assert_int_equal(ai_kb_import_json(kb, in), AI_OK);
+    int n = 0;
+    assert_int_equal(ai_kb_foreach(kb, "0123456789abcdef", count_arm, &n), AI_OK);
+    assert_int_equal(n, 2);
+    assert_int_equal(ai_kb_export_json(kb, NULL, out), AI_OK);
+    /* The export imports again into a fresh KB with the same content. */
+    ai_kb *kb2;
+    char kbp2[300];
+    path_in(kbp2, sizeof kbp2, "json2.sqlite");
+    assert_int_equal(ai_kb_open(kbp2, 0, &kb2), AI_OK);
+    assert_int_equal(ai_kb_import_json(kb2, out), AI_OK);
+    n = 0;
+    assert_int_equal(ai_kb_foreach(kb2, NULL, count_arm, &n), AI_OK);
+    assert_int_equal(n, 2);
+    ai_kb_close(kb2);
+    /* Bad input names the file and the place. */
+    write_file(bad, "{\"format\":\"autoinfra-kb\",\"version\":1,\"fingerprints\":[{\"id\":"
+                    "\"0123456789abcdef\",\"nranks\":4,\"nhosts\":4,\"arms\":["
+                    "{\"coll\":\"allreduce\",\"bytes\":1000,\"algo\":\"ring\",\"samples\":1,"
+                    "\"mean_us\":1}]}]}");
+    assert_int_equal(ai_kb_import_json(kb, bad), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "fingerprints[0].arms[0]"));
+    write_file(bad, "{\"format\": ");
+    assert_int_equal(ai_kb_import_json(kb, bad), AI_ERR_PARSE);
+    assert_non_null(strstr(ai_last_error(), bad));
+    ai_kb_close(kb);
+    /* Not a KB at all; a missing file read-only. */
+    assert_int_not_equal(ai_kb_open(in, 0, &kb), AI_OK);
+    assert_non_null(strstr(ai_last_error(), in));
+    path_in(bad, sizeof bad, "missing.sqlite");
+    assert_int_equal(ai_kb_open(bad, 1, &kb), AI_ERR_NOTFOUND);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_identical_decisions),
+        cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_crash_safety),
+        cmocka_unit_test(test_json_exchange),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
