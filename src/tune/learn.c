@@ -41,7 +41,10 @@
 
 #define TUNE_MAX_ARMS 48
 #define TUNE_BUCKETS 64
-#define TUNE_WINDOW 4          /* calls per agreement once settled */
+#define TUNE_WINDOW 4          /* calls per agreement once settled, at least */
+#define TUNE_WINDOW_MAX 32     /* ... and at most: drift shows within 2 */
+#define TUNE_AGREE_SHARE 0.015 /* settled windows are long enough for the
+                                * agreement to cost at most this share */
 #define TUNE_NOISE 0.12        /* prior guess of the sd of one call's log
                                 * time; the bucket's own spread replaces it
                                 * as calls come in */
@@ -68,6 +71,7 @@ typedef struct tune_bucket {
     double noise2;  /* pooled variance of one call's log time */
     int cur;        /* arm of the current window, same on every rank */
     int exploring;  /* rank 0: cur was not the best measured arm when chosen */
+    double agree_s; /* rank 0: what the last agreement took */
     long explored;  /* rank 0: this job's exploratory calls and their seconds */
     double explore_s;
     int win_len;    /* calls per window, same on every rank */
@@ -385,7 +389,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 4, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
-    if (!(order[0] >= 0 && order[0] < b->narms && order[1] >= 1 && order[1] <= 64))
+    if (!(order[0] >= 0 && order[0] < b->narms && order[1] >= 1 && order[1] <= TUNE_WINDOW_MAX))
         return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d)",
                        order[0], b->narms);
     b->cur = (int)order[0];
@@ -440,6 +444,14 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
     return AI_OK;
 }
 
+/* Rank 0: calls per window once settled, so that the agreement message
+ * costs a small share of the window's time. */
+static int settled_window(const tune_bucket *b, double call_s)
+{
+    double w = ceil(b->agree_s / (TUNE_AGREE_SHARE * call_s));
+    return (int)AI_MAX(TUNE_WINDOW, AI_MIN(TUNE_WINDOW_MAX, w));
+}
+
 static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
 {
     tuner *t = ctx;
@@ -468,7 +480,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
         next_explores = next != best;
         msg[1] = next;
-        msg[2] = settle ? TUNE_WINDOW : 1;
+        msg[2] = settle ? settled_window(b, mine) : 1;
         msg[3] = b->strikes >= TUNE_DRIFT_STRIKES ? CMD_REPROBE : CMD_NONE;
         ai_log(AI_LOG_DEBUG, "learner: %s %zu: %s/%zu/%d took %.1f us (mine); next %s/%zu/%d%s",
                ai_coll_name(coll), (size_t)1 << bi, d->arm[ran].algo, d->arm[ran].chunk,
@@ -476,10 +488,13 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
                d->arm[next].channels, settle ? " (settled)" : "");
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
+    double t0 = ai_now();
     ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 4, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
-    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->narms && msg[2] >= 1 && msg[2] <= 64))
+    b->agree_s = ai_now() - t0;
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->narms && msg[2] >= 1 &&
+          msg[2] <= TUNE_WINDOW_MAX))
         return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, window %g)",
                        msg[1], msg[2]);
     /* Every rank: the agreed time is the slowest rank's. */

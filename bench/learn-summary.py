@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Summarise `autoinfra bench --learn --json` runs (bench/learn-eval).
+
+usage: bench/learn-summary.py FILE.jsonl...
+
+Files named learn-NAME-cold / -warm / -drift.jsonl are read as such. For each
+size: the oracle (the fastest arm of the sweep, median of its calls), the
+learner's choice after the auto calls and the sweep's time for that arm
+(ratio = choice / oracle; the goal is <= 1.05), the median of the last 8 auto
+calls over the oracle (tail), exploratory calls and the extra seconds the
+auto calls took over the oracle's time. Warm: the first call over the oracle
+(goal <= 1.03) and exploratory calls (goal 0). Drift: the call after the
+reshape from which every median of 5 calls stays within 10% of the new
+oracle (goal < 64).
+"""
+import json
+import math
+import os
+import sys
+
+
+def arm(d):
+    a = d["algo"]
+    if d.get("chunk_bytes"):
+        a += "/c%dK" % (d["chunk_bytes"] // 1024)
+    return a + "/ch%d" % d.get("channels", 0)
+
+
+def size(b):
+    for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
+        if b >= n and b % n == 0:
+            return "%d%s" % (b // n, unit)
+    return str(b)
+
+
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def geomean(xs):
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def main(paths):
+    if not paths:
+        print(__doc__)
+        return 2
+    for p in paths:
+        kind = "cold" if "-cold" in p else "warm" if "-warm" in p else "drift" if "-drift" in p else "run"
+        try:
+            rows = [json.loads(l) for l in open(p) if l.strip().startswith("{")]
+        except (OSError, ValueError) as e:
+            print("%s: %s" % (p, e), file=sys.stderr)
+            return 1
+        if not rows:
+            continue
+        print("\n== %s (%s): %s, %d ranks on %d hosts" % (os.path.basename(p), kind, rows[0]["coll"],
+                                                          rows[0]["ranks"], rows[0]["hosts"]))
+        if kind == "drift":
+            print("%8s %-34s %10s %9s %10s" % ("size", "choice after drift", "oracle_us", "tail", "recovered"))
+            for r in rows:
+                print("%8s %-34s %10.0f %9.3f %10s" % (size(r["bytes"]), arm(r["choice"]),
+                                                      r["oracle"]["time_us"], r["tail_ratio"],
+                                                      r["recovered_after"]))
+            continue
+        print("%8s %-30s %10s %-30s %7s %7s %7s %5s %9s" % ("size", "oracle", "us", "choice", "ratio",
+                                                           "first", "tail", "expl", "extra_s"))
+        ok, extra = 0, 0.0
+        for r in rows:
+            o = r["oracle"]["time_us"]
+            ok += r["choice_ratio"] <= 1.05
+            extra += r["explore_extra_s"]
+            print("%8s %-30s %10.0f %-30s %7.3f %7.3f %7.3f %5d %9.3f" % (
+                size(r["bytes"]), arm(r["oracle"]), o, arm(r["choice"]), r["choice_ratio"],
+                r["first_us"] / o, r["tail_ratio"], r["choice"]["explored"], r["explore_extra_s"]))
+        print("choice within 5%% of the oracle: %d of %d sizes; geomean choice/oracle %.3f, "
+              "tail/oracle %.3f; extra time over the oracle in the auto calls %.2f s" % (
+                  ok, len(rows), geomean([r["choice_ratio"] for r in rows]),
+                  geomean([r["tail_ratio"] for r in rows]), extra))
+        if kind == "warm":
+            first5 = [median(r["calls_us"][:5]) / r["oracle"]["time_us"] for r in rows]
+            print("warm: exploratory calls %d; first call within 3%% of the oracle: %d of %d; "
+                  "median of the first 5 calls within 3%%: %d of %d (geomean %.3f)" % (
+                      sum(r["choice"]["explored"] for r in rows),
+                      sum(r["first_us"] <= 1.03 * r["oracle"]["time_us"] for r in rows), len(rows),
+                      sum(x <= 1.03 for x in first5), len(rows), geomean(first5)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
