@@ -5,8 +5,11 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= 2
-DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2
-BENCH_DEPS := openmpi-bin libopenmpi-dev
+# Open MPI and MPICH: the MPI shim is built against them and the tests run
+# the KB's exported tuning files through both.
+DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
+              openmpi-bin libopenmpi-dev mpich libmpich-dev
+BENCH_DEPS :=
 
 .PHONY: all deps bench-deps build asan demo test bench-vs-ompi clean
 

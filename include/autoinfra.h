@@ -272,16 +272,19 @@ ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_
  * Rank 0 is the job's only writer.
  */
 
-/* The arm `auto` settled on for calls of this collective and size (the
- * learner's current best; the model's or fixed rule's choice before any
- * learning). Returns AI_ERR_NOTFOUND when `auto` has not run there yet. */
+/* The arm `auto` runs for calls of this collective and size: once the
+ * learner has settled, the arm every rank runs; while it still explores,
+ * the arm it believes fastest so far (on rank 0; other ranks report the
+ * arm of the current call); before the learner has seen the size (or below
+ * AUTOINFRA_TUNE_MIN), the model's or the fixed rule's choice. explored and
+ * explore_s count this job's exploratory calls, on rank 0 (0 elsewhere). */
 typedef struct ai_choice {
     char algo[32];
     size_t chunk_bytes; /* 0: the algorithm's default */
     int channels;       /* TCP connections used */
     const char *source; /* "learned", "kb" (warm start), "model", "rule" */
     int explored;       /* exploratory calls spent in this bucket */
-    double explore_s;   /* extra seconds they cost vs the best arm's mean */
+    double explore_s;   /* seconds they took beyond the best arm's mean */
 } ai_choice;
 ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
 /* The arms the learner weighs for calls of this collective and size (the

@@ -1,0 +1,608 @@
+/*
+ * libautoinfra-mpi: runs the collectives of unmodified MPI programs through
+ * autoinfra (algorithm "auto"). Loaded with LD_PRELOAD; uses the MPI
+ * profiling interface: every intercepted MPI_X that autoinfra cannot serve
+ * is passed to the library's PMPI_X unchanged. docs/mpi-shim.md has the
+ * usage, the rules and the measurements.
+ *
+ * Intercepted: MPI_Init, MPI_Init_thread (PMPI first, then one autoinfra
+ * communicator over MPI_COMM_WORLD), MPI_Finalize (the communicator is
+ * destroyed before PMPI_Finalize), and MPI_Allreduce, MPI_Allgather,
+ * MPI_Reduce_scatter_block, MPI_Bcast, MPI_Alltoall.
+ *
+ * A call goes through autoinfra when
+ *  - the communicator is MPI_COMM_WORLD, or an intracommunicator congruent
+ *    with it (same ranks in the same order: MPI_Comm_dup of the world; the
+ *    answer is cached on the communicator as an attribute) unless the
+ *    thread level is MPI_THREAD_MULTIPLE (then only MPI_COMM_WORLD);
+ *  - the datatypes are predefined and contiguous: for the reductions
+ *    MPI_FLOAT, MPI_DOUBLE, MPI_INT / MPI_INT32_T, MPI_LONG / MPI_LONG_LONG /
+ *    MPI_INT64_T, MPI_UINT8_T / MPI_UNSIGNED_CHAR with MPI_SUM, MPI_PROD,
+ *    MPI_MIN, MPI_MAX; for the others (which only move bytes) also
+ *    MPI_BYTE, MPI_CHAR and the other fixed-size integer types, as bytes;
+ *  - the arguments are valid (non-negative counts, root in range, no NULL
+ *    buffer with a non-zero count, no aliased send and receive buffers,
+ *    equal send and receive sizes), so that MPI's own error handling
+ *    reports anything else.
+ * The rules depend only on arguments every rank passes alike, so all ranks
+ * of a call take the same path.
+ *
+ * Errors: if setting up autoinfra fails on any rank, one warning is printed
+ * and every call goes to MPI for the rest of the job. If an autoinfra call
+ * fails at run time (a peer died, a timeout, mismatched calls), the error
+ * is printed and the job is aborted with MPI_Abort: the result is not
+ * there, and the ranks may no longer agree on which calls completed.
+ */
+#include "autoinfra.h"
+
+#include <mpi.h>
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SHIM_EXPORT __attribute__((visibility("default")))
+#define SHIM_TAG "autoinfra-mpi"
+#define BOOT_LEN 256 /* the rendezvous message rank 0 broadcasts */
+#define HOST_ID_MAX 64
+
+/* Counters a program (or tests/test_mpi_shim.c through mpi_shim_check) can
+ * read with dlsym(RTLD_DEFAULT, ...): intercepted collectives autoinfra ran,
+ * and intercepted collectives passed to MPI while autoinfra was active. */
+SHIM_EXPORT unsigned long long autoinfra_shim_calls;
+SHIM_EXPORT unsigned long long autoinfra_shim_fallbacks;
+/* 1 while autoinfra serves MPI_COMM_WORLD. */
+SHIM_EXPORT int autoinfra_shim_active;
+
+static ai_comm *g_comm;
+static int g_rank, g_size, g_verbose, g_world_only;
+static int g_keyval = MPI_KEYVAL_INVALID;
+static char g_yes, g_no; /* attribute values: congruent with the world or not */
+
+/* ------------------------------------------------------------ datatypes */
+
+typedef struct shim_type {
+    MPI_Datatype type;
+    int size;       /* bytes per element */
+    int reduces;    /* usable with MPI_SUM/PROD/MIN/MAX as `dt` */
+    ai_dtype dt;
+} shim_type;
+
+static shim_type g_types[40];
+static int g_ntypes;
+
+static void type_add(MPI_Datatype t, int reducible)
+{
+    int size = 0;
+    if (t == MPI_DATATYPE_NULL || g_ntypes >= (int)(sizeof g_types / sizeof g_types[0]) ||
+        PMPI_Type_size(t, &size) != MPI_SUCCESS || size <= 0)
+        return;
+    shim_type *e = &g_types[g_ntypes++];
+    e->type = t;
+    e->size = size;
+    e->reduces = 0;
+    e->dt = AI_U8;
+    /* reducible: 1 float, 2 signed integer, 3 unsigned 8-bit */
+    if (reducible == 1 && (size == 4 || size == 8)) {
+        e->reduces = 1;
+        e->dt = size == 4 ? AI_F32 : AI_F64;
+    } else if (reducible == 2 && (size == 4 || size == 8)) {
+        e->reduces = 1;
+        e->dt = size == 4 ? AI_I32 : AI_I64;
+    } else if (reducible == 3 && size == 1) {
+        e->reduces = 1;
+        e->dt = AI_U8;
+    }
+}
+
+static void types_init(void)
+{
+    g_ntypes = 0;
+    type_add(MPI_FLOAT, 1);
+    type_add(MPI_DOUBLE, 1);
+    type_add(MPI_INT, 2);
+    type_add(MPI_INT32_T, 2);
+    type_add(MPI_LONG, 2);
+    type_add(MPI_LONG_LONG, 2);
+    type_add(MPI_INT64_T, 2);
+    type_add(MPI_UINT8_T, 3);
+    type_add(MPI_UNSIGNED_CHAR, 3);
+    /* moved as bytes only */
+    type_add(MPI_BYTE, 0);
+    type_add(MPI_CHAR, 0);
+    type_add(MPI_SIGNED_CHAR, 0);
+    type_add(MPI_INT8_T, 0);
+    type_add(MPI_SHORT, 0);
+    type_add(MPI_UNSIGNED_SHORT, 0);
+    type_add(MPI_INT16_T, 0);
+    type_add(MPI_UINT16_T, 0);
+    type_add(MPI_UNSIGNED, 0);
+    type_add(MPI_UINT32_T, 0);
+    type_add(MPI_UNSIGNED_LONG, 0);
+    type_add(MPI_UNSIGNED_LONG_LONG, 0);
+    type_add(MPI_UINT64_T, 0);
+}
+
+static const shim_type *type_find(MPI_Datatype t)
+{
+    for (int i = 0; i < g_ntypes; i++)
+        if (g_types[i].type == t)
+            return &g_types[i];
+    return NULL;
+}
+
+static int op_map(MPI_Op op, ai_op *out)
+{
+    if (op == MPI_SUM)
+        *out = AI_SUM;
+    else if (op == MPI_PROD)
+        *out = AI_PROD;
+    else if (op == MPI_MIN)
+        *out = AI_MIN;
+    else if (op == MPI_MAX)
+        *out = AI_MAX;
+    else
+        return 0;
+    return 1;
+}
+
+/* A reduction autoinfra can do: supported type and op. */
+static int reduction_ok(MPI_Datatype t, MPI_Op op, ai_dtype *dt, ai_op *aop)
+{
+    const shim_type *e = type_find(t);
+    if (!e || !e->reduces || !op_map(op, aop))
+        return 0;
+    *dt = e->dt;
+    return 1;
+}
+
+/* Bytes of `count` elements of a byte-movable type; 0 if unsupported. */
+static int bytes_of(int count, MPI_Datatype t, size_t *out)
+{
+    const shim_type *e = type_find(t);
+    if (!e || count < 0)
+        return 0;
+    *out = (size_t)count * (size_t)e->size;
+    return 1;
+}
+
+/* ------------------------------------------------------- communicators */
+
+/* MPI_COMM_WORLD, or an intracommunicator with the same ranks in the same
+ * order (cached as an attribute on the communicator). */
+static int comm_ok(MPI_Comm comm)
+{
+    if (comm == MPI_COMM_WORLD)
+        return 1;
+    if (comm == MPI_COMM_NULL || g_world_only || g_keyval == MPI_KEYVAL_INVALID)
+        return 0;
+    void *val = NULL;
+    int flag = 0;
+    if (PMPI_Comm_get_attr(comm, g_keyval, &val, &flag) != MPI_SUCCESS)
+        return 0;
+    if (flag)
+        return val == &g_yes;
+    int inter = 1, res = MPI_UNEQUAL;
+    int ok = PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && !inter &&
+             PMPI_Comm_compare(comm, MPI_COMM_WORLD, &res) == MPI_SUCCESS &&
+             (res == MPI_IDENT || res == MPI_CONGRUENT);
+    PMPI_Comm_set_attr(comm, g_keyval, ok ? &g_yes : &g_no);
+    return ok;
+}
+
+/* ------------------------------------------------------------- results */
+
+static void count_call(unsigned long long *c)
+{
+    __atomic_fetch_add(c, 1, __ATOMIC_RELAXED);
+}
+
+/* Pass the call to MPI, counted. */
+#define FALLBACK(call) (count_call(&autoinfra_shim_fallbacks), (call))
+
+/* An autoinfra call failed: say so and abort the job (see the top). */
+static int finish(ai_status_t st, const char *fn, size_t count, const char *what)
+{
+    if (st == AI_OK) {
+        count_call(&autoinfra_shim_calls);
+        return MPI_SUCCESS;
+    }
+    fprintf(stderr,
+            SHIM_TAG ": rank %d: %s (%zu %s) failed in autoinfra: %s: %s\n" SHIM_TAG
+            ": aborting the job, the result is missing and the ranks may disagree "
+            "(AUTOINFRA_SHIM=0 runs the program without autoinfra)\n",
+            g_rank, fn, count, what, ai_strerror(st), ai_last_error());
+    fflush(stderr);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+    return MPI_ERR_INTERN;
+}
+
+/* ---------------------------------------------------------- collectives */
+
+SHIM_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    ai_dtype dt;
+    ai_op aop;
+    ai_comm *c = g_comm;
+    if (!c)
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    if (count < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
+        recvbuf == MPI_IN_PLACE ||
+        (count > 0 && (!sendbuf || !recvbuf || sendbuf == recvbuf)))
+        return FALLBACK(PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm));
+    const void *sb = sendbuf == MPI_IN_PLACE ? AI_IN_PLACE : sendbuf;
+    return finish(ai_allreduce(c, sb, recvbuf, (size_t)count, dt, aop, NULL), "MPI_Allreduce",
+                  (size_t)count, ai_dtype_name(dt));
+}
+
+SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    ai_dtype dt;
+    ai_op aop;
+    ai_comm *c = g_comm;
+    if (!c)
+        return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    if (recvcount < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
+        recvbuf == MPI_IN_PLACE ||
+        (recvcount > 0 && (!sendbuf || !recvbuf || sendbuf == recvbuf)))
+        return FALLBACK(
+            PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
+    size_t n = (size_t)recvcount, es = ai_dtype_size(dt);
+    ai_status_t st;
+    if (sendbuf == MPI_IN_PLACE) {
+        /* MPI: the input is the whole receive buffer, the result goes to its
+         * start. autoinfra (NCCL's convention) leaves the result at the
+         * rank's block; move it. */
+        st = ai_reduce_scatter(c, AI_IN_PLACE, recvbuf, n, dt, aop, NULL);
+        if (st == AI_OK && g_rank > 0 && n > 0)
+            memmove(recvbuf, (char *)recvbuf + (size_t)g_rank * n * es, n * es);
+    } else {
+        st = ai_reduce_scatter(c, sendbuf, recvbuf, n, dt, aop, NULL);
+    }
+    return finish(st, "MPI_Reduce_scatter_block", n, ai_dtype_name(dt));
+}
+
+SHIM_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                              void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    size_t rbytes = 0, sbytes = 0;
+    if (!c)
+        return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    int in_place = sendbuf == MPI_IN_PLACE;
+    if (!comm_ok(comm) || !bytes_of(recvcount, recvtype, &rbytes) || recvbuf == MPI_IN_PLACE ||
+        (rbytes > 0 && !recvbuf) ||
+        (!in_place && (!bytes_of(sendcount, sendtype, &sbytes) || sbytes != rbytes ||
+                       (rbytes > 0 && (!sendbuf || sendbuf == recvbuf)))))
+        return FALLBACK(PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                       recvtype, comm));
+    /* In place: this rank's block is already at recvbuf + rank * block in
+     * both MPI and autoinfra. */
+    return finish(ai_allgather(c, in_place ? AI_IN_PLACE : sendbuf, recvbuf, rbytes, AI_U8, NULL),
+                  "MPI_Allgather", rbytes, "bytes per rank");
+}
+
+SHIM_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                             void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    size_t rbytes = 0, sbytes = 0;
+    if (!c)
+        return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+    int in_place = sendbuf == MPI_IN_PLACE;
+    if (!comm_ok(comm) || !bytes_of(recvcount, recvtype, &rbytes) || recvbuf == MPI_IN_PLACE ||
+        (rbytes > 0 && !recvbuf) ||
+        (!in_place && (!bytes_of(sendcount, sendtype, &sbytes) || sbytes != rbytes ||
+                       (rbytes > 0 && (!sendbuf || sendbuf == recvbuf)))))
+        return FALLBACK(PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                      recvtype, comm));
+    /* In place: MPI and autoinfra both take the input from recvbuf (MPI
+     * with recvcount and recvtype). */
+    return finish(ai_alltoall(c, in_place ? AI_IN_PLACE : sendbuf, recvbuf, rbytes, AI_U8, NULL),
+                  "MPI_Alltoall", rbytes, "bytes per rank");
+}
+
+SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    size_t bytes = 0;
+    if (!c)
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    if (!comm_ok(comm) || !bytes_of(count, datatype, &bytes) || root < 0 || root >= g_size ||
+        buffer == MPI_IN_PLACE || (bytes > 0 && !buffer))
+        return FALLBACK(PMPI_Bcast(buffer, count, datatype, root, comm));
+    return finish(ai_broadcast(c, buffer, bytes, AI_U8, root, NULL), "MPI_Bcast", bytes, "bytes");
+}
+
+/* --------------------------------------------------------------- set-up */
+
+static int env_verbose(void)
+{
+    const char *v = getenv("AUTOINFRA_LOG");
+    return v && (!strcmp(v, "info") || !strcmp(v, "debug"));
+}
+
+/* This machine's first non-loopback IPv4 address that is up; 0 if none. */
+static int first_ipv4(char *out, size_t len)
+{
+    struct ifaddrs *list;
+    int found = 0;
+    if (getifaddrs(&list) != 0)
+        return 0;
+    for (struct ifaddrs *i = list; i && !found; i = i->ifa_next) {
+        if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET || !(i->ifa_flags & IFF_UP) ||
+            (i->ifa_flags & IFF_LOOPBACK))
+            continue;
+        const struct sockaddr_in *sa = (const struct sockaddr_in *)(const void *)i->ifa_addr;
+        found = inet_ntop(AF_INET, &sa->sin_addr, out, (socklen_t)len) != NULL;
+    }
+    freeifaddrs(list);
+    return found;
+}
+
+/* Can `port` be bound on every interface right now? */
+static int port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, ok;
+    if (fd < 0)
+        return 0;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
+                             .sin_port = htons((uint16_t)port)};
+    ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+    close(fd);
+    return ok;
+}
+
+static unsigned long long random64(void)
+{
+    unsigned long long v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        v = ((unsigned long long)ts.tv_nsec << 20) ^ (unsigned long long)ts.tv_sec ^
+            ((unsigned long long)getpid() << 40);
+    }
+    return v;
+}
+
+/* A port for the rendezvous store, chosen outside the kernel's ephemeral
+ * range so that no rank's own (ephemeral) listener can take it before
+ * rank 0 binds it; 0 if none was found. */
+static int pick_port(void)
+{
+    int lo = 32768, hi = 60999;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768, hi = 60999;
+        fclose(f);
+    }
+    int base = 1024, span = lo - 1024; /* [1024, lo) */
+    if (span < 1000) {                     /* else above the range */
+        base = hi + 1;
+        span = 65535 - hi;
+    }
+    for (int attempt = 0; span > 0 && attempt < 64; attempt++) {
+        int port = base + (int)(random64() % (unsigned long long)span);
+        if (port_free(port))
+            return port;
+    }
+    return 0;
+}
+
+/* Rank 0: the rendezvous host, port and job token, as "host port token";
+ * "!reason" on failure. */
+static void rendezvous_offer(char *msg, size_t len)
+{
+    char host[128] = "";
+    int port = 0;
+    const char *addr = getenv("AUTOINFRA_ADDR");
+    if (addr && *addr) {
+        const char *colon = strrchr(addr, ':');
+        size_t hl = colon ? (size_t)(colon - addr) : strlen(addr);
+        if (hl == 0 || hl >= sizeof host) {
+            snprintf(msg, len, "!AUTOINFRA_ADDR='%.100s' is not host[:port]", addr);
+            return;
+        }
+        memcpy(host, addr, hl);
+        host[hl] = '\0';
+        if (colon) {
+            char *end;
+            long p = strtol(colon + 1, &end, 10);
+            if (*end || end == colon + 1 || p < 1 || p > 65535) {
+                snprintf(msg, len, "!AUTOINFRA_ADDR='%.100s' has no valid port", addr);
+                return;
+            }
+            port = (int)p;
+        }
+    } else if (!first_ipv4(host, sizeof host)) {
+        snprintf(host, sizeof host, "127.0.0.1");
+    }
+    if (!port && !(port = pick_port())) {
+        snprintf(msg, len, "!found no free TCP port for the rendezvous");
+        return;
+    }
+    snprintf(msg, len, "%s %d %016llx%016llx", host, port, random64(), random64());
+}
+
+/* This rank's host id: AUTOINFRA_HOST, else "hostname@first IPv4" (on one
+ * machine every network namespace is then a host of its own). */
+static void host_id(char *out, size_t len)
+{
+    const char *h = getenv("AUTOINFRA_HOST");
+    if (h && *h) {
+        snprintf(out, len, "%s", h);
+        return;
+    }
+    char name[256] = "localhost", ip[INET_ADDRSTRLEN] = "";
+    if (gethostname(name, sizeof name - 1) != 0)
+        snprintf(name, sizeof name, "localhost");
+    name[sizeof name - 1] = '\0';
+    if (first_ipv4(ip, sizeof ip)) {
+        int room = (int)len - 2 - (int)strlen(ip);
+        snprintf(out, len, "%.*s@%s", room > 0 ? room : 0, name, ip);
+    } else {
+        snprintf(out, len, "%.*s", (int)len - 1, name);
+    }
+}
+
+static int env_num(const char *name, double lo, double hi, double *out, char *err, size_t errlen)
+{
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return 1;
+    char *end;
+    double d = strtod(v, &end);
+    if (*end || d < lo || d > hi) {
+        snprintf(err, errlen, "%s='%.60s' is not a number in %g..%g", name, v, lo, hi);
+        return 0;
+    }
+    *out = d;
+    return 1;
+}
+
+/* Agree on a flag: the lowest rank where ok is 0 (g_size if none), and how
+ * many ranks that is. */
+static int first_failed(int ok, int *nfailed)
+{
+    int mine = ok ? g_size : g_rank, first = g_size, bad = !ok, total = 0;
+    if (PMPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) != MPI_SUCCESS ||
+        PMPI_Allreduce(&bad, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return 0; /* cannot agree: treat as failed on rank 0 */
+    *nfailed = total;
+    return first;
+}
+
+static void warn_fallback(int first, int nfailed, const char *why)
+{
+    if (g_rank != first)
+        return;
+    fprintf(stderr,
+            SHIM_TAG ": WARNING: autoinfra set-up failed on rank %d (%d of %d ranks failed): %s; "
+            "every collective runs in MPI\n",
+            first, nfailed, g_size, why);
+    fflush(stderr);
+}
+
+static void shim_setup(void)
+{
+    g_verbose = env_verbose();
+    PMPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    const char *on = getenv("AUTOINFRA_SHIM");
+    if (on && !strcmp(on, "0")) {
+        if (g_verbose && g_rank == 0)
+            fprintf(stderr, SHIM_TAG ": disabled (AUTOINFRA_SHIM=0): every collective runs in MPI\n");
+        return;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    PMPI_Query_thread(&provided);
+    g_world_only = provided == MPI_THREAD_MULTIPLE;
+    types_init();
+    if (!g_world_only &&
+        PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &g_keyval,
+                                NULL) != MPI_SUCCESS)
+        g_keyval = MPI_KEYVAL_INVALID;
+
+    /* 1. rank 0 offers the rendezvous; every rank checks its settings */
+    char boot[BOOT_LEN] = "", err[300] = "", store_host[128] = "", token[40] = "";
+    char self[HOST_ID_MAX];
+    int store_port = 0, ok = 1, nfailed = 0, first;
+    if (g_rank == 0)
+        rendezvous_offer(boot, sizeof boot);
+    if (g_size > 1 && PMPI_Bcast(boot, BOOT_LEN, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        snprintf(boot, sizeof boot, "!broadcast of the rendezvous address failed");
+    boot[BOOT_LEN - 1] = '\0';
+    if (boot[0] == '!') {
+        snprintf(err, sizeof err, "rank 0: %s", boot + 1);
+        ok = 0;
+    } else if (sscanf(boot, "%127s %d %39s", store_host, &store_port, token) != 3) {
+        snprintf(err, sizeof err, "malformed rendezvous message '%.100s'", boot);
+        ok = 0;
+    }
+    double timeout = 0, channels = 0, no_shm = 0;
+    if (ok && (!env_num("AUTOINFRA_TIMEOUT", 0, 1e6, &timeout, err, sizeof err) ||
+               !env_num("AUTOINFRA_CHANNELS", 0, 64, &channels, err, sizeof err) ||
+               !env_num("AUTOINFRA_NO_SHM", 0, 1, &no_shm, err, sizeof err)))
+        ok = 0;
+    host_id(self, sizeof self);
+    first = first_failed(ok, &nfailed);
+    if (first < g_size) {
+        warn_fallback(first, nfailed, err[0] ? err : "ranks could not agree");
+        return;
+    }
+
+    /* 2. the communicator, on every rank */
+    ai_comm_config cfg = {
+        .rank = g_rank, .size = g_size, .store_host = store_host, .store_port = store_port,
+        .token = token, .host_id = self, .timeout_s = timeout, .channels = (int)channels,
+        .no_shm = (int)no_shm,
+    };
+    ai_comm *c = NULL;
+    ai_status_t st = ai_comm_create(&cfg, &c);
+    if (st != AI_OK)
+        snprintf(err, sizeof err, "%s: %s", ai_strerror(st), ai_last_error());
+    first = first_failed(st == AI_OK, &nfailed);
+    if (first < g_size) {
+        ai_comm_destroy(c);
+        warn_fallback(first, nfailed, err[0] ? err : "ranks could not agree");
+        return;
+    }
+    g_comm = c;
+    autoinfra_shim_active = 1;
+    if (g_verbose && g_rank == 0)
+        fprintf(stderr,
+                SHIM_TAG ": autoinfra (algorithm auto) runs MPI_Allreduce, MPI_Allgather, "
+                "MPI_Reduce_scatter_block, MPI_Bcast, MPI_Alltoall on MPI_COMM_WORLD%s: "
+                "%d ranks on %d host%s, rendezvous %s:%d, host id of rank 0 '%s'\n",
+                g_world_only ? " (thread level multiple: no other communicator)"
+                             : " and communicators congruent with it",
+                g_size, ai_comm_nhosts(c), ai_comm_nhosts(c) == 1 ? "" : "s", store_host, store_port,
+                self);
+}
+
+SHIM_EXPORT int MPI_Init(int *argc, char ***argv)
+{
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS)
+        shim_setup();
+    return rc;
+}
+
+SHIM_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS)
+        shim_setup();
+    return rc;
+}
+
+SHIM_EXPORT int MPI_Finalize(void)
+{
+    if (g_comm) {
+        /* Nobody tears down its connections while a peer may still be
+         * reading the last collective's data from them. */
+        PMPI_Barrier(MPI_COMM_WORLD);
+        if (g_verbose && g_rank == 0)
+            fprintf(stderr, SHIM_TAG ": rank 0: %llu collectives ran in autoinfra, %llu in MPI\n",
+                    autoinfra_shim_calls, autoinfra_shim_fallbacks);
+        ai_comm *c = g_comm;
+        g_comm = NULL;
+        autoinfra_shim_active = 0;
+        ai_comm_destroy(c);
+    }
+    if (g_keyval != MPI_KEYVAL_INVALID)
+        PMPI_Comm_free_keyval(&g_keyval);
+    return PMPI_Finalize();
+}

@@ -1,0 +1,265 @@
+/*
+ * The MPI shim (plugins/mpi_shim, docs/mpi-shim.md), tested from the
+ * outside: mpirun runs mpi_shim_check (an ordinary MPI program built next
+ * to the shim) on 3 ranks with LD_PRELOAD=libautoinfra-mpi.so and checks
+ *  - every result of the five collectives (types, ops, in place, counts 0,
+ *    1, odd, large; a duplicate of the world) is right and those calls ran
+ *    in autoinfra (the shim's exported counters, read by the program);
+ *  - calls the shim cannot serve (user op, MPI_BAND, MPI_SHORT reduction,
+ *    derived datatypes, MPI_COMM_SELF, a split communicator) went to MPI
+ *    and are right too;
+ *  - the same over TCP only (AUTOINFRA_NO_SHM=1), initialised with
+ *    MPI_THREAD_MULTIPLE (then duplicates of the world go to MPI);
+ *  - AUTOINFRA_SHIM=0 leaves everything to MPI;
+ *  - a failed set-up (unusable rendezvous address) prints one warning and
+ *    the program still runs correctly on MPI;
+ *  - an autoinfra failure at run time (ranks passing different counts)
+ *    aborts the job with a message instead of returning;
+ *  - with MPICH's flavour too, when it was built.
+ * Skips when mpirun is not installed or the shim was not built (no MPI
+ * development files at configure time).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "support/proc.h"
+
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define TEST_ALARM_S 280
+#define RUN_LIMIT_S 90
+
+static char outbuf[1 << 16], errbuf[1 << 16];
+static char shim_dir[PATH_MAX];
+
+static int setup(void **state)
+{
+    (void)state;
+    alarm(TEST_ALARM_S);
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    alarm(0);
+    return 0;
+}
+
+static int on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char buf[PATH_MAX];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
+        if (access(buf, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
+}
+
+/* build/plugins/mpi_shim/NAME, or NULL when it was not built. */
+static const char *built(const char *name, char *buf, size_t len)
+{
+    if (!shim_dir[0]) {
+        char bin[PATH_MAX];
+        snprintf(bin, sizeof bin, "%s", proc_bin());
+        snprintf(shim_dir, sizeof shim_dir, "%s/plugins/mpi_shim", dirname(bin));
+    }
+    snprintf(buf, len, "%s/%s", shim_dir, name);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
+/* Open MPI's mpirun, 3 ranks, the shim preloaded (unless shim is NULL),
+ * extra -x settings, then the check program's arguments. */
+static int mpirun(const char *shim, const char *const *xvars, const char *const *args)
+{
+    char check[PATH_MAX], preload[PATH_MAX + 16];
+    char *argv[48];
+    int n = 0;
+    if (!built("mpi_shim_check", check, sizeof check))
+        fail_msg("mpi_shim_check was not built next to the shim (%s)", shim_dir);
+    argv[n++] = "env";
+    argv[n++] = "OMPI_ALLOW_RUN_AS_ROOT=1";
+    argv[n++] = "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1";
+    argv[n++] = "OMPI_MCA_rmaps_base_oversubscribe=1";
+    argv[n++] = "timeout";
+    argv[n++] = "-k";
+    argv[n++] = "5";
+    argv[n++] = "80";
+    argv[n++] = "mpirun";
+    argv[n++] = "--oversubscribe";
+    argv[n++] = "-np";
+    argv[n++] = "3";
+    if (shim) {
+        snprintf(preload, sizeof preload, "LD_PRELOAD=%s", shim);
+        argv[n++] = "-x";
+        argv[n++] = preload;
+    }
+    for (; xvars && *xvars && n < 40; xvars++) {
+        argv[n++] = "-x";
+        argv[n++] = (char *)*xvars;
+    }
+    argv[n++] = check;
+    for (; args && *args && n < 47; args++)
+        argv[n++] = (char *)*args;
+    argv[n] = NULL;
+    int rc = proc_run(argv, RUN_LIMIT_S, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT)
+        fail_msg("mpirun still running after %d s; stderr: %s", RUN_LIMIT_S, errbuf);
+    return rc;
+}
+
+/* The shim, or skip the test. */
+static const char *need_shim(char *buf, size_t len)
+{
+    if (!on_path("mpirun")) {
+        print_message("mpirun is not installed (apt-get install openmpi-bin); skipping\n");
+        skip();
+    }
+    const char *shim = built("libautoinfra-mpi.so", buf, len);
+    if (!shim) {
+        print_message("%s/libautoinfra-mpi.so was not built (no Open MPI development files at "
+                      "configure time); skipping\n", shim_dir);
+        skip();
+    }
+    return shim;
+}
+
+/* "shim_check: ... N calls in autoinfra, M passed to MPI ..." */
+static void summary(long *calls, long *falls)
+{
+    const char *s = strstr(outbuf, "shim_check: mode");
+    s = s ? strstr(s, "checks, ") : NULL;
+    if (!s || sscanf(s, "checks, %ld calls in autoinfra, %ld passed to MPI", calls, falls) != 2)
+        fail_msg("no summary line in the output:\n%s\nstderr:\n%s", outbuf, errbuf);
+}
+
+static void expect_ok(int rc, const char *what)
+{
+    if (rc != 0 || !strstr(outbuf, "shim_check: OK"))
+        fail_msg("%s: exit %d\nstdout:\n%s\nstderr:\n%s", what, rc, outbuf, errbuf);
+}
+
+static void test_results_through_autoinfra(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_LOG=info", NULL}, *a[] = {"--expect", "shim", NULL};
+    expect_ok(mpirun(shim, x, a), "mpi_shim_check --expect shim");
+    long calls, falls;
+    summary(&calls, &falls);
+    /* every rank: hundreds of supported calls, and the fallback cases */
+    assert_true(calls >= 3 * 500);
+    assert_true(falls >= 3 * 8);
+    assert_non_null(strstr(outbuf, "(shim active)"));
+    if (!strstr(errbuf, "autoinfra-mpi: autoinfra (algorithm auto) runs MPI_Allreduce"))
+        fail_msg("no set-up line with AUTOINFRA_LOG=info; stderr:\n%s", errbuf);
+}
+
+static void test_results_over_tcp(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_NO_SHM=1", NULL};
+    const char *a[] = {"--expect", "shim", "--quick", "--thread-multiple", NULL};
+    expect_ok(mpirun(shim, x, a), "mpi_shim_check --expect shim over TCP");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_true(calls > 0);
+}
+
+static void test_disabled(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_SHIM=0", "AUTOINFRA_LOG=info", NULL};
+    const char *a[] = {"--expect", "mpi", "--quick", NULL};
+    expect_ok(mpirun(shim, x, a), "AUTOINFRA_SHIM=0");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_int_equal(calls, 0);
+    assert_int_equal(falls, 0);
+    assert_non_null(strstr(outbuf, "(shim loaded, inactive)"));
+    assert_non_null(strstr(errbuf, "disabled (AUTOINFRA_SHIM=0)"));
+}
+
+static void test_failed_setup_falls_back(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    /* TEST-NET-2: not an address of this machine, so rank 0 cannot open
+     * the rendezvous there and the others cannot reach it. */
+    const char *x[] = {"AUTOINFRA_ADDR=198.51.100.1:1", "AUTOINFRA_TIMEOUT=3", NULL};
+    const char *a[] = {"--expect", "mpi", "--quick", NULL};
+    expect_ok(mpirun(shim, x, a), "failed set-up");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_int_equal(calls, 0);
+    const char *w = strstr(errbuf, "autoinfra-mpi: WARNING: autoinfra set-up failed");
+    if (!w)
+        fail_msg("no set-up warning; stderr:\n%s", errbuf);
+    if (strstr(w + 1, "autoinfra-mpi: WARNING"))
+        fail_msg("more than one warning; stderr:\n%s", errbuf);
+}
+
+static void test_runtime_failure_aborts(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_TIMEOUT=10", NULL}, *a[] = {"--mismatch", NULL};
+    int rc = mpirun(shim, x, a);
+    if (rc == 0 || strstr(outbuf, "mismatched call returned"))
+        fail_msg("the mismatched call was not aborted (exit %d)\nstdout:\n%s\nstderr:\n%s", rc,
+                 outbuf, errbuf);
+    if (!strstr(errbuf, "failed in autoinfra") || !strstr(errbuf, "aborting the job"))
+        fail_msg("no abort message; stderr:\n%s", errbuf);
+}
+
+static void test_mpich_flavour(void **state)
+{
+    (void)state;
+    char shim[PATH_MAX], check[PATH_MAX];
+    if (!on_path("mpiexec.mpich") || !built("libautoinfra-mpi-mpich.so", shim, sizeof shim) ||
+        !built("mpi_shim_check-mpich", check, sizeof check)) {
+        print_message("MPICH flavour not built or mpiexec.mpich missing; skipping\n");
+        skip();
+    }
+    char *argv[] = {"timeout", "-k", "5", "80", "mpiexec.mpich", "-n", "3", "-genv",
+                    "LD_PRELOAD", shim, check, "--expect", "shim", "--quick", NULL};
+    int rc = proc_run(argv, RUN_LIMIT_S, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT)
+        fail_msg("mpiexec.mpich still running after %d s; stderr: %s", RUN_LIMIT_S, errbuf);
+    expect_ok(rc, "MPICH: mpi_shim_check --expect shim");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_true(calls > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_results_through_autoinfra, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_results_over_tcp, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disabled, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_mpich_flavour, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
