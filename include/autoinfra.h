@@ -308,6 +308,7 @@ void ai_kb_close(ai_kb *kb);
 typedef struct ai_kb_arm {
     char fingerprint[17];
     int nranks, nhosts;
+    char description[128]; /* the fingerprint's: ranks, hosts, measured rates */
     ai_coll coll;
     size_t bytes;       /* bucket: calls of [bytes, 2 * bytes) */
     char algo[32];
@@ -329,7 +330,7 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
 ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path);
 ai_status_t ai_kb_import_json(ai_kb *kb, const char *path);
 
-/* Teach other stacks (docs/learner.md): an Open MPI coll/tuned dynamic
+/* Teach other stacks (docs/exports.md): an Open MPI coll/tuned dynamic
  * rules file (use with --mca coll_tuned_use_dynamic_rules 1 --mca
  * coll_tuned_dynamic_rules_filename PATH), and an MPICH 4 collective
  * selection JSON file (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=PATH).

@@ -13,6 +13,7 @@ static const struct {
     {"bench", cli_bench_main, "measure collectives (nccl-tests style), run under launch/mpirun/srun"},
     {"plan", cli_plan_main, "find the parallel plan, placement and batch size for a training job"},
     {"cluster", cli_cluster_main, "a cluster spec's nodes and racks, and collective lower bounds on it"},
+    {"kb", cli_kb_main, "what the learner knows: show, export/import, rules for Open MPI and MPICH"},
 };
 
 static void usage(FILE *out)

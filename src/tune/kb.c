@@ -384,7 +384,7 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(kb->db,
                            "SELECT a.fp, f.nranks, f.nhosts, a.coll, a.bytes, a.algo, a.chunk,"
-                           " a.channels, a.samples, a.mean_log, a.var_log"
+                           " a.channels, a.samples, a.mean_log, a.var_log, f.description"
                            " FROM arms a JOIN fingerprints f ON f.id = a.fp"
                            " WHERE (?1 IS NULL OR a.fp = ?1) AND a.samples > 0"
                            " ORDER BY a.fp, a.coll, a.bytes, a.mean_log",
@@ -400,6 +400,8 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
         snprintf(a.fingerprint, sizeof a.fingerprint, "%s", (const char *)sqlite3_column_text(q, 0));
         a.nranks = sqlite3_column_int(q, 1);
         a.nhosts = sqlite3_column_int(q, 2);
+        const unsigned char *desc = sqlite3_column_text(q, 11);
+        snprintf(a.description, sizeof a.description, "%s", desc ? (const char *)desc : "");
         if (ai_coll_parse((const char *)sqlite3_column_text(q, 3), &a.coll) != AI_OK)
             continue; /* a collective this build does not know */
         a.bytes = (size_t)sqlite3_column_int64(q, 4);
@@ -448,32 +450,16 @@ typedef struct {
     json_t *fps;     /* array of fingerprint objects */
     json_t *cur;     /* current fingerprint's arms array */
     char cur_id[17];
-    ai_kb *kb;
     ai_status_t st;
 } export_ctx;
-
-static json_t *fingerprint_obj(ai_kb *kb, const char *id, int nranks, int nhosts)
-{
-    const char *desc = "";
-    sqlite3_stmt *q = NULL;
-    json_t *o = NULL;
-    if (sqlite3_prepare_v2(kb->db, "SELECT description FROM fingerprints WHERE id = ?1", -1, &q,
-                           NULL) == SQLITE_OK) {
-        sqlite3_bind_text(q, 1, id, -1, SQLITE_STATIC);
-        if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_text(q, 0))
-            desc = (const char *)sqlite3_column_text(q, 0);
-        o = json_pack("{s:s, s:i, s:i, s:s, s:[]}", "id", id, "nranks", nranks, "nhosts", nhosts,
-                      "description", desc, "arms");
-    }
-    sqlite3_finalize(q);
-    return o;
-}
 
 static int export_arm(const ai_kb_arm *a, void *arg)
 {
     export_ctx *x = arg;
     if (!x->cur || strcmp(x->cur_id, a->fingerprint)) {
-        json_t *f = fingerprint_obj(x->kb, a->fingerprint, a->nranks, a->nhosts);
+        json_t *f = json_pack("{s:s, s:i, s:i, s:s, s:[]}", "id", a->fingerprint, "nranks",
+                              a->nranks, "nhosts", a->nhosts, "description", a->description,
+                              "arms");
         if (!f || json_array_append_new(x->fps, f) != 0) {
             x->st = ai_fail(AI_ERR_NOMEM, "knowledge base export");
             return 1;
@@ -496,7 +482,7 @@ ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *pa
 {
     if (!kb || !path)
         return ai_fail(AI_ERR_INVALID, "ai_kb_export_json: kb or path is NULL");
-    export_ctx x = {.fps = json_array(), .kb = kb};
+    export_ctx x = {.fps = json_array()};
     json_t *root = json_pack("{s:s, s:i, s:o}", "format", "autoinfra-kb", "version", 1,
                              "fingerprints", x.fps);
     if (!root)

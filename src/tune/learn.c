@@ -56,6 +56,7 @@
                                 * call, so drift can move an estimate */
 #define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
 #define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
+#define TUNE_HORIZON 32        /* calls after which a bucket settles anyway */
 #define TUNE_DRIFT 0.4       /* log: a 1.5x change */
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_BIG 1e300
@@ -290,11 +291,12 @@ static int best_prior(const tune_bucket *b)
     return best;
 }
 
-/* Exploration ends when its budget is spent, or when the best arm has been
- * measured a few times and is the fastest with high probability. */
+/* Exploration ends when its budget is spent, after TUNE_HORIZON calls, or
+ * when the best arm has been measured a few times and is the fastest with
+ * high probability. */
 static int settles(const tuner *t, const tune_bucket *b, int best, long explored)
 {
-    return explored >= t->budget ||
+    return explored >= t->budget || b->calls >= TUNE_HORIZON ||
            (b->arm[best].n >= TUNE_SETTLE_SAMPLES &&
             tune_confidence(b->arm, b->narms, best) >= TUNE_CONFIDENT);
 }

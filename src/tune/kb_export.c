@@ -1,0 +1,831 @@
+/*
+ * Teaching other MPI stacks what the learner knows (docs/exports.md).
+ *
+ *   ai_kb_export_ompi_rules   an Open MPI 4.1 coll/tuned dynamic rules file
+ *   ai_kb_export_mpich_json   an MPICH 4.0 collective selection (CSEL) file
+ *
+ * Both read the KB through the public ai_kb_foreach only. For every
+ * collective and power-of-two size bucket of one fingerprint (NULL: the one
+ * with the most samples) they write the fastest measured arm whose
+ * algorithm the target stack has; sizes the KB knows nothing about, and
+ * communicators of other sizes, keep the stack's own decision.
+ *
+ * Sources of the facts used here (nothing below is copied from either
+ * project; the numbers and names are what their parsers accept):
+ *  - Open MPI algorithm ids: `ompi_info --param coll tuned --level 9` of
+ *    Open MPI 4.1.4 (coll_tuned_<coll>_algorithm "Valid values").
+ *  - Open MPI collective ids: enum COLLTYPE in
+ *    ompi/mca/coll/base/coll_base_functions.h (ALLGATHER 0, ALLREDUCE 2,
+ *    ALLTOALL 3, BARRIER 6, BCAST 7, REDUCE 11, REDUCESCATTER 12,
+ *    REDUCESCATTERBLOCK 13).
+ *  - Open MPI rules grammar: ompi_coll_tuned_read_rules_config_file()
+ *    (coll_tuned_dynamic_file.c) reads whitespace-separated integers,
+ *    skipping '#' to end of line (ompi_coll_base_file_getnext_long):
+ *      NCOLL, then per collective: ID NCOMSIZES, per communicator size:
+ *      COMSIZE NMSGSIZES, per message size: MSGSIZE ALG FANINOUT SEGSIZE.
+ *    The first message size must be 0. Lookup (coll_tuned_dynamic_rules.c,
+ *    4.x): the last communicator entry with COMSIZE <= the communicator's
+ *    size (the first entry when none is), then the last message entry with
+ *    MSGSIZE <= the call's size; algorithm 0 means "use the fixed decision".
+ *  - Open MPI message sizes (coll_tuned_decision_dynamic.c, 4.x): type size
+ *    x count for allreduce, bcast, reduce; x count x communicator size for
+ *    allgather and alltoall (scount); the whole vector (sum of recvcounts,
+ *    rcount x size) for reduce_scatter and reduce_scatter_block.
+ *  - MPICH grammar: src/mpi/coll/src/csel.c (parse_json_tree, MPIR_Csel_search)
+ *    and the keys libmpich 4.0.2 accepts: nested objects whose keys are
+ *    tried in order ("collective=", "comm_type=intra|inter", "comm_size<=N",
+ *    "avg_msg_size<=N", "total_msg_size<=N", "count<pow2", "is_commutative=",
+ *    "is_op_built_in=", "is_sendbuf_inplace=", "comm_hierarchy=", and only
+ *    the "...=any" spellings comm_size, avg_msg_size, total_msg_size, count,
+ *    comm_hierarchy); a leaf is {"algorithm=NAME": {}}. Numbers are C ints.
+ *    The file replaces MPICH's built-in tree, so every collective MPICH can
+ *    call needs a leaf for every call (a search without one asserts).
+ *  - MPICH message sizes (csel.c): avg_msg_size = type size x count for
+ *    allreduce, bcast, reduce, and x sendcount for alltoall (per
+ *    destination); total_msg_size = the whole vector for allgather
+ *    (recvcount x size), reduce_scatter and reduce_scatter_block.
+ *  - MPICH algorithm names: the "algorithm=MPIR_..." strings of libmpich
+ *    4.0.2; preconditions from its own selection table and CVAR fallback
+ *    checks ("... cannot be applied").
+ */
+#include "autoinfra.h"
+#include "comm/algos.h" /* ALGO_DEFAULT_SEGMENT (our pipelines' segment when chunk is 0), is_pow2 */
+#include "util/util.h"
+
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------ reading the KB */
+
+typedef struct {
+    char fp[17];
+    long samples;
+} fp_total;
+
+typedef struct {
+    fp_total *t;
+    size_t n, cap;
+} fp_totals;
+
+static int total_visit(const ai_kb_arm *a, void *arg)
+{
+    fp_totals *x = arg;
+    if (x->n == 0 || strcmp(x->t[x->n - 1].fp, a->fingerprint)) {
+        for (size_t i = 0; i < x->n; i++)
+            if (!strcmp(x->t[i].fp, a->fingerprint)) {
+                x->t[i].samples += a->samples;
+                return 0;
+            }
+        if (x->n == x->cap) {
+            size_t cap = x->cap ? 2 * x->cap : 8;
+            fp_total *nt = realloc(x->t, cap * sizeof *nt);
+            if (!nt)
+                return 1;
+            x->t = nt;
+            x->cap = cap;
+        }
+        snprintf(x->t[x->n].fp, sizeof x->t[x->n].fp, "%s", a->fingerprint);
+        x->t[x->n++].samples = 0;
+    }
+    x->t[x->n - 1].samples += a->samples;
+    return 0;
+}
+
+/* Everything the KB knows of one fingerprint. */
+typedef struct {
+    char fp[17];
+    int nranks, nhosts;
+    ai_kb_arm *arm;
+    size_t n, cap;
+    int nomem;
+} kb_view;
+
+static int view_visit(const ai_kb_arm *a, void *arg)
+{
+    kb_view *v = arg;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? 2 * v->cap : 64;
+        ai_kb_arm *na = realloc(v->arm, cap * sizeof *na);
+        if (!na) {
+            v->nomem = 1;
+            return 1;
+        }
+        v->arm = na;
+        v->cap = cap;
+    }
+    v->arm[v->n++] = *a;
+    v->nranks = a->nranks;
+    v->nhosts = a->nhosts;
+    return 0;
+}
+
+static int arm_cmp(const void *pa, const void *pb)
+{
+    const ai_kb_arm *a = pa, *b = pb;
+    if (a->coll != b->coll)
+        return a->coll < b->coll ? -1 : 1;
+    if (a->bytes != b->bytes)
+        return a->bytes < b->bytes ? -1 : 1;
+    if (a->mean_us != b->mean_us)
+        return a->mean_us < b->mean_us ? -1 : 1;
+    return 0;
+}
+
+static ai_status_t view_load(ai_kb *kb, const char *fingerprint, const char *what, kb_view *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!kb)
+        return ai_fail(AI_ERR_INVALID, "%s: kb is NULL", what);
+    char chosen[17] = "";
+    if (fingerprint) {
+        snprintf(chosen, sizeof chosen, "%s", fingerprint);
+    } else {
+        fp_totals t = {0};
+        ai_status_t st = ai_kb_foreach(kb, NULL, total_visit, &t);
+        long best = -1;
+        for (size_t i = 0; i < t.n; i++)
+            if (t.t[i].samples > best) {
+                best = t.t[i].samples;
+                snprintf(chosen, sizeof chosen, "%s", t.t[i].fp);
+            }
+        free(t.t);
+        if (st != AI_OK)
+            return st;
+        if (best < 0)
+            return ai_fail(AI_ERR_NOTFOUND, "%s: the knowledge base holds no measurements", what);
+    }
+    ai_status_t st = ai_kb_foreach(kb, chosen, view_visit, v);
+    if (st == AI_OK && v->nomem)
+        st = ai_fail(AI_ERR_NOMEM, "%s: reading the knowledge base", what);
+    if (st == AI_OK && v->n == 0)
+        st = ai_fail(AI_ERR_NOTFOUND, "%s: no measurements for fingerprint '%s'", what, chosen);
+    if (st != AI_OK) {
+        free(v->arm);
+        v->arm = NULL;
+        return st;
+    }
+    snprintf(v->fp, sizeof v->fp, "%s", chosen);
+    qsort(v->arm, v->n, sizeof *v->arm, arm_cmp);
+    return AI_OK;
+}
+
+/* The arms of one (coll, bytes) bucket are v->arm[*i .. *end), fastest
+ * first. Returns 0 when no bucket of `coll` is left. */
+static int next_bucket(const kb_view *v, ai_coll coll, size_t *i, size_t *end)
+{
+    while (*i < v->n && v->arm[*i].coll != coll)
+        ++*i;
+    if (*i >= v->n)
+        return 0;
+    size_t j = *i;
+    while (j < v->n && v->arm[j].coll == coll && v->arm[j].bytes == v->arm[*i].bytes)
+        j++;
+    *end = j;
+    return 1;
+}
+
+/* A bucket [bytes, 2 bytes) of per-rank payload in the target's units
+ * (mult: 1 or the communicator size); the lowest bucket (bytes = 1) also
+ * holds empty calls, so it starts at 0. */
+static unsigned long long lo_edge(size_t bytes, int mult)
+{
+    return bytes <= 1 ? 0 : (unsigned long long)bytes * (unsigned)mult;
+}
+
+static unsigned long long hi_edge(size_t bytes, int mult)
+{
+    return 2ull * bytes * (unsigned)mult;
+}
+
+static const char *size_name(unsigned long long b, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 4 && b >= 1024 && b % 1024 == 0) {
+        b /= 1024;
+        u++;
+    }
+    snprintf(buf, len, "%llu %s", b, unit[u]);
+    return buf;
+}
+
+/* =================================================== Open MPI 4.1 rules */
+
+/* coll/tuned collective ids (enum COLLTYPE). */
+enum { OMPI_ALLGATHER = 0, OMPI_ALLREDUCE = 2, OMPI_ALLTOALL = 3, OMPI_BARRIER = 6,
+       OMPI_BCAST = 7, OMPI_REDUCE = 11, OMPI_REDUCESCATTER = 12, OMPI_REDUCESCATTERBLOCK = 13 };
+
+enum { SEG_NONE, SEG_CHUNK, SEG_PIPE }; /* segsize: 0, chunk_bytes, chunk or our default */
+enum { CH_ANY, CH_ZERO, CH_SET };       /* which chunk_bytes the entry applies to */
+
+typedef struct {
+    ai_coll coll;
+    const char *ours;
+    int target;  /* OMPI collective id */
+    int id;      /* coll_tuned_<coll>_algorithm value */
+    const char *name;
+    int seg, chunk, pow2;
+} ompi_map;
+
+/* Our algorithm -> Open MPI 4.1 coll/tuned algorithm (docs/exports.md). */
+static const ompi_map ompi_table[] = {
+    {AI_ALLREDUCE, "ring", OMPI_ALLREDUCE, 4, "ring", SEG_NONE, CH_ZERO, 0},
+    {AI_ALLREDUCE, "ring", OMPI_ALLREDUCE, 5, "segmented_ring", SEG_CHUNK, CH_SET, 0},
+    {AI_ALLREDUCE, "recursive_doubling", OMPI_ALLREDUCE, 3, "recursive_doubling", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "rabenseifner", OMPI_ALLREDUCE, 6, "rabenseifner", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "reduce_bcast", OMPI_ALLREDUCE, 2, "nonoverlapping", SEG_NONE, CH_ANY, 0},
+    {AI_REDUCE_SCATTER, "ring", OMPI_REDUCESCATTER, 3, "ring", SEG_NONE, CH_ANY, 0},
+    {AI_REDUCE_SCATTER, "recursive_halving", OMPI_REDUCESCATTER, 2, "recursive_halving", SEG_NONE, CH_ANY, 0},
+    {AI_REDUCE_SCATTER, "recursive_halving", OMPI_REDUCESCATTERBLOCK, 3, "recursive_halving", SEG_NONE, CH_ANY, 0},
+    {AI_ALLGATHER, "ring", OMPI_ALLGATHER, 4, "ring", SEG_NONE, CH_ANY, 0},
+    {AI_ALLGATHER, "recursive_doubling", OMPI_ALLGATHER, 3, "recursive_doubling", SEG_NONE, CH_ANY, 1},
+    {AI_ALLGATHER, "bruck", OMPI_ALLGATHER, 2, "bruck", SEG_NONE, CH_ANY, 0},
+    {AI_BROADCAST, "binomial", OMPI_BCAST, 6, "binomial", SEG_NONE, CH_ANY, 0},
+    {AI_BROADCAST, "binary_tree", OMPI_BCAST, 5, "binary_tree", SEG_PIPE, CH_ANY, 0},
+    {AI_BROADCAST, "chain", OMPI_BCAST, 3, "pipeline", SEG_PIPE, CH_ANY, 0},
+    {AI_BROADCAST, "scatter_allgather", OMPI_BCAST, 9, "scatter_allgather_ring", SEG_NONE, CH_ANY, 0},
+    {AI_REDUCE, "binomial", OMPI_REDUCE, 5, "binomial", SEG_NONE, CH_ANY, 0},
+    {AI_REDUCE, "binary_tree", OMPI_REDUCE, 4, "binary", SEG_PIPE, CH_ANY, 0},
+    {AI_REDUCE, "rabenseifner", OMPI_REDUCE, 7, "rabenseifner", SEG_NONE, CH_ANY, 0},
+    {AI_ALLTOALL, "pairwise", OMPI_ALLTOALL, 2, "pairwise", SEG_NONE, CH_ANY, 0},
+    {AI_ALLTOALL, "linear", OMPI_ALLTOALL, 1, "linear", SEG_NONE, CH_ANY, 0},
+    {AI_ALLTOALL, "bruck", OMPI_ALLTOALL, 3, "modified_bruck", SEG_NONE, CH_ANY, 0},
+    {AI_BARRIER, "dissemination", OMPI_BARRIER, 4, "bruck", SEG_NONE, CH_ANY, 0},
+    {AI_BARRIER, "tree", OMPI_BARRIER, 6, "tree", SEG_NONE, CH_ANY, 0},
+};
+
+/* Open MPI collectives we write, with the source collective and the size
+ * multiplier (0: size-less, barrier). */
+static const struct {
+    int target;
+    const char *name;
+    ai_coll coll;
+    int per_rank; /* message size counts every rank's block */
+} ompi_colls[] = {
+    {OMPI_ALLGATHER, "allgather", AI_ALLGATHER, 1},
+    {OMPI_ALLREDUCE, "allreduce", AI_ALLREDUCE, 0},
+    {OMPI_ALLTOALL, "alltoall", AI_ALLTOALL, 1},
+    {OMPI_BARRIER, "barrier", AI_BARRIER, 0},
+    {OMPI_BCAST, "bcast", AI_BROADCAST, 0},
+    {OMPI_REDUCE, "reduce", AI_REDUCE, 0},
+    {OMPI_REDUCESCATTER, "reduce_scatter", AI_REDUCE_SCATTER, 1},
+    {OMPI_REDUCESCATTERBLOCK, "reduce_scatter_block", AI_REDUCE_SCATTER, 1},
+};
+
+static const ompi_map *ompi_lookup(int target, const ai_kb_arm *a, int nranks)
+{
+    for (size_t i = 0; i < AI_ARRAY_LEN(ompi_table); i++) {
+        const ompi_map *m = &ompi_table[i];
+        if (m->target != target || m->coll != a->coll || strcmp(m->ours, a->algo))
+            continue;
+        if ((m->chunk == CH_ZERO && a->chunk_bytes) || (m->chunk == CH_SET && !a->chunk_bytes))
+            continue;
+        if (m->pow2 && !is_pow2(nranks))
+            continue;
+        return m;
+    }
+    return NULL;
+}
+
+static long ompi_segsize(const ompi_map *m, const ai_kb_arm *a)
+{
+    switch (m->seg) {
+    case SEG_CHUNK:
+        return (long)a->chunk_bytes;
+    case SEG_PIPE:
+        return (long)(a->chunk_bytes ? a->chunk_bytes : ALGO_DEFAULT_SEGMENT);
+    default:
+        return 0;
+    }
+}
+
+/* Fastest arm of bucket [i, end) that Open MPI has for `target`. */
+static const ai_kb_arm *ompi_pick(const kb_view *v, int target, size_t i, size_t end,
+                                  const ompi_map **m)
+{
+    for (; i < end; i++)
+        if ((*m = ompi_lookup(target, &v->arm[i], v->nranks)) != NULL)
+            return &v->arm[i];
+    return NULL;
+}
+
+/* The rules of one collective for communicator size nranks, into f (NULL:
+ * count them only). Returns the number of message-size lines. */
+static int ompi_msg_rules(FILE *f, const kb_view *v, int target, ai_coll coll, int per_rank)
+{
+    int mult = per_rank ? v->nranks : 1, lines = 0;
+    unsigned long long next = 0; /* where the previous line's range ends */
+    size_t i = 0, end;
+    char b1[32], b2[32];
+    if (coll == AI_BARRIER) {
+        /* No message size: the best arm of the first bucket, for all. */
+        const ompi_map *m;
+        const ai_kb_arm *a = next_bucket(v, coll, &i, &end) ? ompi_pick(v, target, i, end, &m) : NULL;
+        if (!a)
+            return 0;
+        if (f)
+            fprintf(f, "%-12d %d 0 %-8d # %s, %.1f us, %ld samples\n", 0, m->id, 0, m->name,
+                    a->mean_us, a->samples);
+        return 1;
+    }
+    for (; next_bucket(v, coll, &i, &end); i = end) {
+        const ompi_map *m;
+        const ai_kb_arm *a = ompi_pick(v, target, i, end, &m);
+        if (!a)
+            continue; /* nothing Open MPI has: keep its fixed decision there */
+        unsigned long long lo = lo_edge(a->bytes, mult), hi = hi_edge(a->bytes, mult);
+        if (lo > next) {
+            if (f)
+                fprintf(f, "%-12llu 0 0 %-8d # from %s: Open MPI's fixed decision\n", next, 0,
+                        size_name(next, b1, sizeof b1));
+            lines++;
+        }
+        if (f) {
+            char ours[64] = "";
+            if (strcmp(m->name, a->algo) || a->chunk_bytes)
+                snprintf(ours, sizeof ours, " (ours: %s%s)", a->algo,
+                         a->chunk_bytes ? ", chunked" : "");
+            fprintf(f, "%-12llu %d 0 %-8ld # [%s, %s): %s%s, %.1f us, %ld samples\n", lo, m->id,
+                    ompi_segsize(m, a), size_name(lo, b1, sizeof b1), size_name(hi, b2, sizeof b2),
+                    m->name, ours, a->mean_us, a->samples);
+        }
+        lines++;
+        next = hi;
+    }
+    if (lines > 0) {
+        if (f)
+            fprintf(f, "%-12llu 0 0 %-8d # from %s: Open MPI's fixed decision\n", next, 0,
+                    size_name(next, b1, sizeof b1));
+        lines++;
+    }
+    return lines;
+}
+
+ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const char *path)
+{
+    if (!path)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_export_ompi_rules: path is NULL");
+    kb_view v;
+    ai_status_t st = view_load(kb, fingerprint, "Open MPI rules export", &v);
+    if (st != AI_OK)
+        return st;
+    int ncoll = 0;
+    for (size_t c = 0; c < AI_ARRAY_LEN(ompi_colls); c++)
+        ncoll += ompi_msg_rules(NULL, &v, ompi_colls[c].target, ompi_colls[c].coll,
+                                ompi_colls[c].per_rank) > 0;
+    if (ncoll == 0) {
+        free(v.arm);
+        return ai_fail(AI_ERR_NOTFOUND,
+                       "Open MPI rules export: fingerprint %s has no measured algorithm that Open "
+                       "MPI 4.1 coll/tuned has",
+                       v.fp);
+    }
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        free(v.arm);
+        return ai_fail(AI_ERR_IO, "cannot write %s", path);
+    }
+    fprintf(f,
+            "# Open MPI 4.1 coll/tuned dynamic rules written by autoinfra from its knowledge base\n"
+            "# fingerprint %s: %d ranks on %d host(s). Use with\n"
+            "#   mpirun --mca coll_tuned_use_dynamic_rules 1 \\\n"
+            "#          --mca coll_tuned_dynamic_rules_filename THIS_FILE ...\n"
+            "# Rules hold for communicators of exactly %d ranks; algorithm 0 = Open MPI's own\n"
+            "# (fixed) decision. Message sizes are Open MPI's: count x type size, times the\n"
+            "# communicator size for allgather, alltoall and the reduce_scatters.\n"
+            "# Lines: message size, algorithm, fan-in/out, segment size.\n"
+            "%d   # collectives\n",
+            v.fp, v.nranks, v.nhosts, v.nranks, ncoll);
+    for (size_t c = 0; c < AI_ARRAY_LEN(ompi_colls); c++) {
+        int target = ompi_colls[c].target, per_rank = ompi_colls[c].per_rank;
+        ai_coll coll = ompi_colls[c].coll;
+        int n = ompi_msg_rules(NULL, &v, target, coll, per_rank);
+        if (n == 0)
+            continue;
+        fprintf(f, "\n# %s\n%d   # collective id\n", ompi_colls[c].name, target);
+        /* Entry 0 covers smaller communicators, entry nranks + 1 larger ones. */
+        if (v.nranks > 1)
+            fprintf(f, "3   # communicator sizes\n"
+                       "0   # communicators below %d ranks: fixed decision\n"
+                       "1   # message sizes\n"
+                       "0 0 0 0\n",
+                    v.nranks);
+        else
+            fprintf(f, "2   # communicator sizes\n");
+        fprintf(f, "%d   # communicators of %d ranks: what the knowledge base measured\n"
+                   "%d   # message sizes\n",
+                v.nranks, v.nranks, n);
+        ompi_msg_rules(f, &v, target, coll, per_rank);
+        fprintf(f, "%d   # communicators of more ranks: fixed decision\n"
+                   "1   # message sizes\n"
+                   "0 0 0 0\n",
+                v.nranks + 1);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+    free(v.arm);
+    return st;
+}
+
+/* ===================================================== MPICH 4.0 CSEL */
+
+/* Preconditions are written as the branches under which an algorithm may
+ * not run: those go to the next candidate (or the fallback). */
+typedef struct {
+    ai_coll coll;
+    const char *ours;
+    const char *target; /* "reduce_scatter_block" or NULL: the collective's own */
+    const char *name;
+    const char *unless[2];
+    int pow2;
+} mpich_map;
+
+static const mpich_map mpich_table[] = {
+    {AI_ALLREDUCE, "recursive_doubling", NULL, "MPIR_Allreduce_intra_recursive_doubling", {0}, 0},
+    /* Split by count: user ops may come with derived types (MPICH keeps
+     * them on recursive doubling); needs count >= the power of two. */
+    {AI_ALLREDUCE, "rabenseifner", NULL, "MPIR_Allreduce_intra_reduce_scatter_allgather",
+     {"is_op_built_in=no", "count<pow2"}, 0},
+    {AI_ALLREDUCE, "hierarchical", NULL, "MPIR_Allreduce_intra_smp", {"comm_hierarchy=flat"}, 0},
+    {AI_REDUCE_SCATTER, "recursive_halving", NULL, "MPIR_Reduce_scatter_intra_recursive_halving",
+     {0}, 0},
+    {AI_REDUCE_SCATTER, "pairwise", NULL, "MPIR_Reduce_scatter_intra_pairwise", {0}, 0},
+    {AI_REDUCE_SCATTER, "recursive_halving", "reduce_scatter_block",
+     "MPIR_Reduce_scatter_block_intra_recursive_halving", {0}, 0},
+    {AI_REDUCE_SCATTER, "pairwise", "reduce_scatter_block",
+     "MPIR_Reduce_scatter_block_intra_pairwise", {0}, 0},
+    {AI_ALLGATHER, "ring", NULL, "MPIR_Allgather_intra_ring", {0}, 0},
+    {AI_ALLGATHER, "recursive_doubling", NULL, "MPIR_Allgather_intra_recursive_doubling", {0}, 1},
+    {AI_ALLGATHER, "bruck", NULL, "MPIR_Allgather_intra_brucks", {0}, 0},
+    {AI_BROADCAST, "binomial", NULL, "MPIR_Bcast_intra_binomial", {0}, 0},
+    {AI_BROADCAST, "scatter_allgather", NULL, "MPIR_Bcast_intra_scatter_ring_allgather", {0}, 0},
+    {AI_BROADCAST, "hierarchical", NULL, "MPIR_Bcast_intra_smp", {"comm_hierarchy=flat"}, 0},
+    {AI_REDUCE, "binomial", NULL, "MPIR_Reduce_intra_binomial", {0}, 0},
+    {AI_REDUCE, "rabenseifner", NULL, "MPIR_Reduce_intra_reduce_scatter_gather",
+     {"is_op_built_in=no", "count<pow2"}, 0},
+    {AI_REDUCE, "hierarchical", NULL, "MPIR_Reduce_intra_smp", {"comm_hierarchy=flat"}, 0},
+    {AI_ALLTOALL, "pairwise", NULL, "MPIR_Alltoall_intra_pairwise", {0}, 0},
+    {AI_ALLTOALL, "linear", NULL, "MPIR_Alltoall_intra_scattered", {0}, 0},
+    {AI_ALLTOALL, "bruck", NULL, "MPIR_Alltoall_intra_brucks", {0}, 0},
+    {AI_BARRIER, "dissemination", NULL, "MPIR_Barrier_intra_dissemination", {0}, 0},
+};
+
+typedef struct {
+    int nomem;
+} jctx;
+
+static json_t *jobj(jctx *j)
+{
+    json_t *o = json_object();
+    if (!o)
+        j->nomem = 1;
+    return o;
+}
+
+/* o[key] = v, taking v's reference (NULL o or v: records the failure). */
+static void jput(jctx *j, json_t *o, const char *key, json_t *v)
+{
+    if (!o || !v || json_object_set_new(o, key, v) != 0) {
+        j->nomem = 1;
+        json_decref(v);
+    }
+}
+
+static void jputf(jctx *j, json_t *o, json_t *v, const char *fmt, unsigned long long n)
+{
+    char key[64];
+    snprintf(key, sizeof key, fmt, n);
+    jput(j, o, key, v);
+}
+
+static json_t *leaf(jctx *j, const char *algo)
+{
+    char key[128];
+    json_t *o = jobj(j);
+    snprintf(key, sizeof key, "algorithm=%s", algo);
+    jput(j, o, key, jobj(j));
+    return o;
+}
+
+/* A boolean key and its leaf, else the rest. */
+static json_t *either(jctx *j, const char *key, const char *algo, const char *other_key,
+                      json_t *rest)
+{
+    json_t *o = jobj(j);
+    jput(j, o, key, leaf(j, algo));
+    jput(j, o, other_key, rest);
+    return o;
+}
+
+/* MPICH-style defaults for intra-communicator calls our knowledge does not
+ * cover: the same algorithms and thresholds as MPICH 4.0.2's own table,
+ * simplified (its short/long message limits 2 KiB, 12 KiB, 512 KiB, 80 KiB,
+ * 256 B, 32 KiB; 8 ranks). */
+static json_t *mpich_fallback(jctx *j, const char *coll)
+{
+    json_t *o = jobj(j);
+    if (!strcmp(coll, "allreduce")) {
+        jput(j, o, "is_op_built_in=no", leaf(j, "MPIR_Allreduce_intra_recursive_doubling"));
+        jput(j, o, "count<pow2", leaf(j, "MPIR_Allreduce_intra_recursive_doubling"));
+        jput(j, o, "avg_msg_size<=2048", leaf(j, "MPIR_Allreduce_intra_recursive_doubling"));
+        jput(j, o, "avg_msg_size=any", leaf(j, "MPIR_Allreduce_intra_reduce_scatter_allgather"));
+    } else if (!strcmp(coll, "bcast")) {
+        json_t *p2 = jobj(j);
+        jput(j, p2, "avg_msg_size<=524288",
+             leaf(j, "MPIR_Bcast_intra_scatter_recursive_doubling_allgather"));
+        jput(j, p2, "avg_msg_size=any", leaf(j, "MPIR_Bcast_intra_scatter_ring_allgather"));
+        jput(j, o, "comm_size<=7", leaf(j, "MPIR_Bcast_intra_binomial"));
+        jput(j, o, "avg_msg_size<=12288", leaf(j, "MPIR_Bcast_intra_binomial"));
+        jput(j, o, "comm_size=pow2", p2);
+        jput(j, o, "comm_size=any", leaf(j, "MPIR_Bcast_intra_scatter_ring_allgather"));
+    } else if (!strcmp(coll, "reduce")) {
+        jput(j, o, "is_op_built_in=no", leaf(j, "MPIR_Reduce_intra_binomial"));
+        jput(j, o, "count<pow2", leaf(j, "MPIR_Reduce_intra_binomial"));
+        jput(j, o, "avg_msg_size<=2048", leaf(j, "MPIR_Reduce_intra_binomial"));
+        jput(j, o, "avg_msg_size=any", leaf(j, "MPIR_Reduce_intra_reduce_scatter_gather"));
+    } else if (!strcmp(coll, "allgather")) {
+        json_t *p2 = jobj(j);
+        jput(j, p2, "total_msg_size<=524287", leaf(j, "MPIR_Allgather_intra_recursive_doubling"));
+        jput(j, p2, "total_msg_size=any", leaf(j, "MPIR_Allgather_intra_ring"));
+        jput(j, o, "comm_size=pow2", p2);
+        jput(j, o, "total_msg_size<=81919", leaf(j, "MPIR_Allgather_intra_brucks"));
+        jput(j, o, "total_msg_size=any", leaf(j, "MPIR_Allgather_intra_ring"));
+    } else if (!strcmp(coll, "alltoall")) {
+        json_t *few = jobj(j);
+        jput(j, few, "avg_msg_size<=32768", leaf(j, "MPIR_Alltoall_intra_scattered"));
+        jput(j, few, "avg_msg_size=any", leaf(j, "MPIR_Alltoall_intra_pairwise"));
+        jput(j, o, "is_sendbuf_inplace=yes", leaf(j, "MPIR_Alltoall_intra_pairwise_sendrecv_replace"));
+        jput(j, o, "comm_size<=7", few);
+        jput(j, o, "avg_msg_size<=256", leaf(j, "MPIR_Alltoall_intra_brucks"));
+        jput(j, o, "avg_msg_size<=32768", leaf(j, "MPIR_Alltoall_intra_scattered"));
+        jput(j, o, "avg_msg_size=any", leaf(j, "MPIR_Alltoall_intra_pairwise"));
+    } else if (!strcmp(coll, "reduce_scatter") || !strcmp(coll, "reduce_scatter_block")) {
+        const char *pre = !strcmp(coll, "reduce_scatter") ? "MPIR_Reduce_scatter_intra_"
+                                                          : "MPIR_Reduce_scatter_block_intra_";
+        char rd[96], rh[96], pw[96];
+        snprintf(rd, sizeof rd, "%srecursive_doubling", pre);
+        snprintf(rh, sizeof rh, "%srecursive_halving", pre);
+        snprintf(pw, sizeof pw, "%spairwise", pre);
+        jput(j, o, "is_commutative=no", leaf(j, rd));
+        jput(j, o, "total_msg_size<=524287", leaf(j, rh));
+        jput(j, o, "total_msg_size=any", leaf(j, pw));
+    } else { /* barrier */
+        jput(j, o, "comm_hierarchy=parent", leaf(j, "MPIR_Barrier_intra_smp"));
+        jput(j, o, "comm_hierarchy=any", leaf(j, "MPIR_Barrier_intra_dissemination"));
+    }
+    return o;
+}
+
+static const mpich_map *mpich_lookup(const char *target, const ai_kb_arm *a, int nranks)
+{
+    for (size_t i = 0; i < AI_ARRAY_LEN(mpich_table); i++) {
+        const mpich_map *m = &mpich_table[i];
+        const char *t = m->target ? m->target : "";
+        if (m->coll != a->coll || strcmp(m->ours, a->algo) || strcmp(t, target ? target : ""))
+            continue;
+        if (m->pow2 && !is_pow2(nranks))
+            continue;
+        return m;
+    }
+    return NULL;
+}
+
+/* The bucket's candidates MPICH has, fastest first, each used where its
+ * preconditions hold and the next one (finally the fallback) elsewhere. */
+static json_t *mpich_choice(jctx *j, const kb_view *v, const char *coll, const char *target,
+                            size_t i, size_t end)
+{
+    for (; i < end; i++) {
+        const mpich_map *m = mpich_lookup(target, &v->arm[i], v->nranks);
+        if (!m)
+            continue;
+        if (!m->unless[0])
+            return leaf(j, m->name);
+        json_t *o = jobj(j), *rest = mpich_choice(j, v, coll, target, i + 1, end);
+        for (int k = 0; k < 2 && m->unless[k]; k++) {
+            if (rest)
+                json_incref(rest);
+            jput(j, o, m->unless[k], rest);
+        }
+        json_decref(rest);
+        jput(j, o, "count=any", leaf(j, m->name));
+        return o;
+    }
+    return mpich_fallback(j, coll);
+}
+
+static int mpich_has(const kb_view *v, const char *target, size_t i, size_t end)
+{
+    for (; i < end; i++)
+        if (mpich_lookup(target, &v->arm[i], v->nranks))
+            return 1;
+    return 0;
+}
+
+/* Our knowledge of one collective for a communicator of nranks ranks. */
+static json_t *mpich_ours(jctx *j, const kb_view *v, const char *coll, ai_coll ours,
+                          const char *target, int per_rank)
+{
+    json_t *o = jobj(j);
+    if (!strcmp(coll, "allreduce"))
+        jput(j, o, "is_commutative=no", leaf(j, "MPIR_Allreduce_intra_recursive_doubling"));
+    else if (!strcmp(coll, "reduce"))
+        jput(j, o, "is_commutative=no", leaf(j, "MPIR_Reduce_intra_binomial"));
+    else if (!strcmp(coll, "reduce_scatter"))
+        jput(j, o, "is_commutative=no", leaf(j, "MPIR_Reduce_scatter_intra_recursive_doubling"));
+    else if (!strcmp(coll, "reduce_scatter_block"))
+        jput(j, o, "is_commutative=no",
+             leaf(j, "MPIR_Reduce_scatter_block_intra_recursive_doubling"));
+    else if (!strcmp(coll, "alltoall"))
+        jput(j, o, "is_sendbuf_inplace=yes",
+             leaf(j, "MPIR_Alltoall_intra_pairwise_sendrecv_replace"));
+
+    size_t i = 0, end;
+    if (ours == AI_BARRIER) {
+        json_t *c = next_bucket(v, ours, &i, &end) ? mpich_choice(j, v, coll, target, i, end)
+                                                   : mpich_fallback(j, coll);
+        jput(j, o, "comm_size=any", c);
+        return o;
+    }
+    const char *le = per_rank ? "total_msg_size<=%llu" : "avg_msg_size<=%llu";
+    const char *any = per_rank ? "total_msg_size=any" : "avg_msg_size=any";
+    int mult = per_rank ? v->nranks : 1, open = 0;
+    unsigned long long next = 0;
+    for (; next_bucket(v, ours, &i, &end) && !open; i = end) {
+        if (!mpich_has(v, target, i, end))
+            continue;
+        unsigned long long lo = lo_edge(v->arm[i].bytes, mult), hi = hi_edge(v->arm[i].bytes, mult);
+        if (lo > next) {
+            if (lo - 1 > INT_MAX)
+                break; /* not expressible: MPICH compares with a C int */
+            jputf(j, o, mpich_fallback(j, coll), le, lo - 1);
+        }
+        json_t *c = mpich_choice(j, v, coll, target, i, end);
+        if (hi - 1 > INT_MAX) {
+            jput(j, o, any, c); /* the last expressible bucket runs on upward */
+            open = 1;
+        } else {
+            jputf(j, o, c, le, hi - 1);
+        }
+        next = hi;
+    }
+    if (!open)
+        jput(j, o, any, mpich_fallback(j, coll));
+    return o;
+}
+
+/* Collectives MPICH may call that we do not tune: one safe algorithm each
+ * (in-place variants where the algorithm needs it), and the inter-
+ * communicator one. inter NULL: one leaf for every communicator. */
+static const struct {
+    const char *coll, *inplace, *intra, *inter;
+} mpich_plain[] = {
+    {"allgatherv", NULL, "MPIR_Allgatherv_intra_ring", "MPIR_Allgatherv_inter_remote_gather_local_bcast"},
+    {"alltoallv", "MPIR_Alltoallv_intra_pairwise_sendrecv_replace", "MPIR_Alltoallv_intra_scattered",
+     "MPIR_Alltoallv_inter_pairwise_exchange"},
+    {"alltoallw", "MPIR_Alltoallw_intra_pairwise_sendrecv_replace", "MPIR_Alltoallw_intra_scattered",
+     "MPIR_Alltoallw_inter_pairwise_exchange"},
+    {"gather", NULL, "MPIR_Gather_intra_binomial", "MPIR_Gather_inter_linear"},
+    {"gatherv", NULL, "MPIR_Gatherv_allcomm_linear", NULL},
+    {"scatter", NULL, "MPIR_Scatter_intra_binomial", "MPIR_Scatter_inter_linear"},
+    {"scatterv", NULL, "MPIR_Scatterv_allcomm_linear", NULL},
+    {"scan", NULL, "MPIR_Scan_intra_recursive_doubling", NULL},
+    {"exscan", NULL, "MPIR_Exscan_intra_recursive_doubling", NULL},
+    {"neighbor_allgather", NULL, "MPIR_Neighbor_allgather_allcomm_nb", NULL},
+    {"neighbor_allgatherv", NULL, "MPIR_Neighbor_allgatherv_allcomm_nb", NULL},
+    {"neighbor_alltoall", NULL, "MPIR_Neighbor_alltoall_allcomm_nb", NULL},
+    {"neighbor_alltoallv", NULL, "MPIR_Neighbor_alltoallv_allcomm_nb", NULL},
+    {"neighbor_alltoallw", NULL, "MPIR_Neighbor_alltoallw_allcomm_nb", NULL},
+    {"ibarrier", NULL, "MPIR_Ibarrier_intra_sched_recursive_doubling", "MPIR_Ibarrier_inter_sched_bcast"},
+    {"ibcast", NULL, "MPIR_Ibcast_intra_sched_binomial", "MPIR_Ibcast_inter_sched_flat"},
+    {"iallreduce", NULL, "MPIR_Iallreduce_intra_sched_recursive_doubling",
+     "MPIR_Iallreduce_inter_sched_remote_reduce_local_bcast"},
+    {"iallgather", NULL, "MPIR_Iallgather_intra_sched_ring",
+     "MPIR_Iallgather_inter_sched_local_gather_remote_bcast"},
+    {"iallgatherv", NULL, "MPIR_Iallgatherv_intra_sched_ring",
+     "MPIR_Iallgatherv_inter_sched_remote_gather_local_bcast"},
+    {"ialltoall", "MPIR_Ialltoall_intra_sched_inplace", "MPIR_Ialltoall_intra_sched_pairwise",
+     "MPIR_Ialltoall_inter_sched_pairwise_exchange"},
+    {"ialltoallv", "MPIR_Ialltoallv_intra_sched_inplace", "MPIR_Ialltoallv_intra_sched_blocked",
+     "MPIR_Ialltoallv_inter_sched_pairwise_exchange"},
+    {"ialltoallw", "MPIR_Ialltoallw_intra_sched_inplace", "MPIR_Ialltoallw_intra_sched_blocked",
+     "MPIR_Ialltoallw_inter_sched_pairwise_exchange"},
+    {"ireduce", NULL, "MPIR_Ireduce_intra_sched_binomial",
+     "MPIR_Ireduce_inter_sched_local_reduce_remote_send"},
+    {"ireduce_scatter", NULL, "MPIR_Ireduce_scatter_intra_sched_recursive_doubling",
+     "MPIR_Ireduce_scatter_inter_sched_remote_reduce_local_scatterv"},
+    {"ireduce_scatter_block", NULL, "MPIR_Ireduce_scatter_block_intra_sched_recursive_doubling",
+     "MPIR_Ireduce_scatter_block_inter_sched_remote_reduce_local_scatterv"},
+    {"igather", NULL, "MPIR_Igather_intra_sched_binomial", "MPIR_Igather_inter_sched_long"},
+    {"igatherv", NULL, "MPIR_Igatherv_allcomm_sched_linear", NULL},
+    {"iscatter", NULL, "MPIR_Iscatter_intra_sched_binomial", "MPIR_Iscatter_inter_sched_linear"},
+    {"iscatterv", NULL, "MPIR_Iscatterv_allcomm_sched_linear", NULL},
+    {"iexscan", NULL, "MPIR_Iexscan_intra_sched_recursive_doubling", NULL},
+    {"iscan", NULL, "MPIR_Iscan_intra_sched_recursive_doubling", NULL},
+    {"ineighbor_allgather", NULL, "MPIR_Ineighbor_allgather_allcomm_sched_linear", NULL},
+    {"ineighbor_allgatherv", NULL, "MPIR_Ineighbor_allgatherv_allcomm_sched_linear", NULL},
+    {"ineighbor_alltoall", NULL, "MPIR_Ineighbor_alltoall_allcomm_sched_linear", NULL},
+    {"ineighbor_alltoallv", NULL, "MPIR_Ineighbor_alltoallv_allcomm_sched_linear", NULL},
+    {"ineighbor_alltoallw", NULL, "MPIR_Ineighbor_alltoallw_allcomm_sched_linear", NULL},
+};
+
+/* The collectives we tune, their source, MPICH's size kind and the
+ * inter-communicator algorithm. */
+static const struct {
+    const char *coll;
+    ai_coll ours;
+    const char *target; /* mpich_table target */
+    int per_rank;       /* total_msg_size (whole vector) rather than avg_msg_size */
+    const char *inter;
+} mpich_tuned[] = {
+    {"allreduce", AI_ALLREDUCE, NULL, 0, "MPIR_Allreduce_inter_reduce_exchange_bcast"},
+    {"reduce_scatter", AI_REDUCE_SCATTER, NULL, 1,
+     "MPIR_Reduce_scatter_inter_remote_reduce_local_scatter"},
+    {"reduce_scatter_block", AI_REDUCE_SCATTER, "reduce_scatter_block", 1,
+     "MPIR_Reduce_scatter_block_inter_remote_reduce_local_scatter"},
+    {"allgather", AI_ALLGATHER, NULL, 1, "MPIR_Allgather_inter_local_gather_remote_bcast"},
+    {"bcast", AI_BROADCAST, NULL, 0, "MPIR_Bcast_inter_remote_send_local_bcast"},
+    {"reduce", AI_REDUCE, NULL, 0, "MPIR_Reduce_inter_local_reduce_remote_send"},
+    {"alltoall", AI_ALLTOALL, NULL, 0, "MPIR_Alltoall_inter_pairwise_exchange"},
+    {"barrier", AI_BARRIER, NULL, 0, "MPIR_Barrier_inter_bcast"},
+};
+
+static int mpich_knows(const kb_view *v, ai_coll ours, const char *target)
+{
+    size_t i = 0, end;
+    for (; next_bucket(v, ours, &i, &end); i = end)
+        if (mpich_has(v, target, i, end))
+            return 1;
+    return 0;
+}
+
+ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path)
+{
+    if (!path)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_export_mpich_json: path is NULL");
+    kb_view v;
+    ai_status_t st = view_load(kb, fingerprint, "MPICH selection export", &v);
+    if (st != AI_OK)
+        return st;
+    int known = 0;
+    for (size_t c = 0; c < AI_ARRAY_LEN(mpich_tuned); c++)
+        known += mpich_knows(&v, mpich_tuned[c].ours, mpich_tuned[c].target);
+    if (!known) {
+        free(v.arm);
+        return ai_fail(AI_ERR_NOTFOUND,
+                       "MPICH selection export: fingerprint %s has no measured algorithm that "
+                       "MPICH 4.0 has",
+                       v.fp);
+    }
+    jctx j = {0};
+    json_t *root = jobj(&j);
+    for (size_t c = 0; c < AI_ARRAY_LEN(mpich_tuned); c++) {
+        const char *coll = mpich_tuned[c].coll;
+        json_t *intra;
+        if (mpich_knows(&v, mpich_tuned[c].ours, mpich_tuned[c].target)) {
+            intra = jobj(&j);
+            if (v.nranks > 1)
+                jputf(&j, intra, mpich_fallback(&j, coll), "comm_size<=%llu",
+                      (unsigned long long)v.nranks - 1);
+            jputf(&j, intra,
+                  mpich_ours(&j, &v, coll, mpich_tuned[c].ours, mpich_tuned[c].target,
+                             mpich_tuned[c].per_rank),
+                  "comm_size<=%llu", (unsigned long long)v.nranks);
+            jput(&j, intra, "comm_size=any", mpich_fallback(&j, coll));
+        } else {
+            intra = mpich_fallback(&j, coll);
+        }
+        json_t *e = jobj(&j);
+        jput(&j, e, "comm_type=intra", intra);
+        jput(&j, e, "comm_type=inter", leaf(&j, mpich_tuned[c].inter));
+        char key[64];
+        snprintf(key, sizeof key, "collective=%s", coll);
+        jput(&j, root, key, e);
+    }
+    for (size_t c = 0; c < AI_ARRAY_LEN(mpich_plain); c++) {
+        json_t *intra = mpich_plain[c].inplace
+                            ? either(&j, "is_sendbuf_inplace=yes", mpich_plain[c].inplace,
+                                     "is_sendbuf_inplace=no", leaf(&j, mpich_plain[c].intra))
+                            : leaf(&j, mpich_plain[c].intra);
+        json_t *e = intra;
+        if (mpich_plain[c].inter) {
+            e = jobj(&j);
+            jput(&j, e, "comm_type=intra", intra);
+            jput(&j, e, "comm_type=inter", leaf(&j, mpich_plain[c].inter));
+        }
+        char key[64];
+        snprintf(key, sizeof key, "collective=%s", mpich_plain[c].coll);
+        jput(&j, root, key, e);
+    }
+    if (j.nomem)
+        st = ai_fail(AI_ERR_NOMEM, "MPICH selection export");
+    else if (json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0)
+        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+    json_decref(root);
+    free(v.arm);
+    return st;
+}
