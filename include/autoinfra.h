@@ -272,12 +272,12 @@ ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_
  * Rank 0 is the job's only writer.
  */
 
-/* The arm `auto` runs for calls of this collective and size: once the
- * learner has settled, the arm every rank runs; while it still explores,
- * the arm it believes fastest so far (on rank 0; other ranks report the
- * arm of the current call); before the learner has seen the size (or below
- * AUTOINFRA_TUNE_MIN), the model's or the fixed rule's choice. explored and
- * explore_s count this job's exploratory calls, on rank 0 (0 elsewhere). */
+/* The arm `auto` runs for the next call of this collective and size, the
+ * same on every rank: once the learner has settled (after at most 32 calls
+ * of a size bucket), its best arm; before, possibly an experiment; before
+ * the learner has seen the size (or below AUTOINFRA_TUNE_MIN), the model's
+ * or the fixed rule's choice. explored and explore_s count this job's
+ * exploratory calls, on rank 0 (0 elsewhere). */
 typedef struct ai_choice {
     char algo[32];
     size_t chunk_bytes; /* 0: the algorithm's default */

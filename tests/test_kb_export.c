@@ -529,20 +529,6 @@ static char *read_file(const char *path)
     return buf;
 }
 
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[PATH_MAX];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
-        if (access(buf, X_OK) == 0)
-            return 1;
-        path += n + (path[n] == ':');
-    }
-    return 0;
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -1198,7 +1184,7 @@ static int mpirun_probe(const char *np, const char *rules, const char *const *po
 static void test_ompi_uses_rules(void **state)
 {
     (void)state;
-    if (!on_path("mpicc") || !on_path("mpirun")) {
+    if (!proc_on_path("mpicc") || !proc_on_path("mpirun")) {
         print_message("Open MPI's mpicc/mpirun are not installed; skipping\n");
         skip();
     }
@@ -1321,7 +1307,7 @@ static void all_ok(const char *what)
 static void test_mpich_uses_selection(void **state)
 {
     (void)state;
-    if (!on_path("mpicc.mpich") || !on_path("mpiexec.mpich")) {
+    if (!proc_on_path("mpicc.mpich") || !proc_on_path("mpiexec.mpich")) {
         print_message("MPICH's mpicc.mpich/mpiexec.mpich are not installed; skipping\n");
         skip();
     }

@@ -54,20 +54,6 @@ static int teardown(void **state)
     return 0;
 }
 
-static int on_path(const char *prog)
-{
-    const char *path = getenv("PATH");
-    char buf[PATH_MAX];
-    while (path && *path) {
-        size_t n = strcspn(path, ":");
-        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
-        if (access(buf, X_OK) == 0)
-            return 1;
-        path += n + (path[n] == ':');
-    }
-    return 0;
-}
-
 /* build/plugins/mpi_shim/NAME, or NULL when it was not built. */
 static const char *built(const char *name, char *buf, size_t len)
 {
@@ -123,7 +109,7 @@ static int mpirun(const char *shim, const char *const *xvars, const char *const 
 /* The shim, or skip the test. */
 static const char *need_shim(char *buf, size_t len)
 {
-    if (!on_path("mpirun")) {
+    if (!proc_on_path("mpirun")) {
         print_message("mpirun is not installed (apt-get install openmpi-bin); skipping\n");
         skip();
     }
@@ -235,7 +221,7 @@ static void test_mpich_flavour(void **state)
 {
     (void)state;
     char shim[PATH_MAX], check[PATH_MAX];
-    if (!on_path("mpiexec.mpich") || !built("libautoinfra-mpi-mpich.so", shim, sizeof shim) ||
+    if (!proc_on_path("mpiexec.mpich") || !built("libautoinfra-mpi-mpich.so", shim, sizeof shim) ||
         !built("mpi_shim_check-mpich", check, sizeof check)) {
         print_message("MPICH flavour not built or mpiexec.mpich missing; skipping\n");
         skip();

@@ -178,22 +178,50 @@ void ai_kb_close(ai_kb *kb)
     free(kb);
 }
 
+/* Prepare a statement whose first three parameters are fingerprint,
+ * collective and bucket. */
+static ai_status_t prepare_keyed(ai_kb *kb, const char *sql, const char *fp, const char *coll,
+                                 size_t bytes, const char *what, sqlite3_stmt **q)
+{
+    if (sqlite3_prepare_v2(kb->db, sql, -1, q, NULL) != SQLITE_OK)
+        return kb_err(kb, what);
+    sqlite3_bind_text(*q, 1, fp, -1, SQLITE_STATIC);
+    sqlite3_bind_text(*q, 2, coll, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(*q, 3, (sqlite3_int64)bytes);
+    return AI_OK;
+}
+
+/* Run a write statement to completion and release it. */
+static ai_status_t step_done(ai_kb *kb, sqlite3_stmt *q, const char *what)
+{
+    int rc = sqlite3_step(q);
+    sqlite3_finalize(q);
+    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, what);
+}
+
+/* Binds an arm's algorithm, chunk and channels from parameter `at` on. */
+static void bind_arm(sqlite3_stmt *q, int at, const tune_arm_stat *a)
+{
+    sqlite3_bind_text(q, at, a->algo, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(q, at + 1, (sqlite3_int64)a->chunk);
+    sqlite3_bind_int(q, at + 2, a->channels);
+}
+
 /* ------------------------------------------------------------ learner I/O */
 
 ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
                            tune_arm_stat *arms, int max, int *n, tune_bucket_info *info)
 {
-    sqlite3_stmt *q = NULL;
+    sqlite3_stmt *q;
+    const char *cn = ai_coll_name(coll);
     *n = 0;
     memset(info, 0, sizeof *info);
-    if (sqlite3_prepare_v2(kb->db,
-                           "SELECT algo, chunk, channels, samples, mean_log, var_log FROM arms"
-                           " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3 AND samples > 0",
-                           -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "reading arms");
-    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, ai_coll_name(coll), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    ai_status_t st = prepare_keyed(kb,
+                                   "SELECT algo, chunk, channels, samples, mean_log, var_log FROM"
+                                   " arms WHERE fp = ?1 AND coll = ?2 AND bytes = ?3 AND samples > 0",
+                                   fp, cn, bytes, "reading arms", &q);
+    if (st != AI_OK)
+        return st;
     while (*n < max && sqlite3_step(q) == SQLITE_ROW) {
         tune_arm_stat *a = &arms[*n];
         snprintf(a->algo, sizeof a->algo, "%s", (const char *)sqlite3_column_text(q, 0));
@@ -205,14 +233,12 @@ ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes
         (*n)++;
     }
     sqlite3_finalize(q);
-    if (sqlite3_prepare_v2(kb->db,
-                           "SELECT explored, explore_s, settled FROM buckets"
-                           " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3",
-                           -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "reading buckets");
-    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, ai_coll_name(coll), -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    st = prepare_keyed(kb,
+                       "SELECT explored, explore_s, settled FROM buckets"
+                       " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3",
+                       fp, cn, bytes, "reading buckets", &q);
+    if (st != AI_OK)
+        return st;
     if (sqlite3_step(q) == SQLITE_ROW) {
         info->explored = (long)sqlite3_column_int64(q, 0);
         info->explore_s = sqlite3_column_double(q, 1);
@@ -245,62 +271,45 @@ static ai_status_t put_fingerprint(ai_kb *kb, const char *fp, int nranks, int nh
 static ai_status_t put_arm(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
                            const tune_arm_stat *a)
 {
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO arms VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-                           -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "writing arm");
-    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
-    sqlite3_bind_text(q, 4, a->algo, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 5, (sqlite3_int64)a->chunk);
-    sqlite3_bind_int(q, 6, a->channels);
+    sqlite3_stmt *q;
+    ai_status_t st = prepare_keyed(kb, "INSERT OR REPLACE INTO arms VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                                   fp, coll, bytes, "writing arm", &q);
+    if (st != AI_OK)
+        return st;
+    bind_arm(q, 4, a);
     sqlite3_bind_int64(q, 7, a->n);
     sqlite3_bind_double(q, 8, a->m);
     sqlite3_bind_double(q, 9, a->v);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing arm");
+    return step_done(kb, q, "writing arm");
 }
 
 static ai_status_t put_bucket(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
                               const tune_bucket_info *info)
 {
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO buckets VALUES(?1,?2,?3,?4,?5,?6)", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "writing bucket");
-    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
+    sqlite3_stmt *q;
+    ai_status_t st = prepare_keyed(kb, "INSERT OR REPLACE INTO buckets VALUES(?1,?2,?3,?4,?5,?6)",
+                                   fp, coll, bytes, "writing bucket", &q);
+    if (st != AI_OK)
+        return st;
     sqlite3_bind_int64(q, 4, info->explored);
     sqlite3_bind_double(q, 5, info->explore_s);
     sqlite3_bind_int(q, 6, info->settled);
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing bucket");
+    return step_done(kb, q, "writing bucket");
 }
 
 static ai_status_t put_measurement(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
                                    const tune_arm_stat *a, double seconds, const char *phase)
 {
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db,
-                           "INSERT INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "writing measurement");
-    sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, coll, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 3, (sqlite3_int64)bytes);
-    sqlite3_bind_text(q, 4, a->algo, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(q, 5, (sqlite3_int64)a->chunk);
-    sqlite3_bind_int(q, 6, a->channels);
+    sqlite3_stmt *q;
+    ai_status_t st = prepare_keyed(kb, "INSERT INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
+                                   fp, coll, bytes, "writing measurement", &q);
+    if (st != AI_OK)
+        return st;
+    bind_arm(q, 4, a);
     sqlite3_bind_double(q, 7, seconds);
     sqlite3_bind_text(q, 8, phase, -1, SQLITE_STATIC);
     sqlite3_bind_double(q, 9, (double)time(NULL));
-    int rc = sqlite3_step(q);
-    sqlite3_finalize(q);
-    return rc == SQLITE_DONE ? AI_OK : kb_err(kb, "writing measurement");
+    return step_done(kb, q, "writing measurement");
 }
 
 ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc,

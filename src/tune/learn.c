@@ -638,16 +638,13 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
     const tune_bucket *b = t && bytes >= t->min_bytes ? t->b[coll][bucket_of(bytes)] : NULL;
     ai_choice ch = {0};
     if (b && b->ready) {
-        /* Settled: the arm every rank runs. Still exploring: the arm rank 0
-         * believes fastest so far (cur may be an experiment). */
-        int best = c->rank == 0 && !b->settled ? best_measured(b) : -1;
-        const tune_arm_stat *a = &b->arm[best >= 0 ? best : b->cur];
+        const tune_arm_stat *a = &b->arm[b->cur];
         snprintf(ch.algo, sizeof ch.algo, "%s", a->algo);
         ch.chunk_bytes = a->chunk;
         ch.channels = a->channels;
         ch.source = b->warm ? "kb" : "learned";
         ch.explored = (int)b->explored;
-        best = best_measured(b);
+        int best = best_measured(b);
         if (best >= 0)
             ch.explore_s = b->explore_s - (double)b->explored * exp(b->arm[best].m);
     } else {

@@ -1,10 +1,12 @@
 #include "support/proc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,4 +94,18 @@ int proc_run(char *const *argv, double limit_s, char *out, size_t outlen, char *
     slurp(ofd, out, outlen);
     slurp(efd, err, errlen);
     return rc;
+}
+
+int proc_on_path(const char *prog)
+{
+    const char *path = getenv("PATH");
+    char buf[PATH_MAX];
+    while (path && *path) {
+        size_t n = strcspn(path, ":");
+        snprintf(buf, sizeof buf, "%.*s/%s", (int)n, path, prog);
+        if (access(buf, X_OK) == 0)
+            return 1;
+        path += n + (path[n] == ':');
+    }
+    return 0;
 }

@@ -21,4 +21,7 @@ const char *proc_bin(void);
 int proc_run(char *const *argv, double limit_s, char *out, size_t outlen, char *err,
              size_t errlen);
 
+/* 1 if an executable named prog is on PATH. */
+int proc_on_path(const char *prog);
+
 #endif
