@@ -329,6 +329,50 @@ static void test_json_exchange(void **state)
     assert_int_equal(ai_kb_open(bad, 1, &kb), AI_ERR_NOTFOUND);
 }
 
+/* ------------------------------------------------------------ settings */
+
+static int untuned(ai_comm *c, void *arg)
+{
+    (void)arg;
+    size_t n = (64 << 10) / sizeof(float);
+    float *buf = calloc(n, sizeof *buf);
+    ai_choice ch;
+    int bad = !buf;
+    for (int i = 0; !bad && i < 3; i++)
+        bad = ai_allreduce(c, AI_IN_PLACE, buf, n, AI_F32, AI_SUM, NULL) != AI_OK;
+    free(buf);
+    if (bad || ai_comm_choice(c, AI_ALLREDUCE, n * sizeof(float), &ch) != AI_OK)
+        return 1;
+    if (!strcmp(ch.source, "learned") || !strcmp(ch.source, "kb")) {
+        fprintf(stderr, "AUTOINFRA_TUNE=0 but the choice came from the %s\n", ch.source);
+        return 1;
+    }
+    return 0;
+}
+
+static void test_settings(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "off.sqlite");
+    setenv("AUTOINFRA_KB", kb, 1);
+    setenv("AUTOINFRA_TUNE", "0", 1);
+    ranks_opts o = {.deadline_s = 60};
+    int rc = ranks_run(2, &o, untuned, NULL);
+    unsetenv("AUTOINFRA_TUNE");
+    assert_int_equal(rc, 0);
+    assert_int_equal(access(kb, F_OK), -1); /* no learner, no knowledge base */
+    /* A malformed setting fails communicator creation, naming it. */
+    setenv("AUTOINFRA_TUNE_MIN", "lots", 1);
+    ai_comm *c = NULL;
+    ai_comm_config cfg = {.rank = 0, .size = 1};
+    assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_TUNE_MIN"));
+    setenv("AUTOINFRA_TUNE_MIN", "16K", 1);
+    assert_int_equal(ai_comm_create(&cfg, &c), AI_OK);
+    ai_comm_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -336,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_crash_safety),
         cmocka_unit_test(test_json_exchange),
+        cmocka_unit_test(test_settings),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
