@@ -9,7 +9,8 @@ learner's choice after the auto calls and the sweep's time for that arm
 (ratio = choice / oracle; the goal is <= 1.05), the median of the last 8 auto
 calls over the oracle (tail), exploratory calls and the extra seconds the
 auto calls took over the oracle's time. Warm: the first call over the oracle
-(goal <= 1.03) and exploratory calls (goal 0). Drift: the call after the
+(goal <= 1.03) and exploratory calls (goal 0); a warm run made with
+--no-sweep is compared with the cold run's sweep. Drift: the call after the
 reshape from which every median of 5 calls stays within 10% of the new
 oracle (goal < 64).
 """
@@ -44,6 +45,27 @@ def geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def fill_from_cold(rows, cold_path):
+    """A warm run without its own sweep (--no-sweep) is compared with the
+    cold run's sweep of the same scenario: its oracle, and its time for the
+    arm the warm run chose."""
+    try:
+        cold = {r["bytes"]: r for r in (json.loads(l) for l in open(cold_path) if l.strip())}
+    except (OSError, ValueError):
+        return
+    for r in rows:
+        c = cold.get(r["bytes"])
+        if r["oracle"] is not None or not c:
+            continue
+        o = c["oracle"]["time_us"]
+        r["oracle"] = c["oracle"]
+        same = [a["time_us"] for a in c["arms"] if (a["algo"], a["chunk_bytes"], a["channels"]) ==
+                (r["choice"]["algo"], r["choice"]["chunk_bytes"], r["choice"]["channels"])]
+        r["choice_ratio"] = same[0] / o if same else float("nan")
+        r["tail_ratio"] = r["tail_us"] / o
+        r["explore_extra_s"] = sum(t - o for t in r["calls_us"]) * 1e-6
+
+
 def main(paths):
     if not paths:
         print(__doc__)
@@ -57,6 +79,8 @@ def main(paths):
             return 1
         if not rows:
             continue
+        if kind == "warm" and any(r["oracle"] is None for r in rows):
+            fill_from_cold(rows, p.replace("-warm", "-cold"))
         print("\n== %s (%s): %s, %d ranks on %d hosts" % (os.path.basename(p), kind, rows[0]["coll"],
                                                           rows[0]["ranks"], rows[0]["hosts"]))
         if kind == "drift":

@@ -53,6 +53,7 @@ typedef struct bench_opts {
     int root;
     const char *kb;         /* --kb: the learner's knowledge base */
     int learn;              /* --learn: learner vs exhaustive sweep */
+    int no_sweep;           /* --no-sweep: --learn without the sweep */
     int calls;              /* --calls: auto calls per size in --learn */
     int drift_after;        /* --drift-after: calls before --drift-cmd */
     const char *drift_cmd;
@@ -149,6 +150,8 @@ static void bench_help(FILE *out)
         "  --learn            per size: --calls auto calls, each timed, then every arm\n"
         "                     the learner weighs (--iters calls each): the oracle\n"
         "  --calls N          auto calls per size (default 32)\n"
+        "  --no-sweep         --learn without the sweep (a warm run: the oracle\n"
+        "                     is known from an earlier one)\n"
         "  --drift-after K    run K auto calls, then --drift-cmd on rank 0, then\n"
         "  --drift-cmd CMD    --calls more; the sweep after it is the new oracle\n"
         "  -h, --help         this text\n"
@@ -203,6 +206,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
         }
         if (!strcmp(a, "--learn")) {
             o->learn = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-sweep")) {
+            o->no_sweep = 1;
             continue;
         }
 #define OPT(name) ((m = cli_match_opt(argc, argv, &i, name, &v)) != 0)
@@ -293,8 +300,8 @@ missing:
     }
     if (!o->drift_after != !o->drift_cmd)
         return bench_usage_err("--drift-after and --drift-cmd go together");
-    if ((o->drift_after || o->calls) && !o->learn)
-        return bench_usage_err("--calls and --drift-* need --learn");
+    if ((o->drift_after || o->calls || o->no_sweep) && !o->learn)
+        return bench_usage_err("--calls, --no-sweep and --drift-* need --learn");
     if (!o->calls)
         o->calls = 32;
     /* Checked after the loop: --algo may come before --coll. */
@@ -781,7 +788,8 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
         rc = bench_fail(rank, st, "choice");
         goto out;
     }
-    int na = LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS), LEARN_MAX_ARMS);
+    int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
+                                    LEARN_MAX_ARMS);
     int best = 0, chosen = -1;
     double *at = t + n;
     for (int a = 0; a < na; a++) {
@@ -797,7 +805,7 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     }
     if (rank != 0)
         goto out;
-    double oracle = arm_us[best], extra = 0, tail = median(t + n - LMIN(8, o->calls),
+    double oracle = na > 0 ? arm_us[best] : NAN, extra = 0, tail = median(t + n - LMIN(8, o->calls),
                                                           LMIN(8, o->calls)) * 1e6;
     for (int i = n1; i < n; i++)
         extra += t[i] - oracle * 1e-6;
@@ -809,22 +817,30 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     double chosen_us = chosen >= 0 ? arm_us[chosen] : NAN;
     if (!o->json) {
         printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
-               arms[best].algo, oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
+               na > 0 ? arms[best].algo : "-", oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
                ch.explored, extra);
         fflush(stdout);
         goto out;
     }
     printf("{");
     json_str(stdout, "coll", ai_coll_name(o->coll));
-    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":{", s.bytes, p,
+    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":", s.bytes, p,
            ai_comm_nhosts(comm), o->calls);
-    json_str(stdout, "algo", arms[best].algo);
-    printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[best].chunk_bytes,
-           arms[best].channels, oracle);
+    if (na > 0) {
+        printf("{");
+        json_str(stdout, "algo", arms[best].algo);
+        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[best].chunk_bytes,
+               arms[best].channels, oracle);
+    } else {
+        printf("null");
+    }
     print_choice(&ch);
-    printf(",\"choice_time_us\":%.6g,\"choice_ratio\":%.6g,\"first_us\":%.6g,"
-           "\"tail_us\":%.6g,\"tail_ratio\":%.6g,\"explore_extra_s\":%.6g",
-           chosen_us, chosen_us / oracle, t[n1] * 1e6, tail, tail / oracle, extra);
+    printf(",\"first_us\":%.6g,\"tail_us\":%.6g", t[n1] * 1e6, tail);
+    /* Without a sweep there is no oracle to compare with: nulls. */
+    const char *keys[] = {"choice_time_us", "choice_ratio", "tail_ratio", "explore_extra_s"};
+    double vals[] = {chosen_us, chosen_us / oracle, tail / oracle, extra};
+    for (int k = 0; k < 4; k++)
+        printf(isfinite(vals[k]) ? ",\"%s\":%.6g" : ",\"%s\":null", keys[k], vals[k]);
     if (n1 > 0)
         printf(",\"drift_after\":%d,\"recovered_after\":%d", n1, recovered);
     printf(",\"calls_us\":[");
