@@ -329,6 +329,32 @@ static void test_json_exchange(void **state)
     assert_int_equal(ai_kb_open(bad, 1, &kb), AI_ERR_NOTFOUND);
 }
 
+/* -------------------------------------------------- fingerprint by rates */
+
+static void test_fingerprint_match(void **state)
+{
+    (void)state;
+    char kbp[300], out[17];
+    path_in(kbp, sizeof kbp, "rates.sqlite");
+    ai_kb *kb;
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    const double a[2] = {60e6, 60e6}, b[2] = {60e6, 15e6};
+    assert_int_equal(kb_note_rates(kb, "00000000000000aa", "shape1", 2, a), AI_OK);
+    assert_int_equal(kb_note_rates(kb, "00000000000000bb", "shape1", 2, b), AI_OK);
+    /* Probe noise on either side of a power of two: still the same one. */
+    const double near_a[2] = {46e6, 70e6}, near_b[2] = {50e6, 19e6}, quarter[2] = {60e6, 4e6};
+    assert_int_equal(kb_match_rates(kb, "shape1", 2, near_a, 0.5, out), AI_OK);
+    assert_string_equal(out, "00000000000000aa");
+    assert_int_equal(kb_match_rates(kb, "shape1", 2, near_b, 0.5, out), AI_OK);
+    assert_string_equal(out, "00000000000000bb");
+    /* A link at a quarter of its rate is another cluster; so is another shape. */
+    assert_int_equal(kb_match_rates(kb, "shape1", 2, quarter, 0.5, out), AI_OK);
+    assert_string_equal(out, "");
+    assert_int_equal(kb_match_rates(kb, "shape2", 2, near_a, 0.5, out), AI_OK);
+    assert_string_equal(out, "");
+    ai_kb_close(kb);
+}
+
 /* ------------------------------------------------------------ settings */
 
 static int untuned(ai_comm *c, void *arg)
@@ -381,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_crash_safety),
         cmocka_unit_test(test_json_exchange),
         cmocka_unit_test(test_settings),
+        cmocka_unit_test(test_fingerprint_match),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -7,6 +7,9 @@
  *   arms(fp, coll, bytes, algo, chunk, channels, samples, mean_log, var_log)
  *        the posterior of each measured arm, on log seconds at `bytes`
  *   buckets(fp, coll, bytes, explored, explore_s, settled)
+ *   fingerprint_rates(fp, shape, host, bps)
+ *        the measured host rates behind a fingerprint, to recognise it
+ *        again when a probe lands on the other side of a rounding boundary
  *   measurements(fp, coll, bytes, algo, chunk, channels, seconds, phase, at)
  *        every agreed timing the learner used, and why the arm ran
  *        ("explore", "exploit"): the decision log.
@@ -51,6 +54,8 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS measurements(fp TEXT NOT NULL, coll TEXT NOT NULL,"
     " bytes INTEGER NOT NULL, algo TEXT NOT NULL, chunk INTEGER NOT NULL,"
     " channels INTEGER NOT NULL, seconds REAL NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS fingerprint_rates(fp TEXT NOT NULL, shape TEXT NOT NULL,"
+    " host INTEGER NOT NULL, bps REAL NOT NULL, PRIMARY KEY(fp, host));"
     "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
 
 static ai_status_t kb_err(const ai_kb *kb, const char *what)
@@ -334,6 +339,73 @@ ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, co
 rollback:
     sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
+}
+
+/* ------------------------------------------------ fingerprints by rates */
+
+ai_status_t kb_note_rates(ai_kb *kb, const char *fp, const char *shape, int nhosts,
+                          const double *bps)
+{
+    ai_status_t st = exec_sql(kb, "BEGIN IMMEDIATE");
+    for (int h = 0; st == AI_OK && h < nhosts; h++) {
+        sqlite3_stmt *q;
+        if (sqlite3_prepare_v2(kb->db, "INSERT OR IGNORE INTO fingerprint_rates VALUES(?1,?2,?3,?4)",
+                               -1, &q, NULL) != SQLITE_OK) {
+            st = kb_err(kb, "writing rates");
+            break;
+        }
+        sqlite3_bind_text(q, 1, fp, -1, SQLITE_STATIC);
+        sqlite3_bind_text(q, 2, shape, -1, SQLITE_STATIC);
+        sqlite3_bind_int(q, 3, h);
+        sqlite3_bind_double(q, 4, bps[h]);
+        st = step_done(kb, q, "writing rates");
+    }
+    if (st != AI_OK) {
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+        return st;
+    }
+    return exec_sql(kb, "COMMIT");
+}
+
+ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const double *bps,
+                           double tol, char out[17])
+{
+    sqlite3_stmt *q;
+    out[0] = '\0';
+    if (sqlite3_prepare_v2(kb->db,
+                           "SELECT fp, host, bps FROM fingerprint_rates WHERE shape = ?1"
+                           " ORDER BY fp, host",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "reading rates");
+    sqlite3_bind_text(q, 1, shape, -1, SQLITE_STATIC);
+    char cur[17] = "";
+    double worst = 0, best = tol;
+    int seen = 0;
+    for (int rc = sqlite3_step(q);; rc = sqlite3_step(q)) {
+        const char *fp = rc == SQLITE_ROW ? (const char *)sqlite3_column_text(q, 0) : NULL;
+        if (cur[0] && (!fp || strcmp(fp, cur))) { /* one fingerprint complete */
+            if (seen == nhosts && worst <= best) {
+                best = worst;
+                memcpy(out, cur, sizeof cur);
+            }
+            cur[0] = '\0';
+        }
+        if (!fp)
+            break;
+        if (!cur[0]) {
+            snprintf(cur, sizeof cur, "%s", fp);
+            worst = 0;
+            seen = 0;
+        }
+        int h = sqlite3_column_int(q, 1);
+        double b = sqlite3_column_double(q, 2);
+        if (h >= 0 && h < nhosts && b > 0 && bps[h] > 0) {
+            worst = fmax(worst, fabs(log2(bps[h] / b)));
+            seen++;
+        }
+    }
+    sqlite3_finalize(q);
+    return AI_OK;
 }
 
 /* ---------------------------------------------------------- posteriors */

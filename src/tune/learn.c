@@ -122,12 +122,17 @@ static double gauss(ai_rng *r)
  * hosts, and (several hosts) each host's measured bottleneck rate rounded
  * to a power of two, coarse enough that probe noise does not change it and
  * fine enough that a link at a quarter of its rate does. */
-static void fingerprint(const ai_comm *c, tuner *t)
+static uint64_t shape_hash(const ai_comm *c)
 {
     uint64_t h = ai_hash64("autoinfra-fp-1", 14, 0);
     h = ai_hash64(&c->size, sizeof c->size, h);
     h = ai_hash64(&c->nhosts, sizeof c->nhosts, h);
-    h = ai_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
+    return ai_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
+}
+
+static void fingerprint(const ai_comm *c, tuner *t)
+{
+    uint64_t h = shape_hash(c);
     int len = snprintf(t->desc, sizeof t->desc, "%d ranks on %d host%s", c->size, c->nhosts,
                        c->nhosts > 1 ? "s" : "");
     if (c->links && c->nhosts > 1) {
@@ -145,6 +150,31 @@ static void fingerprint(const ai_comm *c, tuner *t)
     t->links_gen = c->links_gen;
     t->have_fp = 1;
 }
+
+/* Rank 0, with the KB: rounding to powers of two puts a rate that sits
+ * near a boundary now on one side, now on the other (probe noise of 10-25%
+ * on oversubscribed links). So a known fingerprint of the same shape whose
+ * every host rate is within TUNE_FP_TOL (log2) of the measured one is
+ * taken instead, the closest; the rates of a new one are recorded. */
+#define TUNE_FP_TOL 0.5
+static void match_fingerprint(const ai_comm *c, tuner *t)
+{
+    if (!t->kb || !c->links || c->nhosts < 2)
+        return;
+    char shape[17], known[17];
+    snprintf(shape, sizeof shape, "%016llx", (unsigned long long)shape_hash(c));
+    if (kb_match_rates(t->kb, shape, c->nhosts, c->links->host_Bps, TUNE_FP_TOL, known) == AI_OK &&
+        known[0]) {
+        if (strcmp(known, t->fp))
+            ai_log(AI_LOG_INFO, "learner: links close to those of known fingerprint %s (not %s)",
+                   known, t->fp);
+        memcpy(t->fp, known, sizeof known);
+    } else if (kb_note_rates(t->kb, t->fp, shape, c->nhosts, c->links->host_Bps) != AI_OK) {
+        ai_log(AI_LOG_WARN, "learner: %s", ai_last_error());
+    }
+}
+
+static ai_status_t kb_ready(tuner *t, const ai_comm *c);
 
 static void reset_buckets(tuner *t)
 {
@@ -425,6 +455,10 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
         fingerprint(c, t);
+        if (c->rank == 0) {
+            kb_ready(t, c);
+            match_fingerprint(c, t);
+        }
         /* Drift that did not change the fingerprint: learn afresh. */
         t->relearn = t->reprobe && had && !strcmp(old, t->fp);
         if (t->reprobe && c->rank == 0)

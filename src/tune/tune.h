@@ -43,6 +43,15 @@ ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, co
                            const tune_bucket_info *info, int arm, double seconds,
                            const char *phase);
 
+/* Fingerprints by measured host rates (bytes/s), for one communicator
+ * shape (hash of ranks and placement): record a fingerprint's rates, and
+ * find the known fingerprint of that shape whose every host rate is within
+ * tol (log2) of bps, the closest ("" if none). */
+ai_status_t kb_note_rates(ai_kb *kb, const char *fp, const char *shape, int nhosts,
+                          const double *bps);
+ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const double *bps,
+                           double tol, char out[17]);
+
 /* Public-API views of a posterior. */
 double tune_arm_mean_us(const tune_arm_stat *a);
 double tune_arm_std_us(const tune_arm_stat *a);
