@@ -12,7 +12,8 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls (1 call while exploring, TUNE_WINDOW once settled) all ranks
+ * of calls (1 call while exploring; once settled, enough calls for the
+ * agreement to cost at most TUNE_AGREE_SHARE of them) all ranks
  * run one 32-byte MAX allreduce carrying each rank's mean time over the
  * window (the max is the slowest rank's, the time that counts) and rank 0's
  * orders: the arm and window for the next calls, and whether to re-measure
@@ -174,7 +175,7 @@ static void match_fingerprint(const ai_comm *c, tuner *t)
     }
 }
 
-static ai_status_t kb_ready(tuner *t, const ai_comm *c);
+static void kb_ready(tuner *t, const ai_comm *c);
 
 static void reset_buckets(tuner *t)
 {
@@ -357,16 +358,16 @@ static int thompson(tuner *t, tune_bucket *b)
 
 /* ------------------------------------------------------------ buckets */
 
-static ai_status_t kb_ready(tuner *t, const ai_comm *c)
+/* Rank 0 opens the knowledge base once; without one it goes on. */
+static void kb_ready(tuner *t, const ai_comm *c)
 {
     if (c->rank != 0 || t->kb || t->kb_tried)
-        return AI_OK;
+        return;
     t->kb_tried = 1;
     if (kb_open_writer(ai_env_str("AUTOINFRA_KB", NULL), &t->kb) != AI_OK) {
         ai_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
         t->kb = NULL;
     }
-    return AI_OK;
 }
 
 /* Every rank: a fresh bucket's arms and priors; rank 0 adds what the KB
