@@ -1041,6 +1041,31 @@ static void expect_mpich(json_t *root, const char *coll, int n, long bytes, int 
                  builtin ? "" : ", user op", commutative ? "" : ", non-commutative", got, want);
 }
 
+/* Open MPI's own measured algorithms ("ompi:" arms, bench/peer-to-kb.py)
+ * win over ours mapped to "the same" algorithm, even when ours is faster. */
+static void test_ompi_prefers_its_own(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{\"format\":\"autoinfra-kb\",\"version\":1,\"fingerprints\":[{\"id\":"
+        "\"00000000000000cc\",\"nranks\":2,\"nhosts\":2,\"arms\":["
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ring\",\"channels\":2,"
+        "\"samples\":10,\"mean_us\":100,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:segmented_ring\","
+        "\"samples\":3,\"mean_us\":150,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:ring\",\"samples\":3,"
+        "\"mean_us\":200,\"std_us\":1}]}]}";
+    char j[PATH_MAX], k[PATH_MAX], r[PATH_MAX];
+    in_dir("peer.json", j, sizeof j);
+    in_dir("peer.sqlite", k, sizeof k);
+    in_dir("peer.rules", r, sizeof r);
+    write_file(j, doc, sizeof doc - 1);
+    assert_int_equal(kbcmd("import", j, "--kb", k, NULL), 0);
+    assert_int_equal(kbcmd("export-ompi", r, "--kb", k, NULL), 0);
+    parse_rules(r);
+    expect_rule(OMPI_ALLREDUCE, 2, 1048576, 5, 0); /* segmented_ring, not our ring's 4 */
+}
+
 static void test_mpich_json_content(void **state)
 {
     (void)state;
@@ -1428,6 +1453,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kb_show, setup, teardown),
         cmocka_unit_test_setup_teardown(test_kb_export_import, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ompi_rules_content, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mpich_json_content, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ompi_uses_rules, setup, teardown),
         cmocka_unit_test_setup_teardown(test_mpich_uses_selection, setup, teardown),

@@ -237,6 +237,14 @@ static const ompi_map ompi_table[] = {
     {AI_ALLREDUCE, "recursive_doubling", OMPI_ALLREDUCE, 3, "recursive_doubling", SEG_NONE, CH_ANY, 0},
     {AI_ALLREDUCE, "rabenseifner", OMPI_ALLREDUCE, 6, "rabenseifner", SEG_NONE, CH_ANY, 0},
     {AI_ALLREDUCE, "reduce_bcast", OMPI_ALLREDUCE, 2, "nonoverlapping", SEG_NONE, CH_ANY, 0},
+    /* Open MPI's own algorithms, timed on the cluster by bench/compare and
+     * imported with bench/peer-to-kb.py ("ompi:" + its name). */
+    {AI_ALLREDUCE, "ompi:basic_linear", OMPI_ALLREDUCE, 1, "basic_linear", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "ompi:nonoverlapping", OMPI_ALLREDUCE, 2, "nonoverlapping", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "ompi:recursive_doubling", OMPI_ALLREDUCE, 3, "recursive_doubling", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "ompi:ring", OMPI_ALLREDUCE, 4, "ring", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "ompi:segmented_ring", OMPI_ALLREDUCE, 5, "segmented_ring", SEG_NONE, CH_ANY, 0},
+    {AI_ALLREDUCE, "ompi:rabenseifner", OMPI_ALLREDUCE, 6, "rabenseifner", SEG_NONE, CH_ANY, 0},
     {AI_REDUCE_SCATTER, "ring", OMPI_REDUCESCATTER, 3, "ring", SEG_NONE, CH_ANY, 0},
     {AI_REDUCE_SCATTER, "recursive_halving", OMPI_REDUCESCATTER, 2, "recursive_halving", SEG_NONE, CH_ANY, 0},
     {AI_REDUCE_SCATTER, "recursive_halving", OMPI_REDUCESCATTERBLOCK, 3, "recursive_halving", SEG_NONE, CH_ANY, 0},
@@ -302,10 +310,16 @@ static long ompi_segsize(const ompi_map *m, const ai_kb_arm *a)
     }
 }
 
-/* Fastest arm of bucket [i, end) that Open MPI has for `target`. */
+/* Fastest arm of bucket [i, end) that Open MPI has for `target`. Open
+ * MPI's own measured algorithms ("ompi:" arms) come first: our time for
+ * "the same" algorithm need not carry over to its implementation. */
 static const ai_kb_arm *ompi_pick(const kb_view *v, int target, size_t i, size_t end,
                                   const ompi_map **m)
 {
+    for (size_t k = i; k < end; k++)
+        if (!strncmp(v->arm[k].algo, "ompi:", 5) &&
+            (*m = ompi_lookup(target, &v->arm[k], v->nranks)) != NULL)
+            return &v->arm[k];
     for (; i < end; i++)
         if ((*m = ompi_lookup(target, &v->arm[i], v->nranks)) != NULL)
             return &v->arm[i];
