@@ -131,25 +131,23 @@ static uint64_t shape_hash(const ai_comm *c)
     return ai_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
 }
 
-static void fingerprint(const ai_comm *c, tuner *t)
+/* The fingerprint (16 hex digits) and a description of what it stands for. */
+static void fingerprint(const ai_comm *c, char fp[17], char *desc, size_t len)
 {
     uint64_t h = shape_hash(c);
-    int len = snprintf(t->desc, sizeof t->desc, "%d ranks on %d host%s", c->size, c->nhosts,
-                       c->nhosts > 1 ? "s" : "");
+    int n = snprintf(desc, len, "%d ranks on %d host%s", c->size, c->nhosts,
+                     c->nhosts > 1 ? "s" : "");
     if (c->links && c->nhosts > 1) {
-        len += snprintf(t->desc + len, sizeof t->desc - (size_t)len, "; Gbit/s:");
+        n += snprintf(desc + n, len - (size_t)n, "; Gbit/s:");
         for (int i = 0; i < c->nhosts; i++) {
             double bps = c->links->host_Bps[i];
             int q = isfinite(bps) && bps > 0 ? (int)lround(log2(bps)) : -1;
             h = ai_hash64(&q, sizeof q, h);
-            if (len < (int)sizeof t->desc - 16)
-                len += snprintf(t->desc + len, sizeof t->desc - (size_t)len, " %.2f",
-                                bps * 8e-9);
+            if (n < (int)len - 16)
+                n += snprintf(desc + n, len - (size_t)n, " %.2f", bps * 8e-9);
         }
     }
-    snprintf(t->fp, sizeof t->fp, "%016llx", (unsigned long long)h);
-    t->links_gen = c->links_gen;
-    t->have_fp = 1;
+    snprintf(fp, 17, "%016llx", (unsigned long long)h);
 }
 
 /* Rank 0, with the KB: rounding to powers of two puts a rate that sits
@@ -455,7 +453,9 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
         char old[17];
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
-        fingerprint(c, t);
+        fingerprint(c, t->fp, t->desc, sizeof t->desc);
+        t->links_gen = c->links_gen;
+        t->have_fp = 1;
         if (c->rank == 0) {
             kb_ready(t, c);
             match_fingerprint(c, t);
@@ -610,30 +610,29 @@ static ai_status_t attach(ai_comm *c)
     return AI_OK;
 }
 
-ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+/* The public constructors: the communicator proper, then its learner. */
+static ai_status_t with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
 {
-    ai_comm *c;
-    ai_status_t st = comm_create(cfg, &c);
-    if (st == AI_OK && (st = attach(c)) != AI_OK) {
+    /* c is only valid when st is AI_OK. */
+    if (st == AI_OK && (st = attach(c)) != AI_OK)
         ai_comm_destroy(c);
-        return st;
-    }
     if (st == AI_OK)
         *out = c;
     return st;
 }
 
+ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+{
+    ai_comm *c = NULL;
+    ai_status_t st = comm_create(cfg, &c);
+    return with_learner(st, c, out);
+}
+
 ai_status_t ai_comm_create_env(ai_comm **out)
 {
-    ai_comm *c;
+    ai_comm *c = NULL;
     ai_status_t st = comm_create_env(&c);
-    if (st == AI_OK && (st = attach(c)) != AI_OK) {
-        ai_comm_destroy(c);
-        return st;
-    }
-    if (st == AI_OK)
-        *out = c;
-    return st;
+    return with_learner(st, c, out);
 }
 
 int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out, int max)
@@ -655,13 +654,12 @@ ai_status_t ai_comm_fingerprint(const ai_comm *c, char out[17])
 {
     if (!c)
         return ai_fail(AI_ERR_INVALID, "ai_comm_fingerprint: communicator is NULL");
-    tuner tmp = {0};
-    const tuner *t = c->tuner.ctx && c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
-    if (!t || !t->have_fp) {
-        fingerprint(c, &tmp);
-        t = &tmp;
-    }
-    memcpy(out, t->fp, 17);
+    const tuner *t = c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
+    char desc[256];
+    if (t && t->have_fp)
+        memcpy(out, t->fp, 17);
+    else
+        fingerprint(c, out, desc, sizeof desc);
     return AI_OK;
 }
 
