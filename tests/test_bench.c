@@ -9,6 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/cmdtest.h"
 #include "support/proc.h"
 
 #include <fcntl.h>
@@ -21,32 +22,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#define TEST_ALARM_S 280
 
 static char outbuf[1 << 16], errbuf[1 << 16];
 
 /* Run with output captured into outbuf/errbuf; a run past limit_s fails. */
 static int run(char *const *argv, double limit_s)
 {
-    int rc = proc_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
-    if (rc == PROC_TIMEOUT)
-        fail_msg("%s %s still running after %.0f s", argv[0], argv[1], limit_s);
-    return rc;
+    return cmdtest_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    alarm(TEST_ALARM_S);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alarm(0);
-    return 0;
-}
 
 static const char *const colls[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                     "reduce", "alltoall", "barrier"};
@@ -218,13 +202,13 @@ static void test_table_output(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_list_every_coll, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_flag_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_help, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_allreduce_check_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_every_coll_check, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_single_process, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_table_output, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_every_coll, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_flag_errors, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_help, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_allreduce_check_json, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_every_coll_check, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_single_process, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_table_output, cmdtest_setup, cmdtest_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -36,6 +36,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/cmdtest.h"
 #include "support/proc.h"
 
 #include <jansson.h>
@@ -45,7 +46,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TEST_ALARM_S 280
 #define RUN_LIMIT_S 60
 
 static char outbuf[1 << 16], errbuf[1 << 16];
@@ -479,10 +479,7 @@ static const char mpich_probe_c[] =
 
 static int run(char *const *argv, double limit_s)
 {
-    int rc = proc_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
-    if (rc == PROC_TIMEOUT)
-        fail_msg("%s %s still running after %.0f s", argv[0], argv[1] ? argv[1] : "", limit_s);
-    return rc;
+    return cmdtest_run(argv, limit_s, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
 }
 
 /* `autoinfra kb ARGS...` (NULL-terminated). */
@@ -529,19 +526,6 @@ static char *read_file(const char *path)
     return buf;
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    alarm(TEST_ALARM_S);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alarm(0);
-    return 0;
-}
 
 static int group_setup(void **state)
 {
@@ -1449,14 +1433,14 @@ static void test_mpich_uses_selection(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_kb_usage_errors, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kb_show, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_kb_export_import, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ompi_rules_content, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_mpich_json_content, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_ompi_uses_rules, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_mpich_uses_selection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_kb_usage_errors, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_kb_show, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_kb_export_import, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_ompi_rules_content, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mpich_json_content, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_ompi_uses_rules, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mpich_uses_selection, cmdtest_setup, cmdtest_teardown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -25,6 +25,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "support/cmdtest.h"
 #include "support/proc.h"
 
 #include <libgen.h>
@@ -34,25 +35,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#define TEST_ALARM_S 280
 #define RUN_LIMIT_S 90
 
 static char outbuf[1 << 16], errbuf[1 << 16];
 static char shim_dir[PATH_MAX];
 
-static int setup(void **state)
-{
-    (void)state;
-    alarm(TEST_ALARM_S);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    alarm(0);
-    return 0;
-}
 
 /* build/plugins/mpi_shim/NAME, or NULL when it was not built. */
 static const char *built(const char *name, char *buf, size_t len)
@@ -240,12 +227,12 @@ static void test_mpich_flavour(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_results_through_autoinfra, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_results_over_tcp, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_disabled, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_mpich_flavour, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_results_through_autoinfra, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_results_over_tcp, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_disabled, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mpich_flavour, cmdtest_setup, cmdtest_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
