@@ -4,13 +4,16 @@
 usage: bench/learn-summary.py FILE.jsonl...
 
 Files named learn-NAME-cold / -warm / -drift.jsonl are read as such. For each
-size: the oracle (the fastest arm of the sweep, median of its calls), the
-learner's choice after the auto calls and the sweep's time for that arm
+size: the oracle (the fastest arm once the sweep's best three and the
+learner's choice are timed again, interleaved: median of those calls), the
+learner's choice after the auto calls and its time in that confirmation
 (ratio = choice / oracle; the goal is <= 1.05), the median of the last 8 auto
 calls over the oracle (tail), exploratory calls and the extra seconds the
-auto calls took over the oracle's time. Warm: the first call over the oracle
-(goal <= 1.03) and exploratory calls (goal 0); a warm run made with
---no-sweep is compared with the cold run's sweep. Drift: the call after the
+auto calls took over the oracle's time. Warm: exploratory calls (goal 0),
+the arm the warm run ran against the oracle (goal <= 1.03; with nothing
+explored, every call ran it), and the single first call and the median of
+the first five over the oracle (those carry the machine's noise); a warm run
+made with --no-sweep is compared with the cold run's sweep. Drift: the call after the
 reshape from which every median of 5 calls stays within 10% of the new
 oracle (goal < 64).
 """
@@ -59,8 +62,10 @@ def fill_from_cold(rows, cold_path):
             continue
         o = c["oracle"]["time_us"]
         r["oracle"] = c["oracle"]
-        same = [a["time_us"] for a in c["arms"] if (a["algo"], a["chunk_bytes"], a["channels"]) ==
-                (r["choice"]["algo"], r["choice"]["chunk_bytes"], r["choice"]["channels"])]
+        key = (r["choice"]["algo"], r["choice"]["chunk_bytes"], r["choice"]["channels"])
+        # The confirmation's time if the arm was in it, else the sweep's.
+        same = [a["time_us"] for a in c.get("confirm", []) + c["arms"]
+                if (a["algo"], a["chunk_bytes"], a["channels"]) == key]
         r["choice_ratio"] = same[0] / o if same else float("nan")
         r["tail_ratio"] = r["tail_us"] / o
         r["explore_extra_s"] = sum(t - o for t in r["calls_us"]) * 1e-6
@@ -106,9 +111,11 @@ def main(paths):
                   geomean([r["tail_ratio"] for r in rows]), extra))
         if kind == "warm":
             first5 = [median(r["calls_us"][:5]) / r["oracle"]["time_us"] for r in rows]
-            print("warm: exploratory calls %d; first call within 3%% of the oracle: %d of %d; "
+            print("warm: exploratory calls %d; arm within 3%% of the oracle: %d of %d; "
+                  "single first call within 3%%: %d of %d; "
                   "median of the first 5 calls within 3%%: %d of %d (geomean %.3f)" % (
                       sum(r["choice"]["explored"] for r in rows),
+                      sum(r["choice_ratio"] <= 1.03 for r in rows), len(rows),
                       sum(r["first_us"] <= 1.03 * r["oracle"]["time_us"] for r in rows), len(rows),
                       sum(x <= 1.03 for x in first5), len(rows), geomean(first5)))
     return 0

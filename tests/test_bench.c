@@ -186,6 +186,69 @@ static void test_single_process(void **state)
     assert_int_equal(check_json_lines("allreduce", 1, 1, "f32"), 2);
 }
 
+static int same_arm(json_t *a, json_t *b)
+{
+    return !strcmp(json_string_value(json_object_get(a, "algo")),
+                   json_string_value(json_object_get(b, "algo"))) &&
+           json_integer_value(json_object_get(a, "chunk_bytes")) ==
+               json_integer_value(json_object_get(b, "chunk_bytes")) &&
+           json_integer_value(json_object_get(a, "channels")) ==
+               json_integer_value(json_object_get(b, "channels"));
+}
+
+/* --learn: the auto calls, the sweep, and the confirmation whose fastest arm
+ * is the oracle and which times the learner's choice too. */
+static void test_learn_json(void **state)
+{
+    char kb[] = "/tmp/autoinfra-test-learn-XXXXXX";
+    int fd = mkstemp(kb);
+    assert_true(fd >= 0);
+    close(fd);
+    char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b", "--timeout", "120",
+                    "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "6",
+                    "--iters", "2", "--bytes", "4K:8K", "--json", NULL};
+    int rc = run(argv, 150), lines = 0;
+    char wal[sizeof kb + 8];
+    unlink(kb);
+    snprintf(wal, sizeof wal, "%s-wal", kb);
+    unlink(wal);
+    snprintf(wal, sizeof wal, "%s-shm", kb);
+    unlink(wal);
+    (void)state;
+    if (rc != 0)
+        fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    for (char *l = strtok(outbuf, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+        json_error_t err;
+        json_t *o = json_loads(l, 0, &err), *oracle, *confirm, *choice, *v;
+        size_t i;
+        int has_oracle = 0, has_choice = 0;
+        if (!o)
+            fail_msg("line %d is not JSON (%s): %s", lines + 1, err.text, l);
+        oracle = json_object_get(o, "oracle");
+        confirm = json_object_get(o, "confirm");
+        choice = json_object_get(o, "choice");
+        assert_int_equal(json_array_size(json_object_get(o, "calls_us")), 6);
+        assert_true(json_array_size(json_object_get(o, "arms")) >= 2);
+        assert_true(json_array_size(confirm) >= 2 && json_array_size(confirm) <= 4);
+        double best = json_number_value(json_object_get(oracle, "time_us"));
+        assert_true(best > 0);
+        json_array_foreach(confirm, i, v) {
+            assert_true(json_number_value(json_object_get(v, "time_us")) >= best);
+            has_oracle |= same_arm(v, oracle) &&
+                          json_number_value(json_object_get(v, "time_us")) == best;
+            has_choice |= same_arm(v, choice);
+        }
+        assert_true(has_oracle);
+        assert_true(has_choice);
+        double ratio = json_number_value(json_object_get(o, "choice_ratio"));
+        assert_true(ratio >= 1.0);
+        assert_float_equal(ratio, json_number_value(json_object_get(o, "choice_time_us")) / best,
+                           1e-3);
+        json_decref(o);
+    }
+    assert_int_equal(lines, 2); /* 4K 8K */
+}
+
 static void test_table_output(void **state)
 {
     char *argv[] = {(char *)proc_bin(), "launch", "-n", "2", "--timeout", "60", "--", (char *)proc_bin(),
@@ -209,6 +272,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_every_coll_check, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_single_process, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_table_output, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_learn_json, cmdtest_setup, cmdtest_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -148,7 +148,8 @@ static void bench_help(FILE *out)
         "\n"
         "learner evaluation (docs/learner.md):\n"
         "  --learn            per size: --calls auto calls, each timed, then every arm\n"
-        "                     the learner weighs (--iters calls each): the oracle\n"
+        "                     the learner weighs (--iters calls each), then the best\n"
+        "                     three and the choice again, interleaved: the oracle\n"
         "  --calls N          auto calls per size (default 32)\n"
         "  --no-sweep         --learn without the sweep (a warm run: the oracle\n"
         "                     is known from an earlier one)\n"
@@ -751,6 +752,21 @@ static double median(const double *t, int n)
 }
 
 #define LEARN_MAX_ARMS 64
+#define LEARN_CONFIRM 3 /* the sweep's best arms timed again with the choice */
+
+/* A JSON list of arms (arms[idx[i]], or arms[i] without idx) and times. */
+static void print_arms(const ai_algo_opts *arms, const double *us, const int *idx, int n)
+{
+    printf("[");
+    for (int i = 0; i < n; i++) {
+        const ai_algo_opts *a = &arms[idx ? idx[i] : i];
+        printf("%s{", i ? "," : "");
+        json_str(stdout, "algo", a->algo);
+        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", a->chunk_bytes,
+               a->channels, us[i]);
+    }
+    printf("]");
+}
 
 /* One size of --learn: auto calls (with a drift in the middle if asked),
  * then the sweep over every arm; one JSON line (or table row) on rank 0. */
@@ -790,22 +806,51 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     }
     int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
                                     LEARN_MAX_ARMS);
-    int best = 0, chosen = -1;
+    int chosen = -1;
     double *at = t + n;
     for (int a = 0; a < na; a++) {
         if ((rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, 1)) != 0 || /* warm-up */
             (rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, o->iters)) != 0)
             goto out;
         arm_us[a] = median(at, o->iters) * 1e6;
-        if (arm_us[a] < arm_us[best])
-            best = a;
         if (!strcmp(arms[a].algo, ch.algo) && arms[a].chunk_bytes == ch.chunk_bytes &&
             arms[a].channels == ch.channels)
             chosen = a;
     }
+    /* The confirmation: the sweep's best few and the learner's choice again,
+     * interleaved round by round, so that the oracle is not just the arm
+     * that drew the luckiest noise in a sweep of many. */
+    int cand[LEARN_CONFIRM + 1], nc = 0, best = -1;
+    double conf_us[LEARN_CONFIRM + 1];
+    for (int k = 0; k < LEARN_CONFIRM && k < na; k++) {
+        int m = -1;
+        for (int a = 0; a < na; a++) {
+            int taken = 0;
+            for (int j = 0; j < nc; j++)
+                taken |= cand[j] == a;
+            if (!taken && (m < 0 || arm_us[a] < arm_us[m]))
+                m = a;
+        }
+        cand[nc++] = m;
+    }
+    int has_chosen = 0;
+    for (int j = 0; j < nc; j++)
+        has_chosen |= cand[j] == chosen;
+    if (chosen >= 0 && !has_chosen)
+        cand[nc++] = chosen;
+    for (int r = 0; r < o->iters; r++)
+        for (int j = 0; j < nc; j++)
+            if ((rc = timed_calls(comm, o, &s, &arms[cand[j]], sbuf, rbuf,
+                                  at + (size_t)j * (size_t)o->iters + (size_t)r, 1)) != 0)
+                goto out;
+    for (int j = 0; j < nc; j++) {
+        conf_us[j] = median(at + (size_t)j * (size_t)o->iters, o->iters) * 1e6;
+        if (best < 0 || conf_us[j] < conf_us[best])
+            best = j;
+    }
     if (rank != 0)
         goto out;
-    double oracle = na > 0 ? arm_us[best] : NAN, extra = 0, tail = median(t + n - LMIN(8, o->calls),
+    double oracle = nc > 0 ? conf_us[best] : NAN, extra = 0, tail = median(t + n - LMIN(8, o->calls),
                                                           LMIN(8, o->calls)) * 1e6;
     for (int i = n1; i < n; i++)
         extra += t[i] - oracle * 1e-6;
@@ -814,10 +859,14 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     int recovered = -1;
     for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
         recovered = i - n1;
-    double chosen_us = chosen >= 0 ? arm_us[chosen] : NAN;
+    double chosen_us = NAN;
+    for (int j = 0; j < nc; j++)
+        if (cand[j] == chosen)
+            chosen_us = conf_us[j];
+    const ai_algo_opts *ob = nc > 0 ? &arms[cand[best]] : NULL;
     if (!o->json) {
         printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
-               na > 0 ? arms[best].algo : "-", oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
+               ob ? ob->algo : "-", oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
                ch.explored, extra);
         fflush(stdout);
         goto out;
@@ -826,11 +875,11 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     json_str(stdout, "coll", ai_coll_name(o->coll));
     printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":", s.bytes, p,
            ai_comm_nhosts(comm), o->calls);
-    if (na > 0) {
+    if (ob) {
         printf("{");
-        json_str(stdout, "algo", arms[best].algo);
-        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[best].chunk_bytes,
-               arms[best].channels, oracle);
+        json_str(stdout, "algo", ob->algo);
+        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", ob->chunk_bytes,
+               ob->channels, oracle);
     } else {
         printf("null");
     }
@@ -846,14 +895,11 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     printf(",\"calls_us\":[");
     for (int i = 0; i < n; i++)
         printf("%s%.6g", i ? "," : "", t[i] * 1e6);
-    printf("],\"arms\":[");
-    for (int a = 0; a < na; a++) {
-        printf("%s{", a ? "," : "");
-        json_str(stdout, "algo", arms[a].algo);
-        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", arms[a].chunk_bytes,
-               arms[a].channels, arm_us[a]);
-    }
-    printf("]}\n");
+    printf("],\"arms\":");
+    print_arms(arms, arm_us, NULL, na);
+    printf(",\"confirm\":");
+    print_arms(arms, conf_us, cand, nc);
+    printf("}\n");
     fflush(stdout);
 out:
     free(t);

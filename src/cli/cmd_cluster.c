@@ -127,10 +127,15 @@ static int cmd_bound(const ai_cluster *cl, int argc, char **argv, int json)
 
 int cli_cluster_main(int argc, char **argv)
 {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
     }
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        }
     const char *sub = argv[1];
     if (strcmp(sub, "nodes") && strcmp(sub, "bound")) {
         fprintf(stderr, "autoinfra cluster: unknown subcommand '%s'\n", sub);
