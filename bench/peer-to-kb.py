@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Put a peer's own algorithm timings into the knowledge base.
 
-usage: bench/peer-to-kb.py COMPARE.json FINGERPRINT OUT.json [--system ompi]
+usage: bench/peer-to-kb.py COMPARE.json FINGERPRINT OUT.json [--system ompi|mpich]
        autoinfra kb import OUT.json --kb KB
 
 COMPARE.json is `bench/compare --json` from a run with the peer's forced
@@ -9,8 +9,8 @@ algorithms (not --default-only); FINGERPRINT is the cluster's in the KB
 (`autoinfra kb show`). Every correct allreduce row of the system whose algo
 is one of its own (not "default" or an export) becomes an arm
 "<system>:<algo>" of that fingerprint at the row's size bucket, so that
-`autoinfra kb export-ompi` picks the algorithm Open MPI itself ran fastest
-(src/tune/kb_export.c). Writes the KB's JSON exchange format.
+`autoinfra kb export-ompi` (export-mpich) picks the algorithm Open MPI
+(MPICH) itself ran fastest (src/tune/kb_export.c). Writes the KB's JSON exchange format.
 """
 import json
 import sys
@@ -19,6 +19,9 @@ import sys
 def main(argv):
     args = [a for a in argv if not a.startswith("--")]
     system = argv[argv.index("--system") + 1] if "--system" in argv else "ompi"
+    if system not in ("ompi", "mpich"):
+        print("peer-to-kb: --system: ompi or mpich, not '%s'" % system, file=sys.stderr)
+        return 2
     if "--system" in argv:
         args.remove(system)
     if len(args) != 3:

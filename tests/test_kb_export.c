@@ -1050,6 +1050,43 @@ static void test_ompi_prefers_its_own(void **state)
     expect_rule(OMPI_ALLREDUCE, 2, 1048576, 5, 0); /* segmented_ring, not our ring's 4 */
 }
 
+/* The same for MPICH ("mpich:" arms), with a precondition falling through
+ * to MPICH's next fastest algorithm. */
+static void test_mpich_prefers_its_own(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{\"format\":\"autoinfra-kb\",\"version\":1,\"fingerprints\":[{\"id\":"
+        "\"00000000000000cd\",\"nranks\":2,\"nhosts\":2,\"arms\":["
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"rabenseifner\",\"channels\":2,"
+        "\"samples\":10,\"mean_us\":100,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"mpich:recursive_doubling\","
+        "\"samples\":3,\"mean_us\":150,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"mpich:reduce_scatter_allgather\","
+        "\"samples\":3,\"mean_us\":200,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:reduce_scatter_allgather\","
+        "\"samples\":3,\"mean_us\":10,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:nb\",\"samples\":3,"
+        "\"mean_us\":20,\"std_us\":1}]}]}";
+    char j[PATH_MAX], k[PATH_MAX], o[PATH_MAX];
+    in_dir("mpeer.json", j, sizeof j);
+    in_dir("mpeer.sqlite", k, sizeof k);
+    in_dir("mpeer.mpich.json", o, sizeof o);
+    write_file(j, doc, sizeof doc - 1);
+    assert_int_equal(kbcmd("import", j, "--kb", k, NULL), 0);
+    assert_int_equal(kbcmd("export-mpich", o, "--kb", k, NULL), 0);
+    json_t *root = json_loads(read_file(o), 0, NULL);
+    assert_non_null(root);
+    check_tree(root, "top");
+    /* 1 MiB: MPICH's recursive doubling, not reduce-scatter-allgather that
+     * our (faster) rabenseifner maps to. */
+    expect_mpich(root, "allreduce", 2, 1048576, 1, 1, 0, "Allreduce_intra_recursive_doubling");
+    /* 64 KiB: reduce-scatter-allgather; a user op cannot have it: nb. */
+    expect_mpich(root, "allreduce", 2, 65536, 1, 1, 0, "Allreduce_intra_reduce_scatter_allgather");
+    expect_mpich(root, "allreduce", 2, 65536, 0, 1, 0, "Allreduce_allcomm_nb");
+    json_decref(root);
+}
+
 static void test_mpich_json_content(void **state)
 {
     (void)state;
@@ -1438,6 +1475,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kb_export_import, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_rules_content, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mpich_prefers_its_own, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_json_content, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_uses_rules, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_uses_selection, cmdtest_setup, cmdtest_teardown),

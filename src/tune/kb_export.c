@@ -465,6 +465,15 @@ static const mpich_map mpich_table[] = {
     {AI_ALLREDUCE, "rabenseifner", NULL, "MPIR_Allreduce_intra_reduce_scatter_allgather",
      {"is_op_built_in=no", "count<pow2"}, 0},
     {AI_ALLREDUCE, "hierarchical", NULL, "MPIR_Allreduce_intra_smp", {"comm_hierarchy=flat"}, 0},
+    /* MPICH's own algorithms, timed on the cluster by bench/compare and
+     * imported with bench/peer-to-kb.py --system mpich ("mpich:" + the
+     * MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM value). */
+    {AI_ALLREDUCE, "mpich:recursive_doubling", NULL, "MPIR_Allreduce_intra_recursive_doubling",
+     {0}, 0},
+    {AI_ALLREDUCE, "mpich:reduce_scatter_allgather", NULL,
+     "MPIR_Allreduce_intra_reduce_scatter_allgather", {"is_op_built_in=no", "count<pow2"}, 0},
+    {AI_ALLREDUCE, "mpich:nb", NULL, "MPIR_Allreduce_allcomm_nb", {0}, 0},
+    {AI_ALLREDUCE, "mpich:smp", NULL, "MPIR_Allreduce_intra_smp", {"comm_hierarchy=flat"}, 0},
     {AI_REDUCE_SCATTER, "recursive_halving", NULL, "MPIR_Reduce_scatter_intra_recursive_halving",
      {0}, 0},
     {AI_REDUCE_SCATTER, "pairwise", NULL, "MPIR_Reduce_scatter_intra_pairwise", {0}, 0},
@@ -608,28 +617,44 @@ static const mpich_map *mpich_lookup(const char *target, const ai_kb_arm *a, int
     return NULL;
 }
 
-/* The bucket's candidates MPICH has, fastest first, each used where its
- * preconditions hold and the next one (finally the fallback) elsewhere. */
+/* A chain of candidates: the first where its preconditions hold, else the
+ * rest (finally the fallback). */
+static json_t *mpich_chain(jctx *j, const char *coll, const mpich_map *const *c, int n)
+{
+    if (n == 0)
+        return mpich_fallback(j, coll);
+    if (!c[0]->unless[0])
+        return leaf(j, c[0]->name);
+    json_t *o = jobj(j), *rest = mpich_chain(j, coll, c + 1, n - 1);
+    for (int k = 0; k < 2 && c[0]->unless[k]; k++) {
+        if (rest)
+            json_incref(rest);
+        jput(j, o, c[0]->unless[k], rest);
+    }
+    json_decref(rest);
+    jput(j, o, "count=any", leaf(j, c[0]->name));
+    return o;
+}
+
+/* The bucket's candidates MPICH has: its own measured algorithms ("mpich:"
+ * arms, bench/peer-to-kb.py) first, as with Open MPI, then ours mapped;
+ * each fastest first, up to the first that needs no precondition. */
 static json_t *mpich_choice(jctx *j, const kb_view *v, const char *coll, const char *target,
                             size_t i, size_t end)
 {
-    for (; i < end; i++) {
-        const mpich_map *m = mpich_lookup(target, &v->arm[i], v->nranks);
-        if (!m)
-            continue;
-        if (!m->unless[0])
-            return leaf(j, m->name);
-        json_t *o = jobj(j), *rest = mpich_choice(j, v, coll, target, i + 1, end);
-        for (int k = 0; k < 2 && m->unless[k]; k++) {
-            if (rest)
-                json_incref(rest);
-            jput(j, o, m->unless[k], rest);
+    const mpich_map *c[8];
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t k = i; k < end && n < (int)AI_ARRAY_LEN(c); k++) {
+            const mpich_map *m;
+            if (!strncmp(v->arm[k].algo, "mpich:", 6) != (pass == 0) ||
+                !(m = mpich_lookup(target, &v->arm[k], v->nranks)))
+                continue;
+            c[n++] = m;
+            if (!m->unless[0])
+                return mpich_chain(j, coll, c, n);
         }
-        json_decref(rest);
-        jput(j, o, "count=any", leaf(j, m->name));
-        return o;
-    }
-    return mpich_fallback(j, coll);
+    return mpich_chain(j, coll, c, n);
 }
 
 static int mpich_has(const kb_view *v, const char *target, size_t i, size_t end)
