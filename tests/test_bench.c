@@ -206,7 +206,7 @@ static void test_learn_json(void **state)
     close(fd);
     char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b", "--timeout", "120",
                     "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "6",
-                    "--iters", "2", "--bytes", "4K:8K", "--json", NULL};
+                    "--iters", "2", "--confirm", "3", "--bytes", "4K:8K", "--json", NULL};
     int rc = run(argv, 150), lines = 0;
     char wal[sizeof kb + 8];
     unlink(kb);

@@ -55,6 +55,7 @@ typedef struct bench_opts {
     int learn;              /* --learn: learner vs exhaustive sweep */
     int no_sweep;           /* --no-sweep: --learn without the sweep */
     int calls;              /* --calls: auto calls per size in --learn */
+    int confirm;            /* --confirm: rounds of the confirmation (-1: default) */
     int drift_after;        /* --drift-after: calls before --drift-cmd */
     const char *drift_cmd;
 } bench_opts;
@@ -151,6 +152,8 @@ static void bench_help(FILE *out)
         "                     the learner weighs (--iters calls each), then the best\n"
         "                     three and the choice again, interleaved: the oracle\n"
         "  --calls N          auto calls per size (default 32)\n"
+        "  --confirm N        rounds of that confirmation (default 5; 0: the\n"
+        "                     oracle is the sweep's fastest)\n"
         "  --no-sweep         --learn without the sweep (a warm run: the oracle\n"
         "                     is known from an earlier one)\n"
         "  --drift-after K    run K auto calls, then --drift-cmd on rank 0, then\n"
@@ -188,6 +191,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
     o->op = AI_SUM;
     o->iters = 20;
     o->warmup = 5;
+    o->confirm = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int m;
@@ -272,6 +276,11 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
             if (m < 0)
                 goto missing;
             o->kb = v;
+        } else if (OPT("--confirm")) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_int(v, 0, 64, &o->confirm))
+                return bench_usage_err("--confirm '%s': expected a number from 0 to 64", v);
         } else if (OPT("--calls")) {
             if (m < 0)
                 goto missing;
@@ -301,8 +310,10 @@ missing:
     }
     if (!o->drift_after != !o->drift_cmd)
         return bench_usage_err("--drift-after and --drift-cmd go together");
-    if ((o->drift_after || o->calls || o->no_sweep) && !o->learn)
-        return bench_usage_err("--calls, --no-sweep and --drift-* need --learn");
+    if ((o->drift_after || o->calls || o->no_sweep || o->confirm >= 0) && !o->learn)
+        return bench_usage_err("--calls, --confirm, --no-sweep and --drift-* need --learn");
+    if (o->confirm < 0)
+        o->confirm = 5;
     if (!o->calls)
         o->calls = 32;
     /* Checked after the loop: --algo may come before --coll. */
@@ -777,7 +788,7 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     size_t call_bytes = s.count * ai_dtype_size(o->dt);
     int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
     ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
-    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)o->iters, sizeof *t);
+    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm), sizeof *t);
     double arm_us[LEARN_MAX_ARMS];
     ai_choice ch;
     ai_status_t st;
@@ -838,13 +849,15 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
         has_chosen |= cand[j] == chosen;
     if (chosen >= 0 && !has_chosen)
         cand[nc++] = chosen;
-    for (int r = 0; r < o->iters; r++)
+    int rounds = o->confirm;
+    for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nc; j++)
             if ((rc = timed_calls(comm, o, &s, &arms[cand[j]], sbuf, rbuf,
-                                  at + (size_t)j * (size_t)o->iters + (size_t)r, 1)) != 0)
+                                  at + (size_t)j * (size_t)rounds + (size_t)r, 1)) != 0)
                 goto out;
     for (int j = 0; j < nc; j++) {
-        conf_us[j] = median(at + (size_t)j * (size_t)o->iters, o->iters) * 1e6;
+        conf_us[j] = rounds > 0 ? median(at + (size_t)j * (size_t)rounds, rounds) * 1e6
+                                : arm_us[cand[j]];
         if (best < 0 || conf_us[j] < conf_us[best])
             best = j;
     }
