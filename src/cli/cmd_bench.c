@@ -729,7 +729,10 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
 
 #define LMIN(a, b) ((a) < (b) ? (a) : (b))
 
-/* n calls, each timed; t[i] becomes the slowest rank's time of call i. */
+/* n calls, each timed; t[i] becomes the slowest rank's time of call i.
+ * Every call is followed by the allreduce of its time, so that auto calls,
+ * the sweep and the confirmation all run under the same conditions (the
+ * links rest equally long between calls). */
 static int timed_calls(ai_comm *comm, const bench_opts *o, const bench_shape *s,
                        const ai_algo_opts *ao, void *sbuf, void *rbuf, double *t, int n)
 {
@@ -741,9 +744,9 @@ static int timed_calls(ai_comm *comm, const bench_opts *o, const bench_shape *s,
             return bench_fail(rank, st, "%s of %zu bytes (%s)", ai_coll_name(o->coll), s->bytes,
                               ao->algo ? ao->algo : "auto");
         t[i] = ai_now() - t0;
+        if ((st = ai_allreduce(comm, AI_IN_PLACE, &t[i], 1, AI_F64, AI_MAX, NULL)) != AI_OK)
+            return bench_fail(rank, st, "allreduce of the timings");
     }
-    if ((st = ai_allreduce(comm, AI_IN_PLACE, t, (size_t)n, AI_F64, AI_MAX, NULL)) != AI_OK)
-        return bench_fail(rank, st, "allreduce of the timings");
     return 0;
 }
 
