@@ -834,19 +834,16 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     /* The confirmation: the sweep's best few and the learner's choice again,
      * interleaved round by round, so that the oracle is not just the arm
      * that drew the luckiest noise in a sweep of many. */
-    int cand[LEARN_CONFIRM + 1], nc = 0, best = -1;
+    int order[LEARN_MAX_ARMS], cand[LEARN_CONFIRM + 1], nc = 0, best = -1;
     double conf_us[LEARN_CONFIRM + 1];
-    for (int k = 0; k < LEARN_CONFIRM && k < na; k++) {
-        int m = -1;
-        for (int a = 0; a < na; a++) {
-            int taken = 0;
-            for (int j = 0; j < nc; j++)
-                taken |= cand[j] == a;
-            if (!taken && (m < 0 || arm_us[a] < arm_us[m]))
-                m = a;
-        }
-        cand[nc++] = m;
+    for (int a = 0; a < na; a++) { /* by sweep time */
+        int k = a;
+        for (; k > 0 && arm_us[order[k - 1]] > arm_us[a]; k--)
+            order[k] = order[k - 1];
+        order[k] = a;
     }
+    for (; nc < LEARN_CONFIRM && nc < na; nc++)
+        cand[nc] = order[nc];
     int has_chosen = 0;
     for (int j = 0; j < nc; j++)
         has_chosen |= cand[j] == chosen;
