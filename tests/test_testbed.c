@@ -138,6 +138,7 @@ static int setup(void **st)
     unsetenv("AUTOINFRA_SIZE");
     unsetenv("AUTOINFRA_ADDR");
     unsetenv("AUTOINFRA_HOST");
+    unsetenv("TESTBED_MTU"); /* the default, 9000, is checked */
     lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock_fd >= 0) {
         double give_up = proc_now() + LOCK_WAIT_S;
@@ -209,6 +210,17 @@ static void test_testbed_allreduce_shaped(void **st)
     rc = run(up, 60);
     if (rc != 0)
         fail_msg("bench/testbed up %s failed (%d):\n%s%s", spec, rc, outbuf, errbuf);
+
+    /* Jumbo frames on the node's NIC (docs/hetero.md, the emulator's
+     * capacity), and status says so. */
+    char *mtu[] = {"ip", "-n", "ai-t-0", "-o", "link", "show", "eth0", NULL};
+    rc = run(mtu, 10);
+    if (rc != 0 || !strstr(outbuf, " mtu 9000 "))
+        fail_msg("eth0 of ai-t-0 should have MTU 9000 (%d):\n%s%s", rc, outbuf, errbuf);
+    char *status[] = {"/bin/sh", testbed, "status", NULL};
+    rc = run(status, 10);
+    if (rc != 0 || !strstr(outbuf, "mtu 9000 on every link"))
+        fail_msg("bench/testbed status (%d) does not give the MTU:\n%s%s", rc, outbuf, errbuf);
 
     /* Unshaped reference: the same job over loopback TCP, no namespaces. */
     char *loop[] = {(char *)bin, "launch", "-n", "2", "--hosts", "a,b", "--timeout", "60", "--",
