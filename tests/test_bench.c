@@ -208,12 +208,11 @@ static void test_learn_json(void **state)
                     "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "6",
                     "--iters", "2", "--confirm", "3", "--bytes", "4K:8K", "--json", NULL};
     int rc = run(argv, 150), lines = 0;
-    char wal[sizeof kb + 8];
-    unlink(kb);
-    snprintf(wal, sizeof wal, "%s-wal", kb);
-    unlink(wal);
-    snprintf(wal, sizeof wal, "%s-shm", kb);
-    unlink(wal);
+    for (const char *const *sfx = (const char *const[]){"", "-wal", "-shm", NULL}; *sfx; sfx++) {
+        char f[sizeof kb + 8];
+        snprintf(f, sizeof f, "%s%s", kb, *sfx);
+        unlink(f);
+    }
     (void)state;
     if (rc != 0)
         fail_msg("exit %d; stderr:\n%s", rc, errbuf);

@@ -1025,6 +1025,23 @@ static void expect_mpich(json_t *root, const char *coll, int n, long bytes, int 
                  builtin ? "" : ", user op", commutative ? "" : ", non-commutative", got, want);
 }
 
+/* Import a KB document (JSON exchange format) into a fresh KB NAME.sqlite
+ * and export it with `kb EXPORT` to NAME.out (path in out). */
+static void import_export(const char *doc, const char *name, const char *export, char *out,
+                          size_t len)
+{
+    char j[PATH_MAX], k[PATH_MAX], f[64];
+    snprintf(f, sizeof f, "%s.json", name);
+    in_dir(f, j, sizeof j);
+    snprintf(f, sizeof f, "%s.sqlite", name);
+    in_dir(f, k, sizeof k);
+    snprintf(f, sizeof f, "%s.out", name);
+    in_dir(f, out, len);
+    write_file(j, doc, strlen(doc));
+    assert_int_equal(kbcmd("import", j, "--kb", k, NULL), 0);
+    assert_int_equal(kbcmd(export, out, "--kb", k, NULL), 0);
+}
+
 /* Open MPI's own measured algorithms ("ompi:" arms, bench/peer-to-kb.py)
  * win over ours mapped to "the same" algorithm, even when ours is faster. */
 static void test_ompi_prefers_its_own(void **state)
@@ -1039,13 +1056,8 @@ static void test_ompi_prefers_its_own(void **state)
         "\"samples\":3,\"mean_us\":150,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:ring\",\"samples\":3,"
         "\"mean_us\":200,\"std_us\":1}]}]}";
-    char j[PATH_MAX], k[PATH_MAX], r[PATH_MAX];
-    in_dir("peer.json", j, sizeof j);
-    in_dir("peer.sqlite", k, sizeof k);
-    in_dir("peer.rules", r, sizeof r);
-    write_file(j, doc, sizeof doc - 1);
-    assert_int_equal(kbcmd("import", j, "--kb", k, NULL), 0);
-    assert_int_equal(kbcmd("export-ompi", r, "--kb", k, NULL), 0);
+    char r[PATH_MAX];
+    import_export(doc, "peer", "export-ompi", r, sizeof r);
     parse_rules(r);
     expect_rule(OMPI_ALLREDUCE, 2, 1048576, 5, 0); /* segmented_ring, not our ring's 4 */
 }
@@ -1068,13 +1080,8 @@ static void test_mpich_prefers_its_own(void **state)
         "\"samples\":3,\"mean_us\":10,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:nb\",\"samples\":3,"
         "\"mean_us\":20,\"std_us\":1}]}]}";
-    char j[PATH_MAX], k[PATH_MAX], o[PATH_MAX];
-    in_dir("mpeer.json", j, sizeof j);
-    in_dir("mpeer.sqlite", k, sizeof k);
-    in_dir("mpeer.mpich.json", o, sizeof o);
-    write_file(j, doc, sizeof doc - 1);
-    assert_int_equal(kbcmd("import", j, "--kb", k, NULL), 0);
-    assert_int_equal(kbcmd("export-mpich", o, "--kb", k, NULL), 0);
+    char o[PATH_MAX];
+    import_export(doc, "mpeer", "export-mpich", o, sizeof o);
     json_t *root = json_loads(read_file(o), 0, NULL);
     assert_non_null(root);
     check_tree(root, "top");

@@ -844,11 +844,12 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     }
     for (; nc < LEARN_CONFIRM && nc < na; nc++)
         cand[nc] = order[nc];
-    int has_chosen = 0;
+    int jc = -1; /* the choice's place in the confirmation */
     for (int j = 0; j < nc; j++)
-        has_chosen |= cand[j] == chosen;
-    if (chosen >= 0 && !has_chosen)
-        cand[nc++] = chosen;
+        if (cand[j] == chosen)
+            jc = j;
+    if (chosen >= 0 && jc < 0)
+        cand[jc = nc++] = chosen;
     int rounds = o->confirm;
     for (int r = 0; r < rounds; r++)
         for (int j = 0; j < nc; j++)
@@ -872,10 +873,7 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     int recovered = -1;
     for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
         recovered = i - n1;
-    double chosen_us = NAN;
-    for (int j = 0; j < nc; j++)
-        if (cand[j] == chosen)
-            chosen_us = conf_us[j];
+    double chosen_us = jc >= 0 ? conf_us[jc] : NAN;
     const ai_algo_opts *ob = nc > 0 ? &arms[cand[best]] : NULL;
     if (!o->json) {
         printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,

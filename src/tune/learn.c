@@ -173,8 +173,6 @@ static void match_fingerprint(const ai_comm *c, tuner *t)
     }
 }
 
-static void kb_ready(tuner *t, const ai_comm *c);
-
 static void reset_buckets(tuner *t)
 {
     for (int k = 0; k < AI_COLL_COUNT; k++)
