@@ -322,6 +322,16 @@ static void test_env_parsing(void **state)
     /* A job of one, with nothing set: works without any network. */
     unsetenv("AUTOINFRA_RANK");
     unsetenv("AUTOINFRA_SIZE");
+    const char *bad_spin[] = {"-1", "2e6", "long"};
+    for (size_t i = 0; i < sizeof bad_spin / sizeof *bad_spin; i++) {
+        setenv("AUTOINFRA_SPIN_US", bad_spin[i], 1);
+        assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+        assert_non_null(strstr(ai_last_error(), "AUTOINFRA_SPIN_US"));
+    }
+    setenv("AUTOINFRA_SPIN_US", "0", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_OK);
+    ai_comm_destroy(c);
+    unsetenv("AUTOINFRA_SPIN_US");
     assert_int_equal(ai_comm_create_env(&c), AI_OK);
     assert_int_equal(ai_comm_size(c), 1);
     double x = 2.5;

@@ -15,6 +15,7 @@
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
+#define DEFAULT_TCP_SPIN_US 1000.0
 
 int ai_comm_rank(const ai_comm *c) { return c->rank; }
 int ai_comm_size(const ai_comm *c) { return c->size; }
@@ -151,6 +152,17 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
      * oversubscribed, a spinning rank steals the core its peer needs. */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     tp->spin_passes = c->local_size > ncpu ? 2 : 2000;
+    /* A TCP-only wait polls (yielding the core) before it sleeps in
+     * poll(): a rank woken from sleep waits for a core, and on a VM for a
+     * halted vCPU: measured in docs/runtime.md, "Waiting". */
+    double spin_us;
+    if ((st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, &spin_us)) != AI_OK)
+        goto err;
+    if (spin_us < 0 || spin_us > 1e6) {
+        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_SPIN_US=%g: want 0..1000000 microseconds", spin_us);
+        goto err;
+    }
+    tp->tcp_spin_s = spin_us * 1e-6;
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;
     if (tp->listen_fd >= 0) {

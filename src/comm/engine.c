@@ -531,6 +531,8 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             continue;
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */
+        else if (tcp_only && now - idle_since < tp->tcp_spin_s)
+            sched_yield();
         else
             tcp_poll(c, reqs, n, tcp_only);
     }

@@ -78,6 +78,7 @@ typedef struct comm_shm_header {
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
     int spin_passes;        /* idle passes before yielding the CPU */
+    double tcp_spin_s;      /* a TCP-only wait polls (yielding) this long before it sleeps */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
