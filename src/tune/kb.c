@@ -172,7 +172,18 @@ fail:
 
 ai_status_t kb_open_writer(const char *path, ai_kb **out)
 {
-    return ai_kb_open(path, 0, out);
+    /* The first write after opening starts the (empty) write-ahead log:
+     * 10 ms on the test machine's disk, 2.5% of a 30-call run of 64 KiB
+     * allreduces when it fell in the middle of them. Pay it here, at the
+     * learner's first call of the job. */
+    ai_status_t st = ai_kb_open(path, 0, out);
+    if (st == AI_OK &&
+        (st = exec_sql(*out, "INSERT OR REPLACE INTO meta VALUES('last_writer', "
+                             "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))")) != AI_OK) {
+        ai_kb_close(*out);
+        *out = NULL;
+    }
+    return st;
 }
 
 void ai_kb_close(ai_kb *kb)
