@@ -28,8 +28,8 @@
 #define BS_TABLE 2
 #define BS_REJECT 3
 #define BS_FRAME_HDR 12
-#define BS_HELLO_BODY (4 + 4 + 8 + 4 + 2 + 2 + 4 + COMM_HOST_MAX)
-#define BS_ENTRY (4 + 2 + 2 + 4 + COMM_HOST_MAX)
+#define BS_ENTRY (4 + 2 + 2 + 4 + 8 + COMM_HOST_MAX)
+#define BS_HELLO_BODY (4 + 4 + 8 + BS_ENTRY)
 #define BS_MAX_PENDING 128
 #define BS_HELLO_GRACE_S 5.0
 
@@ -62,6 +62,7 @@ static void entry_pack(unsigned char **p, const comm_rank_info *e)
     put(p, &e->port, 2);
     put(p, &pad, 2);
     put(p, &e->pid, 4);
+    put(p, &e->machine, 8);
     put(p, e->host, COMM_HOST_MAX);
 }
 
@@ -72,6 +73,7 @@ static void entry_unpack(const unsigned char **p, comm_rank_info *e)
     get(p, &e->port, 2);
     get(p, &pad, 2);
     get(p, &e->pid, 4);
+    get(p, &e->machine, 8);
     get(p, e->host, COMM_HOST_MAX);
     e->host[COMM_HOST_MAX - 1] = '\0';
 }
@@ -142,12 +144,7 @@ static const char *hello_check(const ai_comm_config *cfg, uint64_t token_hash, b
     if (joined[rank])
         return "rank already joined";
     comm_rank_info e;
-    get(&p, &e.addr, 4);
-    get(&p, &e.port, 2);
-    p += 2;
-    get(&p, &e.pid, 4);
-    get(&p, e.host, COMM_HOST_MAX);
-    e.host[COMM_HOST_MAX - 1] = '\0';
+    entry_unpack(&p, &e);
     (void)table;
     cn->rank = (int)rank;
     *e_out = e;

@@ -22,7 +22,7 @@
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
 #define COMM_HDR_BYTES 16
-#define COMM_PROTO_VERSION 1
+#define COMM_PROTO_VERSION 2
 #define COMM_HOST_MAX 64
 
 typedef enum { CHAN_NONE, CHAN_SHM, CHAN_TCP } comm_chan_kind;
@@ -94,6 +94,8 @@ typedef struct comm_rank_info {
     uint32_t addr;  /* network order */
     uint16_t port;  /* host order */
     int32_t pid;
+    uint64_t machine; /* the kernel's boot id, hashed: ranks that share
+                       * one machine's cores, whatever their host ids */
     char host[COMM_HOST_MAX];
 } comm_rank_info;
 
