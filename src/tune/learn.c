@@ -58,6 +58,7 @@
 #define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
 #define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
 #define TUNE_HORIZON 32        /* calls after which a bucket settles anyway */
+#define TUNE_CHALLENGER_DRAWS 16 /* draws to find a challenger to the leader */
 #define TUNE_DRIFT 0.4       /* log: a 1.5x change */
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_BIG 1e300
@@ -328,16 +329,10 @@ static int settles(const tuner *t, const tune_bucket *b, int best, long explored
             tune_confidence(b->arm, b->narms, best) >= TUNE_CONFIDENT);
 }
 
-/* Rank 0: the arm for the next window. Thompson draw among the arms whose
- * optimistic time (mean - 2 sd) is within `bound` of the best measured
- * arm; the best measured arm once confident or out of budget. */
-static int thompson(tuner *t, tune_bucket *b)
+/* One Thompson draw among the arms whose optimistic time (mean - 2 sd) is
+ * within `bound` of ref; the arm with the smallest draw (or `pick`). */
+static int draw_fastest(const tuner *t, tune_bucket *b, double ref, int pick)
 {
-    int best = best_measured(b);
-    if (best >= 0 && settles(t, b, best, b->info.explored))
-        return best;
-    double ref = best >= 0 ? b->arm[best].m : b->arm[best_prior(b)].m;
-    int pick = best >= 0 ? best : best_prior(b);
     double pick_draw = TUNE_BIG;
     for (int i = 0; i < b->narms; i++) {
         const tune_arm_stat *a = &b->arm[i];
@@ -350,6 +345,31 @@ static int thompson(tuner *t, tune_bucket *b)
         }
     }
     return pick;
+}
+
+/* Rank 0: the arm for the next window; the best measured arm once
+ * confident or out of budget. Before that, top-two Thompson sampling
+ * (Russo, "Simple Bayesian algorithms for best arm identification", 2016):
+ * half the time the winner of a Thompson draw runs, otherwise draws go on
+ * until another arm wins, and that one runs. Plain Thompson sampling
+ * keeps running a leader it is already fairly sure of; measuring its
+ * closest challenger is what tells near-ties apart within the horizon. */
+static int thompson(tuner *t, tune_bucket *b)
+{
+    int best = best_measured(b);
+    if (best >= 0 && settles(t, b, best, b->info.explored))
+        return best;
+    int first = best >= 0 ? best : best_prior(b);
+    double ref = b->arm[first].m;
+    int leader = draw_fastest(t, b, ref, first);
+    if (ai_rng_uniform(&b->rng) < 0.5)
+        return leader;
+    for (int k = 0; k < TUNE_CHALLENGER_DRAWS; k++) {
+        int other = draw_fastest(t, b, ref, first);
+        if (other != leader)
+            return other;
+    }
+    return leader;
 }
 
 /* ------------------------------------------------------------ buckets */
