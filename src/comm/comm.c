@@ -164,8 +164,7 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
     /* Spinning only pays when every rank on this machine has a core of its
      * own; oversubscribed, a spinning rank steals the core its peer needs.
      * Ranks in other network namespaces (other host ids) on this kernel
-     * count too: on T3 (8 ranks, 2 cores) hierarchical allreduce ran 3-4%
-     * faster, 64 KiB-1 MiB, once they did. */
+     * count too (docs/runtime.md, "Waiting": 3-6% on the testbed's T3). */
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN), here = 0;
     for (int j = 0; j < c->size; j++)
         here += table[j].machine == self.machine;
