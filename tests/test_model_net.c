@@ -98,6 +98,26 @@ static void test_heterogeneous_bound_and_shards(void **state)
     model_net_weighted_shards(5, bw, f5);
     for (int i = 0; i < 5; i++)
         NEAR(f5[i], 0.2);
+
+    /* Probe noise on equal NICs (T1 as measured): still equal shards. */
+    const double t1[4] = {0.53, 0.55, 0.51, 0.49};
+    double f4[4];
+    model_net_weighted_shards(4, t1, f4);
+    for (int i = 0; i < 4; i++)
+        NEAR(f4[i], 0.25);
+    /* ... and on T2 (one NIC at a quarter): the three equal, the slow one
+     * as with exact rates. */
+    const double t2[4] = {0.53, 0.13, 0.49, 0.55}, exact[4] = {0.5, 0.125, 0.5, 0.5};
+    double g4[4];
+    model_net_weighted_shards(4, t2, f4);
+    model_net_weighted_shards(4, exact, g4);
+    for (int i = 0; i < 4; i++)
+        NEAR(f4[i], g4[i]);
+    assert_true(f4[1] < f4[0]);
+    /* Rates 2x apart are different NICs (T4). */
+    const double t4[4] = {1.0, 0.5, 1.0, 0.5};
+    model_net_weighted_shards(4, t4, f4);
+    assert_true(f4[1] < 0.9 * f4[0]);
 }
 
 static void test_rack_uplink_bound(void **state)

@@ -58,7 +58,9 @@ double model_net_algo_time(const model_net *n, ai_coll coll, const char *algo, d
 
 /* Shard sizes (fractions summing to 1, one per host) for the weighted
  * reduce-scatter + allgather allreduce over hosts: minimises
- * max_h (1 + (h-2) s_h) / B_h, giving slow hosts small shards. */
+ * max_h (1 + (h-2) s_h) / B_h, giving slow hosts small shards. Rates
+ * within MODEL_NET_SAME_RATE of each other count as one (probe noise). */
+#define MODEL_NET_SAME_RATE 1.25
 void model_net_weighted_shards(int nhosts, const double *bw, double *frac_out);
 
 /* Pipeline depth of the weighted allreduce (runtime and model alike):
