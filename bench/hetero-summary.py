@@ -8,7 +8,8 @@ of every peer from 4 MiB up; and autoinfra's best against the bound.
 
 An argument PEERS.json+AUTOINFRA.json takes the peers' rows from the first
 file and autoinfra's from the second (autoinfra re-run alone on the same
-scenario)."""
+scenario); PEERS.json+MORE_PEERS.json+AUTOINFRA.json adds peers run later
+(where both ran the same algorithm at the same size, the first counts)."""
 import json
 import math
 import sys
@@ -16,8 +17,8 @@ import sys
 
 def records(path):
     if "+" in path:
-        peers, ours = path.split("+")
-        return [o for o in json.load(open(peers)) if o["system"] != "autoinfra"] + \
+        *peers, ours = path.split("+")
+        return [o for p in peers for o in json.load(open(p)) if o["system"] != "autoinfra"] + \
                [o for o in json.load(open(ours)) if o["system"] == "autoinfra"]
     return json.load(open(path))
 
