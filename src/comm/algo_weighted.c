@@ -14,10 +14,11 @@
  * are pipelined over segments: while segment k is gathered, segment k+1 is
  * reduced.
  *
- * Shards come from measured host bandwidths (probe.c), identical on every
- * leader. Ranks sharing a host first reduce to their host leader through
- * shared memory and get the result back from it at the end (as in the
- * hierarchical algorithm), so only leaders use the network.
+ * Shards come from measured host bandwidths (probe.c computes them once per
+ * measurement), identical on every leader. Ranks sharing a host first
+ * reduce to their host leader through shared memory and get the result
+ * back from it at the end (as in the hierarchical algorithm), so only
+ * leaders use the network.
  */
 #include "comm/algos.h"
 #include "comm/probe.h"
@@ -90,14 +91,11 @@ ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
     comm_group leaders = group_leaders(c, -1);
     if (leaders.me >= 0) {
         int h = leaders.n;
-        double *frac;
+        const double *frac = links->weighted_frac;
         size_t *first;
-        st = comm_scratch(c, ALGO_SLOT_AUX, (size_t)h * sizeof(double) + ((size_t)h + 1) * sizeof(size_t),
-                          (void **)&frac);
+        st = comm_scratch(c, ALGO_SLOT_AUX, ((size_t)h + 1) * sizeof(size_t), (void **)&first);
         if (st != AI_OK)
             return st;
-        first = (size_t *)(frac + h);
-        model_net_weighted_shards(h, links->host_Bps, frac);
         /* Whole elements, summing to count, identical on every leader. */
         size_t given = 0;
         first[0] = 0;

@@ -18,6 +18,7 @@
  */
 #include "comm/algos.h"
 #include "comm/probe.h"
+#include "model/model_net.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -128,6 +129,9 @@ static void summarize(comm_links *l)
         l->host_Bps[i] = H > 1 ? best : INFINITY;
         l->host_lat_s[i] = H > 1 ? lat : 0;
     }
+    /* Once per measurement, not per call of the weighted allreduce. */
+    if (H > 1)
+        model_net_weighted_shards(H, l->host_Bps, l->weighted_frac);
 }
 
 ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
@@ -138,7 +142,7 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     }
     int H = c->nhosts;
     comm_links *l = calloc(1, sizeof *l);
-    if (!l || !(l->bw_Bps = calloc((size_t)H * (size_t)(2 * H + 2), sizeof(double)))) {
+    if (!l || !(l->bw_Bps = calloc((size_t)H * (size_t)(2 * H + 3), sizeof(double)))) {
         free(l);
         return ai_fail(AI_ERR_NOMEM, "link matrix");
     }
@@ -146,6 +150,7 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     l->lat_s = l->bw_Bps + (size_t)H * H;
     l->host_Bps = l->lat_s + (size_t)H * H;
     l->host_lat_s = l->host_Bps + H;
+    l->weighted_frac = l->host_lat_s + H;
     size_t bytes = PROBE_BYTES_DEFAULT;
     const char *v = ai_env_str("AUTOINFRA_PROBE_BYTES", NULL);
     ai_status_t st = AI_OK;

@@ -11,6 +11,7 @@ typedef struct comm_links {
     double *lat_s;
     double *host_Bps;   /* [nhosts] bottleneck bandwidth of each host */
     double *host_lat_s; /* [nhosts] its best latency to any other host */
+    double *weighted_frac; /* [nhosts] the weighted allreduce's shards */
 } comm_links;
 
 /* Collective: all ranks call it at the same point. Cached unless refresh. */
