@@ -332,6 +332,25 @@ static void test_json_exchange(void **state)
 
 /* -------------------------------------------------- fingerprint by rates */
 
+/* Closing empties the write-ahead log; a writer opening the KB again
+ * writes to it at once, so that the first real write does not pay for
+ * starting the log in the middle of a job. */
+static void test_writer_starts_wal(void **state)
+{
+    (void)state;
+    char kbp[300], wal[310];
+    struct stat sb;
+    path_in(kbp, sizeof kbp, "wal.sqlite");
+    snprintf(wal, sizeof wal, "%s-wal", kbp);
+    ai_kb *kb;
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    ai_kb_close(kb);
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    assert_int_equal(stat(wal, &sb), 0);
+    assert_true(sb.st_size > 0);
+    ai_kb_close(kb);
+}
+
 static void test_fingerprint_match(void **state)
 {
     (void)state;
@@ -339,16 +358,6 @@ static void test_fingerprint_match(void **state)
     path_in(kbp, sizeof kbp, "rates.sqlite");
     ai_kb *kb;
     assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
-    /* Closing empties the write-ahead log; a writer opening the KB again
-     * writes to it at once, so that the first real write does not pay for
-     * starting the log in the middle of a job. */
-    char wal[310];
-    struct stat sb;
-    snprintf(wal, sizeof wal, "%s-wal", kbp);
-    ai_kb_close(kb);
-    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
-    assert_int_equal(stat(wal, &sb), 0);
-    assert_true(sb.st_size > 0);
     const double a[2] = {60e6, 60e6}, b[2] = {60e6, 15e6};
     assert_int_equal(kb_note_rates(kb, "00000000000000aa", "shape1", 2, a), AI_OK);
     assert_int_equal(kb_note_rates(kb, "00000000000000bb", "shape1", 2, b), AI_OK);
@@ -419,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_json_exchange),
         cmocka_unit_test(test_settings),
         cmocka_unit_test(test_fingerprint_match),
+        cmocka_unit_test(test_writer_starts_wal),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
