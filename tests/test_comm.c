@@ -51,6 +51,12 @@ static int failure_body(ai_comm *c, void *arg)
         free(buf);
         return 91;
     }
+    /* ... on every rank: the victim must not die while a peer still reads
+     * its part of that call. */
+    if (ai_barrier(c, NULL) != AI_OK) {
+        free(buf);
+        return 91;
+    }
     if (rank == fc->victim) {
         free(buf);
         if (!strcmp(fc->how, "kill"))
