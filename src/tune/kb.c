@@ -431,20 +431,6 @@ double tune_arm_std_us(const tune_arm_stat *a)
     return exp(a->m) * sqrt(a->v) * 1e6;
 }
 
-double tune_confidence(const tune_arm_stat *arms, int n, int best)
-{
-    double p = 1;
-    for (int j = 0; j < n; j++) {
-        if (j == best)
-            continue;
-        double s = sqrt(arms[j].v + arms[best].v);
-        /* P(x_j > x_best) for independent normals: Phi((m_j - m_b) / s). */
-        p *= s > 0 ? 0.5 * erfc(-(arms[j].m - arms[best].m) / (s * sqrt(2.0)))
-                   : (arms[j].m > arms[best].m ? 1.0 : 0.5);
-    }
-    return p;
-}
-
 /* -------------------------------------------------------------- reading */
 
 typedef struct {

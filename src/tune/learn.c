@@ -6,9 +6,8 @@
  * Why Thompson sampling: the network model gives every arm a prior, so
  * arms the model rates far slower are seldom tried, arms it cannot tell
  * apart are tried in proportion to the chance that they are best, and
- * exploration stops by itself once one arm is clearly fastest. Log time
- * makes the noise roughly proportional (a few percent at any size) and the
- * model's errors multiplicative.
+ * exploration stops by itself once one arm is clearly fastest. The
+ * statistics are in bandit.c; this file runs them across the ranks.
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
@@ -40,25 +39,12 @@
 #include <string.h>
 #include <strings.h>
 
-#define TUNE_MAX_ARMS 48
 #define TUNE_BUCKETS 64
 #define TUNE_WINDOW 4          /* calls per agreement once settled, at least */
 #define TUNE_WINDOW_MAX 32     /* ... and at most: drift shows within 2 */
 #define TUNE_AGREE_SHARE 0.015 /* settled windows are long enough for the
                                 * agreement to cost at most this share */
-#define TUNE_NOISE 0.12        /* prior guess of the sd of one call's log
-                                * time; the bucket's own spread replaces it
-                                * as calls come in */
-#define TUNE_NOISE_WEIGHT 4    /* ... with the weight of this many calls */
-#define TUNE_PRIOR_MODEL 0.35  /* sd of the model's log prediction */
-#define TUNE_PRIOR_VARIANT 0.5 /* chunk / channel variants the model ignores */
-#define TUNE_PRIOR_BLIND 0.7   /* arms without a model prediction */
-#define TUNE_MEMORY 16         /* evidence decays by 1 - 1/TUNE_MEMORY per
-                                * call, so drift can move an estimate */
-#define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
-#define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
 #define TUNE_HORIZON 32        /* calls after which a bucket settles anyway */
-#define TUNE_CHALLENGER_DRAWS 16 /* draws to find a challenger to the leader */
 #define TUNE_DRIFT 0.4       /* log: a 1.5x change */
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_BIG 1e300
@@ -67,11 +53,8 @@ enum { CMD_NONE = 0, CMD_REPROBE = 1 };
 
 typedef struct tune_bucket {
     int ready;
-    int narms;
-    tune_arm_stat arm[TUNE_MAX_ARMS];
+    tune_bandit s;  /* the arms' posteriors; s.rng: rank 0's draws */
     const coll_algo *algo[TUNE_MAX_ARMS];
-    int blind[TUNE_MAX_ARMS]; /* no model prior: mean unset until measured */
-    double noise2;  /* pooled variance of one call's log time */
     int cur;        /* arm of the current window, same on every rank */
     int exploring;  /* rank 0: cur was not the best measured arm when chosen */
     double agree_s; /* rank 0: what the last agreement took */
@@ -85,7 +68,6 @@ typedef struct tune_bucket {
     long calls;
     int strikes;
     tune_bucket_info info;
-    ai_rng rng;     /* rank 0's Thompson draws */
 } tune_bucket;
 
 typedef struct tuner {
@@ -110,12 +92,6 @@ static int bucket_of(size_t bytes)
     while (b < TUNE_BUCKETS - 1 && ((size_t)2 << b) <= bytes)
         b++;
     return b;
-}
-
-static double gauss(ai_rng *r)
-{
-    double u = ai_rng_uniform(r), v = ai_rng_uniform(r);
-    return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
 }
 
 /* ---------------------------------------------------------- fingerprint */
@@ -198,14 +174,14 @@ static int takes_chunk(ai_coll coll, const char *name)
 
 static int add_arm(tune_bucket *b, const coll_algo *al, size_t chunk, int channels)
 {
-    if (b->narms == TUNE_MAX_ARMS)
+    if (b->s.narms == TUNE_MAX_ARMS)
         return 0;
-    tune_arm_stat *a = &b->arm[b->narms];
+    tune_arm_stat *a = &b->s.arm[b->s.narms];
     memset(a, 0, sizeof *a);
     snprintf(a->algo, sizeof a->algo, "%s", al->name);
     a->chunk = chunk;
     a->channels = channels;
-    b->algo[b->narms++] = al;
+    b->algo[b->s.narms++] = al;
     return 1;
 }
 
@@ -213,7 +189,7 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
 {
     static const size_t chunks[] = {0, 64 << 10, 512 << 10};
     int chans[2] = {c->channels, 1}, nch = c->nhosts > 1 && c->channels > 1 ? 2 : 1;
-    b->narms = 0;
+    b->s.narms = 0;
     for (int i = 0; i < comm_algo_count(coll); i++) {
         const coll_algo *al = comm_algo_at(coll, i);
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
@@ -230,9 +206,9 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
 
 static int find_arm(const tune_bucket *b, const char *algo, size_t chunk, int channels)
 {
-    for (int i = 0; i < b->narms; i++)
-        if (!strcmp(b->arm[i].algo, algo) && b->arm[i].chunk == chunk &&
-            b->arm[i].channels == channels)
+    for (int i = 0; i < b->s.narms; i++)
+        if (!strcmp(b->s.arm[i].algo, algo) && b->s.arm[i].chunk == chunk &&
+            b->s.arm[i].channels == channels)
             return i;
     return -1;
 }
@@ -241,82 +217,14 @@ static int find_arm(const tune_bucket *b, const char *algo, size_t chunk, int ch
  * until the first measurement) where it has nothing to say. */
 static void set_priors(const ai_comm *c, ai_coll coll, size_t edge, tune_bucket *b)
 {
-    for (int i = 0; i < b->narms; i++) {
-        tune_arm_stat *a = &b->arm[i];
+    for (int i = 0; i < b->s.narms; i++) {
+        const tune_arm_stat *a = &b->s.arm[i];
         double t = comm_select_model_time(c, coll, a->algo, edge);
-        int variant = a->chunk != 0 || a->channels != c->channels;
-        b->blind[i] = !isfinite(t);
-        double sd = !isfinite(t) ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
-        a->m = a->m0 = isfinite(t) ? log(t) : 0;
-        a->v = a->v0 = sd * sd;
-        a->n = 0;
+        bandit_prior(&b->s, i, t, a->chunk != 0 || a->channels != c->channels);
+        ai_log(AI_LOG_DEBUG, "learner: %s %zu: prior %s/%zu/%d %.1f us (sd %.2f)",
+               ai_coll_name(coll), edge, a->algo, a->chunk, a->channels, t * 1e6, sqrt(a->v0));
     }
-    b->noise2 = TUNE_NOISE * TUNE_NOISE;
-}
-
-static int best_measured(const tune_bucket *b);
-
-/* Posteriors from the priors and the decayed sums, with the bucket's noise
- * pooled over all measured arms (normal model, known variance). Arms the
- * model cannot cost and nobody has measured yet are assumed as fast as the
- * best measured arm, with a wide spread: optimism that gets each of them
- * tried early. */
-static void update_posteriors(tune_bucket *b)
-{
-    double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
-    for (int i = 0; i < b->narms; i++) {
-        const tune_arm_stat *a = &b->arm[i];
-        if (a->w > 1) {
-            ss += AI_MAX(0, a->syy - a->sy * a->sy / a->w);
-            dof += a->w - 1;
-        }
-    }
-    b->noise2 = ss / dof;
-    for (int i = 0; i < b->narms; i++) {
-        tune_arm_stat *a = &b->arm[i];
-        a->v = 1 / (1 / a->v0 + a->w / b->noise2);
-        a->m = a->v * (a->m0 / a->v0 + a->sy / b->noise2);
-    }
-    int best = best_measured(b);
-    for (int j = 0; best >= 0 && j < b->narms; j++)
-        if (b->blind[j])
-            b->arm[j].m = b->arm[j].m0 = b->arm[best].m;
-}
-
-/* Fold one agreed observation (log seconds, mean of `calls` calls) into
- * arm i. */
-static void observe_arm(tune_bucket *b, int i, double y, int calls)
-{
-    tune_arm_stat *a = &b->arm[i];
-    if (b->blind[i]) {
-        a->m0 = y;
-        b->blind[i] = 0;
-    }
-    double keep = pow(1 - 1.0 / TUNE_MEMORY, calls);
-    a->w = keep * a->w + calls;
-    a->sy = keep * a->sy + calls * y;
-    a->syy = keep * a->syy + calls * y * y;
-    a->n += calls;
-    update_posteriors(b);
-}
-
-/* Index of the measured arm with the lowest mean; -1 if none. */
-static int best_measured(const tune_bucket *b)
-{
-    int best = -1;
-    for (int i = 0; i < b->narms; i++)
-        if (b->arm[i].n > 0 && (best < 0 || b->arm[i].m < b->arm[best].m))
-            best = i;
-    return best;
-}
-
-static int best_prior(const tune_bucket *b)
-{
-    int best = 0;
-    for (int i = 1; i < b->narms; i++)
-        if (b->arm[i].m < b->arm[best].m)
-            best = i;
-    return best;
+    bandit_update(&b->s);
 }
 
 /* Exploration ends when its budget is spent, after TUNE_HORIZON calls, or
@@ -324,52 +232,17 @@ static int best_prior(const tune_bucket *b)
  * high probability. */
 static int settles(const tuner *t, const tune_bucket *b, int best, long explored)
 {
-    return explored >= t->budget || b->calls >= TUNE_HORIZON ||
-           (b->arm[best].n >= TUNE_SETTLE_SAMPLES &&
-            tune_confidence(b->arm, b->narms, best) >= TUNE_CONFIDENT);
-}
-
-/* One Thompson draw among the arms whose optimistic time (mean - 2 sd) is
- * within `bound` of ref; the arm with the smallest draw (or `pick`). */
-static int draw_fastest(const tuner *t, tune_bucket *b, double ref, int pick)
-{
-    double pick_draw = TUNE_BIG;
-    for (int i = 0; i < b->narms; i++) {
-        const tune_arm_stat *a = &b->arm[i];
-        if (a->m - 2 * sqrt(a->v) > ref + log(t->bound))
-            continue;
-        double draw = a->m + sqrt(a->v) * gauss(&b->rng);
-        if (draw < pick_draw) {
-            pick_draw = draw;
-            pick = i;
-        }
-    }
-    return pick;
+    return explored >= t->budget || b->calls >= TUNE_HORIZON || bandit_confident(&b->s, best);
 }
 
 /* Rank 0: the arm for the next window; the best measured arm once
- * confident or out of budget. Before that, top-two Thompson sampling
- * (Russo, "Simple Bayesian algorithms for best arm identification", 2016):
- * half the time the winner of a Thompson draw runs, otherwise draws go on
- * until another arm wins, and that one runs. Plain Thompson sampling
- * keeps running a leader it is already fairly sure of; measuring its
- * closest challenger is what tells near-ties apart within the horizon. */
+ * confident or out of budget, before that the bandit's draw. */
 static int thompson(tuner *t, tune_bucket *b)
 {
-    int best = best_measured(b);
+    int best = bandit_best_measured(&b->s);
     if (best >= 0 && settles(t, b, best, b->info.explored))
         return best;
-    int first = best >= 0 ? best : best_prior(b);
-    double ref = b->arm[first].m;
-    int leader = draw_fastest(t, b, ref, first);
-    if (ai_rng_uniform(&b->rng) < 0.5)
-        return leader;
-    for (int k = 0; k < TUNE_CHALLENGER_DRAWS; k++) {
-        int other = draw_fastest(t, b, ref, first);
-        if (other != leader)
-            return other;
-    }
-    return leader;
+    return bandit_next(&b->s, t->bound);
 }
 
 /* ------------------------------------------------------------ buckets */
@@ -394,7 +267,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     memset(b, 0, sizeof *b);
     enumerate_arms(c, coll, edge, b);
     set_priors(c, coll, edge, b);
-    ai_rng_seed(&b->rng, ai_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
+    ai_rng_seed(&b->s.rng, ai_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
     double order[4] = {-TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
     if (c->rank == 0) {
         kb_ready(t, c);
@@ -409,26 +282,22 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         for (int k = 0; k < nk; k++) {
             int i = find_arm(b, known[k].algo, known[k].chunk, known[k].channels);
             if (i >= 0) { /* what was learned is this job's prior */
-                tune_arm_stat *a = &b->arm[i];
-                a->n = known[k].n;
-                a->m = a->m0 = known[k].m;
-                a->v = a->v0 = AI_MAX(known[k].v, 1e-6);
-                b->blind[i] = 0;
+                bandit_prior_known(&b->s, i, &known[k]);
                 samples += known[k].n;
             }
         }
-        update_posteriors(b);
+        bandit_update(&b->s);
         /* Imported knowledge has no bucket row: enough samples settle it. */
-        int best = best_measured(b);
+        int best = bandit_best_measured(&b->s);
         b->warm = best >= 0 && (b->info.settled || b->info.explored >= t->budget ||
                                 samples >= t->budget);
         int first = b->warm ? best : -1;
         if (first < 0) {
             /* No model: the fixed rule's choice goes first. */
-            const char *rule = b->blind[0] ? ai_coll_auto_algo(c, coll, edge) : NULL;
+            const char *rule = b->s.blind[0] ? ai_coll_auto_algo(c, coll, edge) : NULL;
             first = rule ? find_arm(b, rule, 0, c->channels) : -1;
             if (first < 0)
-                first = best >= 0 ? best : best_prior(b);
+                first = best >= 0 ? best : bandit_best_prior(&b->s);
         }
         order[0] = first;
         order[1] = b->warm ? TUNE_WINDOW : 1;
@@ -438,16 +307,16 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 4, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
-    if (!(order[0] >= 0 && order[0] < b->narms && order[1] >= 1 && order[1] <= TUNE_WINDOW_MAX))
+    if (!(order[0] >= 0 && order[0] < b->s.narms && order[1] >= 1 && order[1] <= TUNE_WINDOW_MAX))
         return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d)",
-                       order[0], b->narms);
+                       order[0], b->s.narms);
     b->cur = (int)order[0];
     b->win_len = (int)order[1];
     b->settled = b->warm = order[2] > 0;
     b->ready = 1;
     ai_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
-           ai_coll_name(coll), edge, b->narms, b->arm[b->cur].algo, b->arm[b->cur].chunk,
-           b->arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
+           ai_coll_name(coll), edge, b->s.narms, b->s.arm[b->cur].algo, b->s.arm[b->cur].chunk,
+           b->s.arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
     return AI_OK;
 }
 
@@ -493,8 +362,8 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
     if (!b->ready && (st = init_bucket(t, c, coll, bi, b)) != AI_OK)
         return st;
     arm->algo = b->algo[b->cur];
-    arm->chunk_bytes = b->arm[b->cur].chunk;
-    arm->channels = b->arm[b->cur].channels;
+    arm->chunk_bytes = b->s.arm[b->cur].chunk;
+    arm->channels = b->s.arm[b->cur].channels;
     *taken = 1;
     return AI_OK;
 }
@@ -527,10 +396,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
         *d = *b;
-        observe_arm(d, ran, log(mine), calls);
-        int best = best_measured(d);
+        bandit_observe(&d->s, ran, log(mine), calls);
+        int best = bandit_best_measured(&d->s);
         int next = b->settled ? best : thompson(t, d);
-        b->rng = d->rng; /* the draws must not repeat */
+        b->s.rng = d->s.rng; /* the draws must not repeat */
         int settle = b->settled ||
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
         next_explores = next != best;
@@ -538,9 +407,9 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         msg[2] = settle ? settled_window(b, mine) : 1;
         msg[3] = b->strikes >= TUNE_DRIFT_STRIKES ? CMD_REPROBE : CMD_NONE;
         ai_log(AI_LOG_DEBUG, "learner: %s %zu: %s/%zu/%d took %.1f us (mine); next %s/%zu/%d%s",
-               ai_coll_name(coll), (size_t)1 << bi, d->arm[ran].algo, d->arm[ran].chunk,
-               d->arm[ran].channels, mine * 1e6, d->arm[next].algo, d->arm[next].chunk,
-               d->arm[next].channels, settle ? " (settled)" : "");
+               ai_coll_name(coll), (size_t)1 << bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
+               d->s.arm[ran].channels, mine * 1e6, d->s.arm[next].algo, d->s.arm[next].chunk,
+               d->s.arm[next].channels, settle ? " (settled)" : "");
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
@@ -548,14 +417,14 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     if (st != AI_OK)
         return st;
     b->agree_s = ai_now() - t0;
-    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->narms && msg[2] >= 1 &&
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[2] >= 1 &&
           msg[2] <= TUNE_WINDOW_MAX))
         return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, window %g)",
                        msg[1], msg[2]);
     /* Every rank: the agreed time is the slowest rank's. */
     double y = log(msg[0]);
-    double off = fabs(y - b->arm[ran].m);
-    if (was_settled && off > TUNE_DRIFT && off > 3 * sqrt(b->noise2 / calls + b->arm[ran].v))
+    double off = fabs(y - b->s.arm[ran].m);
+    if (was_settled && off > TUNE_DRIFT && off > 3 * sqrt(b->s.noise2 / calls + b->s.arm[ran].v))
         b->strikes++;
     else
         b->strikes = 0;
@@ -565,7 +434,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->explored += calls;
         b->explore_s += msg[0] * calls;
     }
-    observe_arm(b, ran, y, calls);
+    bandit_observe(&b->s, ran, y, calls);
     b->cur = (int)msg[1];
     b->exploring = next_explores;
     b->win_len = (int)msg[2];
@@ -577,8 +446,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strikes = 0;
     }
     if (c->rank == 0 && t->kb &&
-        kb_save_bucket(t->kb, t->fp, c->size, c->nhosts, t->desc, coll, (size_t)1 << bi, b->arm,
-                       b->narms, &b->info, ran, msg[0], was_settled ? "exploit" : "explore") !=
+        kb_save_bucket(t->kb, t->fp, c->size, c->nhosts, t->desc, coll, (size_t)1 << bi, b->s.arm,
+                       b->s.narms, &b->info, ran, msg[0], was_settled ? "exploit" : "explore") !=
             AI_OK)
         ai_log(AI_LOG_WARN, "learner: not saved: %s", ai_last_error());
     return AI_OK;
@@ -614,7 +483,7 @@ static ai_status_t attach(ai_comm *c)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
     if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 2.0, &bound)) != AI_OK) {
+        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK) {
         free(t);
         return st;
     }
@@ -661,9 +530,9 @@ int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out
     if (!b)
         return 0;
     enumerate_arms(c, coll, bytes, b);
-    int n = b->narms;
+    int n = b->s.narms;
     for (int i = 0; i < n && i < max; i++)
-        out[i] = (ai_algo_opts){b->algo[i]->name, b->arm[i].chunk, b->arm[i].channels};
+        out[i] = (ai_algo_opts){b->algo[i]->name, b->s.arm[i].chunk, b->s.arm[i].channels};
     free(b);
     return n;
 }
@@ -689,15 +558,15 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
     const tune_bucket *b = t && bytes >= t->min_bytes ? t->b[coll][bucket_of(bytes)] : NULL;
     ai_choice ch = {0};
     if (b && b->ready) {
-        const tune_arm_stat *a = &b->arm[b->cur];
+        const tune_arm_stat *a = &b->s.arm[b->cur];
         snprintf(ch.algo, sizeof ch.algo, "%s", a->algo);
         ch.chunk_bytes = a->chunk;
         ch.channels = a->channels;
         ch.source = b->warm ? "kb" : "learned";
         ch.explored = (int)b->explored;
-        int best = best_measured(b);
+        int best = bandit_best_measured(&b->s);
         if (best >= 0)
-            ch.explore_s = b->explore_s - (double)b->explored * exp(b->arm[best].m);
+            ch.explore_s = b->explore_s - (double)b->explored * exp(b->s.arm[best].m);
     } else {
         const char *name = ai_coll_auto_algo(c, coll, bytes);
         if (!name)

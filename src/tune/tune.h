@@ -52,6 +52,45 @@ ai_status_t kb_note_rates(ai_kb *kb, const char *fp, const char *shape, int nhos
 ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const double *bps,
                            double tol, char out[17]);
 
+/* ------------------------------------------------------------ bandit.c
+ * The learner's statistics for one bucket, apart from ranks and the
+ * knowledge base: per arm a normal posterior on log call time, from a prior
+ * (the network model's prediction, what the KB knew, or nothing) and the
+ * agreed measurements; top-two Thompson sampling over them. */
+
+#define TUNE_MAX_ARMS 48
+
+typedef struct tune_bandit {
+    int narms;
+    tune_arm_stat arm[TUNE_MAX_ARMS];
+    int blind[TUNE_MAX_ARMS];   /* no prior: mean unset until measured */
+    int modeled[TUNE_MAX_ARMS]; /* the prior mean is the model's prediction */
+    double noise2; /* pooled variance of one call's log time */
+    double bias;   /* the model's log error shared by the arms */
+    ai_rng rng;    /* the Thompson draws */
+} tune_bandit;
+
+/* Arm i's prior: the model's predicted seconds (not finite: no prediction,
+ * a blind arm), `variant` for chunk/channel variants the model ignores. */
+void bandit_prior(tune_bandit *b, int i, double seconds, int variant);
+/* Arm i's prior is what an earlier job learned (the KB). */
+void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known);
+/* Recompute every posterior from the priors and the observations. */
+void bandit_update(tune_bandit *b);
+/* Fold one observation into arm i: y, the log seconds of the mean of
+ * `calls` calls. */
+void bandit_observe(tune_bandit *b, int i, double y, int calls);
+/* The measured arm with the lowest posterior mean (-1: none measured); the
+ * arm with the lowest prior mean. */
+int bandit_best_measured(const tune_bandit *b);
+int bandit_best_prior(const tune_bandit *b);
+/* `best` has been measured a few times and is the fastest with high
+ * probability. */
+int bandit_confident(const tune_bandit *b, int best);
+/* The arm to run next while exploring: top-two Thompson sampling among the
+ * arms expected at most `bound` times slower than the best measured one. */
+int bandit_next(tune_bandit *b, double bound);
+
 /* Public-API views of a posterior. */
 double tune_arm_mean_us(const tune_arm_stat *a);
 double tune_arm_std_us(const tune_arm_stat *a);

@@ -1,0 +1,190 @@
+/*
+ * The learner's statistics (docs/learner.md, "Choosing"): per arm a normal
+ * posterior on the log of its call time, and top-two Thompson sampling to
+ * pick the next arm while a bucket explores. No ranks, no knowledge base:
+ * learn.c runs the protocol around it, tests/test_bandit.c checks it.
+ *
+ * Log time makes the noise roughly proportional (a few percent at any
+ * size) and the model's errors multiplicative.
+ */
+#include "tune/tune.h"
+
+#include <math.h>
+
+/* Prior spreads, from the sweeps of bench/learn-eval on T1-T4 (docs/learner.md,
+ * "How good the prior is"): the sd of the model's log error on an arm's
+ * time relative to its favourite's was 0.11-0.22 per scenario; chunk and
+ * channel variants differed from their algorithm's default by 0.06-0.12. */
+#define TUNE_PRIOR_MODEL 0.25  /* sd of the model's log prediction */
+#define TUNE_PRIOR_VARIANT 0.3 /* chunk / channel variants the model ignores */
+#define TUNE_PRIOR_BLIND 0.7   /* arms without a model prediction */
+#define TUNE_BIAS_WEIGHT 2     /* the model's shared error is shrunk toward 0
+                                * with the weight of this many calls */
+#define TUNE_NOISE 0.12        /* prior guess of the sd of one call's log
+                                * time; the bucket's own spread replaces it
+                                * as calls come in */
+#define TUNE_NOISE_WEIGHT 4    /* ... with the weight of this many calls */
+#define TUNE_MEMORY 16         /* evidence decays by 1 - 1/TUNE_MEMORY per
+                                * call, so drift can move an estimate */
+#define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
+#define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
+#define TUNE_CHALLENGER_DRAWS 16 /* draws to find a challenger to the leader */
+#define TUNE_BIG 1e300
+
+static double gauss(ai_rng *r)
+{
+    double u = ai_rng_uniform(r), v = ai_rng_uniform(r);
+    return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
+}
+
+void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
+{
+    tune_arm_stat *a = &b->arm[i];
+    int known = isfinite(seconds) && seconds > 0;
+    double sd = !known ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
+    b->blind[i] = !known;
+    b->modeled[i] = known;
+    a->m = a->m0 = known ? log(seconds) : 0;
+    a->v = a->v0 = sd * sd;
+    a->n = 0;
+    a->w = a->sy = a->syy = 0;
+}
+
+void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
+{
+    tune_arm_stat *a = &b->arm[i];
+    a->n = known->n;
+    a->m = a->m0 = known->m;
+    a->v = a->v0 = fmax(known->v, 1e-6);
+    b->blind[i] = b->modeled[i] = 0;
+}
+
+/* Posteriors from the priors and the decayed sums, with the bucket's noise
+ * pooled over all measured arms (normal model, known variance). The model's
+ * error is mostly shared by a bucket's arms (it misjudges the cluster, e.g.
+ * CPU contention with 8 ranks on 2 cores, more than one algorithm against
+ * another), so the measured arms' mean residual, shrunk toward 0, moves the
+ * prior of every arm the model costs. Arms nobody can cost and nobody has
+ * measured yet are assumed as fast as the best measured arm, with a wide
+ * spread: optimism that gets each of them tried early. */
+void bandit_update(tune_bandit *b)
+{
+    double rs = 0, rw = 0;
+    double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
+    for (int i = 0; i < b->narms; i++) {
+        const tune_arm_stat *a = &b->arm[i];
+        if (b->modeled[i] && a->w > 0) {
+            rs += a->sy - a->w * a->m0;
+            rw += a->w;
+        }
+        if (a->w > 1) {
+            ss += fmax(0, a->syy - a->sy * a->sy / a->w);
+            dof += a->w - 1;
+        }
+    }
+    b->bias = rs / (rw + TUNE_BIAS_WEIGHT);
+    b->noise2 = ss / dof;
+    for (int i = 0; i < b->narms; i++) {
+        tune_arm_stat *a = &b->arm[i];
+        double m0 = a->m0 + (b->modeled[i] ? b->bias : 0);
+        a->v = 1 / (1 / a->v0 + a->w / b->noise2);
+        a->m = a->v * (m0 / a->v0 + a->sy / b->noise2);
+    }
+    int best = bandit_best_measured(b);
+    for (int j = 0; best >= 0 && j < b->narms; j++)
+        if (b->blind[j])
+            b->arm[j].m = b->arm[j].m0 = b->arm[best].m;
+}
+
+void bandit_observe(tune_bandit *b, int i, double y, int calls)
+{
+    tune_arm_stat *a = &b->arm[i];
+    if (b->blind[i]) {
+        a->m0 = y;
+        b->blind[i] = 0;
+    }
+    double keep = pow(1 - 1.0 / TUNE_MEMORY, calls);
+    a->w = keep * a->w + calls;
+    a->sy = keep * a->sy + calls * y;
+    a->syy = keep * a->syy + calls * y * y;
+    a->n += calls;
+    bandit_update(b);
+}
+
+int bandit_best_measured(const tune_bandit *b)
+{
+    int best = -1;
+    for (int i = 0; i < b->narms; i++)
+        if (b->arm[i].n > 0 && (best < 0 || b->arm[i].m < b->arm[best].m))
+            best = i;
+    return best;
+}
+
+int bandit_best_prior(const tune_bandit *b)
+{
+    int best = 0;
+    for (int i = 1; i < b->narms; i++)
+        if (b->arm[i].m < b->arm[best].m)
+            best = i;
+    return best;
+}
+
+int bandit_confident(const tune_bandit *b, int best)
+{
+    return b->arm[best].n >= TUNE_SETTLE_SAMPLES &&
+           tune_confidence(b->arm, b->narms, best) >= TUNE_CONFIDENT;
+}
+
+double tune_confidence(const tune_arm_stat *arms, int n, int best)
+{
+    double p = 1;
+    for (int j = 0; j < n; j++) {
+        if (j == best)
+            continue;
+        double s = sqrt(arms[j].v + arms[best].v);
+        /* P(x_j > x_best) for independent normals: Phi((m_j - m_b) / s). */
+        p *= s > 0 ? 0.5 * erfc(-(arms[j].m - arms[best].m) / (s * sqrt(2.0)))
+                   : (arms[j].m > arms[best].m ? 1.0 : 0.5);
+    }
+    return p;
+}
+
+/* One Thompson draw among the arms whose expected time is within `bound`
+ * of exp(ref); the arm with the smallest draw (or `pick`). */
+static int draw_fastest(tune_bandit *b, double ref, double bound, int pick)
+{
+    double pick_draw = TUNE_BIG;
+    for (int i = 0; i < b->narms; i++) {
+        const tune_arm_stat *a = &b->arm[i];
+        if (a->m > ref + log(bound))
+            continue;
+        double draw = a->m + sqrt(a->v) * gauss(&b->rng);
+        if (draw < pick_draw) {
+            pick_draw = draw;
+            pick = i;
+        }
+    }
+    return pick;
+}
+
+/* Top-two Thompson sampling (Russo, "Simple Bayesian algorithms for best
+ * arm identification", 2016): half the time the winner of a Thompson draw
+ * runs, otherwise draws go on until another arm wins, and that one runs.
+ * Plain Thompson sampling keeps running a leader it is already fairly sure
+ * of; measuring its closest challenger is what tells near-ties apart
+ * within the horizon. */
+int bandit_next(tune_bandit *b, double bound)
+{
+    int best = bandit_best_measured(b);
+    int first = best >= 0 ? best : bandit_best_prior(b);
+    double ref = b->arm[first].m;
+    int leader = draw_fastest(b, ref, bound, first);
+    if (ai_rng_uniform(&b->rng) < 0.5)
+        return leader;
+    for (int k = 0; k < TUNE_CHALLENGER_DRAWS; k++) {
+        int other = draw_fastest(b, ref, bound, first);
+        if (other != leader)
+            return other;
+    }
+    return leader;
+}

@@ -1,0 +1,151 @@
+/*
+ * The learner's statistics (src/tune/bandit.c), without ranks:
+ *  - exploration never draws an arm expected more than `bound` times slower
+ *    than the best measured arm, and does draw the ones within it;
+ *  - the model's error shared by the arms moves the priors of the arms
+ *    nobody measured yet, not those the knowledge base supplied;
+ *  - arms without a prediction are assumed as fast as the best measured;
+ *  - confidence: a clear winner settles, a near-tie does not.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tune/tune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#define MS 1e-3
+
+/* A bandit of n arms with model predictions (seconds), all algorithm
+ * defaults (not variants). */
+static void make(tune_bandit *b, const double *pred, int n)
+{
+    memset(b, 0, sizeof *b);
+    b->narms = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(b->arm[i].algo, sizeof b->arm[i].algo, "a%d", i);
+        bandit_prior(b, i, pred[i], 0);
+    }
+    bandit_update(b);
+    ai_rng_seed(&b->rng, 42);
+}
+
+static void observe(tune_bandit *b, int i, double seconds, int times)
+{
+    for (int k = 0; k < times; k++)
+        bandit_observe(b, i, log(seconds), 1);
+}
+
+/* How often each arm is drawn in `draws` exploration decisions. */
+static void count_draws(tune_bandit *b, double bound, int draws, int *count)
+{
+    for (int i = 0; i < b->narms; i++)
+        count[i] = 0;
+    for (int k = 0; k < draws; k++) {
+        int a = bandit_next(b, bound);
+        assert_true(a >= 0 && a < b->narms);
+        count[a]++;
+    }
+}
+
+static void test_bound(void **state)
+{
+    (void)state;
+    /* a0 measured at 1 ms; a1 predicted 1.2x, a2 1.7x, a3 3x slower. */
+    const double pred[] = {1 * MS, 1.2 * MS, 1.7 * MS, 3 * MS};
+    tune_bandit b;
+    int count[4];
+    make(&b, pred, 4);
+    observe(&b, 0, 1 * MS, 4);
+    count_draws(&b, 1.5, 4000, count);
+    assert_true(count[0] > 0);
+    assert_true(count[1] > 0);
+    assert_int_equal(count[2], 0);
+    assert_int_equal(count[3], 0);
+    /* A looser bound lets a2 in (sd 0.25: its draws beat a0's sometimes),
+     * never a3 at 2x. */
+    count_draws(&b, 2.0, 4000, count);
+    assert_true(count[2] > 0);
+    assert_int_equal(count[3], 0);
+}
+
+static void test_shared_model_error(void **state)
+{
+    (void)state;
+    const double pred[] = {1 * MS, 2 * MS, 4 * MS};
+    tune_bandit b;
+    make(&b, pred, 3);
+    tune_arm_stat known = {.n = 5, .m = log(4 * MS), .v = 1e-4};
+    bandit_prior_known(&b, 2, &known); /* what the KB knew: not the model's */
+    bandit_update(&b);
+    /* Every call of a0 takes 1.3x the prediction. */
+    observe(&b, 0, 1.3 * MS, 8);
+    assert_true(b.bias > 0.7 * log(1.3) && b.bias < log(1.3)); /* shrunk by w / (w + 2) */
+    double a1 = exp(b.arm[1].m) / (2 * MS);
+    assert_true(a1 > 1.2 && a1 < 1.3);
+    assert_float_equal(exp(b.arm[2].m), 4 * MS, 1e-9);
+    /* An arm measured faster than predicted pulls the others down. */
+    make(&b, pred, 3);
+    observe(&b, 0, 0.8 * MS, 8);
+    assert_true(b.bias < 0 && exp(b.arm[1].m) / (2 * MS) < 0.85);
+}
+
+static void test_blind_arms(void **state)
+{
+    (void)state;
+    const double pred[] = {NAN, NAN, NAN};
+    tune_bandit b;
+    int count[3];
+    make(&b, pred, 3);
+    observe(&b, 1, 2 * MS, 2);
+    assert_float_equal(b.arm[0].m, b.arm[1].m, 1e-12);
+    assert_float_equal(b.arm[2].m, b.arm[1].m, 1e-12);
+    assert_int_equal(bandit_best_measured(&b), 1);
+    /* Unmeasured, they are tried. */
+    count_draws(&b, 1.5, 1000, count);
+    assert_true(count[0] > 0 && count[2] > 0);
+}
+
+static void test_confidence(void **state)
+{
+    (void)state;
+    const double pred[] = {1 * MS, 1 * MS};
+    tune_bandit b;
+    make(&b, pred, 2);
+    for (int k = 0; k < 6; k++) { /* a little noise, the same for both */
+        double e = k % 2 ? 1.02 : 0.98;
+        observe(&b, 0, e * 1 * MS, 1);
+        observe(&b, 1, e * 1.5 * MS, 1);
+    }
+    assert_int_equal(bandit_best_measured(&b), 0);
+    assert_true(bandit_confident(&b, 0));
+    assert_false(bandit_confident(&b, 1));
+    make(&b, pred, 2);
+    for (int k = 0; k < 6; k++) {
+        double e = k % 2 ? 1.02 : 0.98;
+        observe(&b, 0, e * 1 * MS, 1);
+        observe(&b, 1, e * 1.01 * MS, 1);
+    }
+    assert_false(bandit_confident(&b, bandit_best_measured(&b)));
+    /* Two calls are not enough, however clear. */
+    make(&b, pred, 2);
+    observe(&b, 0, 1 * MS, 2);
+    observe(&b, 1, 3 * MS, 2);
+    assert_false(bandit_confident(&b, 0));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bound),
+        cmocka_unit_test(test_shared_model_error),
+        cmocka_unit_test(test_blind_arms),
+        cmocka_unit_test(test_confidence),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
