@@ -15,7 +15,7 @@
 #define DEFAULT_TIMEOUT_S 30.0
 #define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
-#define DEFAULT_TCP_SPIN_US 300.0
+#define DEFAULT_TCP_SPIN_US 1000.0
 
 int ai_comm_rank(const ai_comm *c) { return c->rank; }
 int ai_comm_size(const ai_comm *c) { return c->size; }
