@@ -41,6 +41,17 @@ static void observe(tune_bandit *b, int i, double seconds, int times)
         bandit_observe(b, i, log(seconds), 1);
 }
 
+/* Six calls each of a0 at 1 ms and a1 at `ratio` ms, with a little noise,
+ * the same for both. */
+static void observe_pair(tune_bandit *b, double ratio)
+{
+    for (int k = 0; k < 6; k++) {
+        double e = k % 2 ? 1.02 : 0.98;
+        observe(b, 0, e * 1 * MS, 1);
+        observe(b, 1, e * ratio * MS, 1);
+    }
+}
+
 /* How often each arm is drawn in `draws` exploration decisions. */
 static void count_draws(tune_bandit *b, double bound, int draws, int *count)
 {
@@ -117,20 +128,12 @@ static void test_confidence(void **state)
     const double pred[] = {1 * MS, 1 * MS};
     tune_bandit b;
     make(&b, pred, 2);
-    for (int k = 0; k < 6; k++) { /* a little noise, the same for both */
-        double e = k % 2 ? 1.02 : 0.98;
-        observe(&b, 0, e * 1 * MS, 1);
-        observe(&b, 1, e * 1.5 * MS, 1);
-    }
+    observe_pair(&b, 1.5);
     assert_int_equal(bandit_best_measured(&b), 0);
     assert_true(bandit_confident(&b, 0));
     assert_false(bandit_confident(&b, 1));
     make(&b, pred, 2);
-    for (int k = 0; k < 6; k++) {
-        double e = k % 2 ? 1.02 : 0.98;
-        observe(&b, 0, e * 1 * MS, 1);
-        observe(&b, 1, e * 1.01 * MS, 1);
-    }
+    observe_pair(&b, 1.01);
     assert_false(bandit_confident(&b, bandit_best_measured(&b)));
     /* Two calls are not enough, however clear. */
     make(&b, pred, 2);

@@ -29,7 +29,6 @@
 #define TUNE_CONFIDENT 0.95    /* stop exploring at this P(best) ... */
 #define TUNE_SETTLE_SAMPLES 3  /* ... with the best arm measured this often */
 #define TUNE_CHALLENGER_DRAWS 16 /* draws to find a challenger to the leader */
-#define TUNE_BIG 1e300
 
 static double gauss(ai_rng *r)
 {
@@ -149,14 +148,14 @@ double tune_confidence(const tune_arm_stat *arms, int n, int best)
     return p;
 }
 
-/* One Thompson draw among the arms whose expected time is within `bound`
- * of exp(ref); the arm with the smallest draw (or `pick`). */
-static int draw_fastest(tune_bandit *b, double ref, double bound, int pick)
+/* One Thompson draw among the arms whose expected log time is at most
+ * `limit`; the arm with the smallest draw (or `pick`). */
+static int draw_fastest(tune_bandit *b, double limit, int pick)
 {
-    double pick_draw = TUNE_BIG;
+    double pick_draw = INFINITY;
     for (int i = 0; i < b->narms; i++) {
         const tune_arm_stat *a = &b->arm[i];
-        if (a->m > ref + log(bound))
+        if (a->m > limit)
             continue;
         double draw = a->m + sqrt(a->v) * gauss(&b->rng);
         if (draw < pick_draw) {
@@ -177,12 +176,12 @@ int bandit_next(tune_bandit *b, double bound)
 {
     int best = bandit_best_measured(b);
     int first = best >= 0 ? best : bandit_best_prior(b);
-    double ref = b->arm[first].m;
-    int leader = draw_fastest(b, ref, bound, first);
+    double limit = b->arm[first].m + log(bound);
+    int leader = draw_fastest(b, limit, first);
     if (ai_rng_uniform(&b->rng) < 0.5)
         return leader;
     for (int k = 0; k < TUNE_CHALLENGER_DRAWS; k++) {
-        int other = draw_fastest(b, ref, bound, first);
+        int other = draw_fastest(b, limit, first);
         if (other != leader)
             return other;
     }

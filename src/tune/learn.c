@@ -235,16 +235,6 @@ static int settles(const tuner *t, const tune_bucket *b, int best, long explored
     return explored >= t->budget || b->calls >= TUNE_HORIZON || bandit_confident(&b->s, best);
 }
 
-/* Rank 0: the arm for the next window; the best measured arm once
- * confident or out of budget, before that the bandit's draw. */
-static int thompson(tuner *t, tune_bucket *b)
-{
-    int best = bandit_best_measured(&b->s);
-    if (best >= 0 && settles(t, b, best, b->info.explored))
-        return best;
-    return bandit_next(&b->s, t->bound);
-}
-
 /* ------------------------------------------------------------ buckets */
 
 /* Rank 0 opens the knowledge base once; without one it goes on. */
@@ -398,7 +388,11 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         *d = *b;
         bandit_observe(&d->s, ran, log(mine), calls);
         int best = bandit_best_measured(&d->s);
-        int next = b->settled ? best : thompson(t, d);
+        /* The best measured arm once confident or out of budget; before
+         * that, the bandit's draw. */
+        int next = b->settled || settles(t, d, best, b->info.explored)
+                       ? best
+                       : bandit_next(&d->s, t->bound);
         b->s.rng = d->s.rng; /* the draws must not repeat */
         int settle = b->settled ||
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
