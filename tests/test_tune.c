@@ -5,7 +5,10 @@
  *    most 32 calls per bucket; or reset by a drift, which every rank sees
  *    alike) every rank reports the same choice;
  *  - a second job on the same fingerprint starts warm: no exploration, the
- *    KB's best arm from its first call, no "explore" rows written;
+ *    KB's best arm from its first call, no "explore" rows written; when
+ *    one rank turns slow mid-job (the cluster changed), the learner sees
+ *    the drift and learns again within 64 calls, though its agreement
+ *    windows had grown while the bucket was quiet;
  *  - the KB survives kill -9 in the middle of its writes, consistent;
  *  - JSON export / import round trip and clear errors on bad files.
  */
@@ -135,12 +138,13 @@ static void test_identical_decisions(void **state)
 typedef struct {
     int calls;
     int expect_warm;
+    size_t bytes;
 } warm_arg;
 
 static int run_bucket(ai_comm *c, void *arg)
 {
     const warm_arg *w = arg;
-    size_t n = (64 << 10) / sizeof(float);
+    size_t n = w->bytes / sizeof(float);
     float *buf = calloc(n, sizeof *buf);
     if (!buf)
         return 1;
@@ -186,7 +190,7 @@ static void test_warm_start(void **state)
     path_in(kb, sizeof kb, "warm.sqlite");
     setenv("AUTOINFRA_KB", kb, 1);
     ranks_opts o = {.deadline_s = 120};
-    warm_arg cold = {40, 0}, warm = {12, 1};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     long explore = count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'");
     long settled = count_rows(kb, "SELECT count(*) FROM buckets WHERE settled = 1");
@@ -196,6 +200,57 @@ static void test_warm_start(void **state)
     assert_int_equal(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'"),
                      explore);
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
+}
+
+/* A warm job whose rank 1 turns slow after `calls` calls: the bucket must
+ * follow the KB until then, and stop following it within 64 slow calls. */
+typedef struct {
+    int calls, slow_calls;
+    size_t bytes;
+} drift_arg;
+
+static int run_drift(ai_comm *c, void *arg)
+{
+    const drift_arg *d = arg;
+    size_t n = d->bytes / sizeof(float);
+    float *buf = calloc(n, sizeof *buf);
+    int relearned_at = -1, failed = !buf;
+    for (int i = 0; !failed && i < d->calls + d->slow_calls; i++) {
+        if (i >= d->calls && ai_comm_rank(c) == 1)
+            usleep(10000); /* rank 1's link at a fraction of its rate */
+        ai_choice ch;
+        if (ai_allreduce(c, AI_IN_PLACE, buf, n, AI_F32, AI_SUM, NULL) != AI_OK ||
+            ai_comm_choice(c, AI_ALLREDUCE, n * sizeof(float), &ch) != AI_OK) {
+            fprintf(stderr, "call %d: %s\n", i, ai_last_error());
+            failed = 1;
+        } else if (relearned_at < 0 && strcmp(ch.source, "kb")) {
+            relearned_at = i;
+        }
+    }
+    free(buf);
+    if (failed)
+        return 1;
+    if (ai_comm_rank(c) != 0)
+        return 0;
+    if (relearned_at >= 0 && relearned_at >= d->calls && relearned_at < d->calls + 64)
+        return 0;
+    fprintf(stderr, "left the knowledge base's arm at call %d; the drift began at call %d\n",
+            relearned_at, d->calls);
+    return 1;
+}
+
+static void test_drift_relearns(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "drift.sqlite");
+    setenv("AUTOINFRA_KB", kb, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg cold = {40, 0, 1 << 20};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    /* 100 quiet calls: the windows reach their longest before the drift. */
+    drift_arg d = {100, 70, 1 << 20};
+    assert_int_equal(ranks_run(2, &o, run_drift, &d), 0);
 }
 
 /* ------------------------------------------------------- crash safety */
@@ -424,6 +479,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_decisions),
         cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_drift_relearns),
         cmocka_unit_test(test_crash_safety),
         cmocka_unit_test(test_json_exchange),
         cmocka_unit_test(test_settings),

@@ -11,13 +11,21 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls (1 call while exploring; once settled, enough calls for the
- * agreement to cost at most TUNE_AGREE_SHARE of them) all ranks
- * run one 32-byte MAX allreduce carrying each rank's mean time over the
- * window (the max is the slowest rank's, the time that counts) and rank 0's
- * orders: the arm and window for the next calls, and whether to re-measure
- * the links. Rank 0 decides the next arm from what it knows plus its own
- * time of this window (the agreed time arrives with the same message).
+ * of calls all ranks run one 32-byte MAX allreduce carrying each rank's
+ * mean time over the window (the max is the slowest rank's, the time that
+ * counts) and rank 0's orders: the arm for the next calls, what the
+ * agreement costs against a call, and whether to re-measure the links.
+ * Rank 0 decides the next arm from what it knows plus its own time of this
+ * window (the agreed time arrives with the same message).
+ *
+ * Windows: 1 call while exploring. Once settled, long enough for the
+ * agreement to cost at most TUNE_AGREE_SHARE of the window, a share halved
+ * after every quiet window (no drift strike) down to an eighth, and back
+ * at the start when rank 0's own time looks like a strike. On T1 at 64 KiB the agreement (about 100 us)
+ * against 1.6 ms calls had cost 0.7% of every call for good; a settled
+ * bucket now pays about 0.2%. Drift shows in the first long window after
+ * it, and the second strike comes a short window later (the share is back
+ * at the start, against calls that are now slower).
  *
  * Drift: once settled, an agreed window time more than TUNE_DRIFT (log)
  * away from the arm's posterior, twice running, means the cluster changed:
@@ -44,10 +52,12 @@
 #define TUNE_WINDOW_MAX 32     /* ... and at most: drift shows within 2 */
 #define TUNE_AGREE_SHARE 0.015 /* settled windows are long enough for the
                                 * agreement to cost at most this share */
+#define TUNE_QUIET_MAX 3       /* ... halved per quiet window, this often */
 #define TUNE_HORIZON 32        /* calls after which a bucket settles anyway */
 #define TUNE_DRIFT 0.4       /* log: a 1.5x change */
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_BIG 1e300
+#define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
 enum { CMD_NONE = 0, CMD_REPROBE = 1 };
 
@@ -58,12 +68,13 @@ typedef struct tune_bucket {
     int cur;        /* arm of the current window, same on every rank */
     int exploring;  /* rank 0: cur was not the best measured arm when chosen */
     double agree_s; /* rank 0: what the last agreement took */
+    int quiet;      /* rank 0: settled windows in a row without a strike */
     long explored;  /* rank 0: this job's exploratory calls and their seconds */
     double explore_s;
     int win_len;    /* calls per window, same on every rank */
     int win_calls;
     double win_sum;
-    int settled;    /* exploiting (window TUNE_WINDOW) */
+    int settled;    /* exploiting */
     int warm;       /* started from the knowledge base */
     long calls;
     int strikes;
@@ -82,6 +93,7 @@ typedef struct tuner {
     size_t min_bytes;
     int budget;
     double bound;
+    double agree_s;  /* rank 0: what the job's last agreement took */
     tune_bucket draft; /* rank 0's scratch copy for decisions */
     tune_bucket *b[AI_COLL_COUNT][TUNE_BUCKETS];
 } tuner;
@@ -237,6 +249,24 @@ static int settles(const tuner *t, const tune_bucket *b, int best, long explored
 
 /* ------------------------------------------------------------ buckets */
 
+/* Calls per settled window, from rank 0's agreed order: `ratio` is the
+ * agreement's time over the share of a window's time it may cost. */
+static int window(double ratio)
+{
+    return (int)AI_MAX(TUNE_WINDOW, AI_MIN(TUNE_WINDOW_MAX, ceil(ratio)));
+}
+
+/* Is a settled window's time y (log, mean over `calls`) a drift strike?
+ * Not in a bucket's first TUNE_HORIZON calls of a job: a fresh process's
+ * first calls run slower (cold caches and buffers, TCP windows growing),
+ * which a warm bucket's posterior from another job would take for drift. */
+static int strikes_out(const tune_bucket *b, int arm, double y, int calls)
+{
+    double off = fabs(y - b->s.arm[arm].m);
+    return b->settled && b->calls > TUNE_HORIZON && off > TUNE_DRIFT &&
+           off > 3 * sqrt(b->s.noise2 / calls + b->s.arm[arm].v);
+}
+
 /* Rank 0 opens the knowledge base once; without one it goes on. */
 static void kb_ready(tuner *t, const ai_comm *c)
 {
@@ -258,7 +288,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     enumerate_arms(c, coll, edge, b);
     set_priors(c, coll, edge, b);
     ai_rng_seed(&b->s.rng, ai_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
-    double order[4] = {-TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
+    double order[3] = {-TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
     if (c->rank == 0) {
         kb_ready(t, c);
         tune_arm_stat known[TUNE_MAX_ARMS];
@@ -290,19 +320,26 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
                 first = best >= 0 ? best : bandit_best_prior(&b->s);
         }
         order[0] = first;
-        order[1] = b->warm ? TUNE_WINDOW : 1;
-        order[2] = b->warm;
+        order[1] = b->warm;
+        /* A warm bucket is trusted: quiet from the start, its first window
+         * as long as the job's agreements allow against the KB's time. */
+        b->quiet = b->warm ? TUNE_QUIET_MAX : 0;
+        b->agree_s = t->agree_s;
+        order[2] = !b->warm ? 1
+                   : t->agree_s > 0 ? window(t->agree_s / (TUNE_AGREE_SHARE * exp(b->s.arm[first].m)) *
+                                             (1 << b->quiet))
+                                    : TUNE_WINDOW;
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 4, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 3, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
-    if (!(order[0] >= 0 && order[0] < b->s.narms && order[1] >= 1 && order[1] <= TUNE_WINDOW_MAX))
-        return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d)",
-                       order[0], b->s.narms);
+    if (!(order[0] >= 0 && order[0] < b->s.narms && order[2] >= 1 && order[2] <= TUNE_WINDOW_MAX))
+        return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
+                       order[0], b->s.narms, order[2]);
     b->cur = (int)order[0];
-    b->win_len = (int)order[1];
-    b->settled = b->warm = order[2] > 0;
+    b->settled = b->warm = order[1] > 0;
+    b->win_len = (int)order[2];
     b->ready = 1;
     ai_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
            ai_coll_name(coll), edge, b->s.narms, b->s.arm[b->cur].algo, b->s.arm[b->cur].chunk,
@@ -358,13 +395,6 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
     return AI_OK;
 }
 
-/* Rank 0: calls per window once settled, so that the agreement message
- * costs a small share of the window's time. */
-static int settled_window(const tune_bucket *b, double call_s)
-{
-    double w = ceil(b->agree_s / (TUNE_AGREE_SHARE * call_s));
-    return (int)AI_MAX(TUNE_WINDOW, AI_MIN(TUNE_WINDOW_MAX, w));
-}
 
 static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
 {
@@ -398,30 +428,34 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
         next_explores = next != best;
         msg[1] = next;
-        msg[2] = settle ? settled_window(b, mine) : 1;
+        /* The share shrinks while the bucket is quiet; it is back at its
+         * start as soon as our own time looks like a strike. */
+        int quiet = strikes_out(b, ran, log(mine), calls) ? 0 : b->quiet;
+        msg[2] = settle ? b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet) : -1;
         msg[3] = b->strikes >= TUNE_DRIFT_STRIKES ? CMD_REPROBE : CMD_NONE;
-        ai_log(AI_LOG_DEBUG, "learner: %s %zu: %s/%zu/%d took %.1f us (mine); next %s/%zu/%d%s",
+        ai_log(AI_LOG_DEBUG,
+               "learner: %s %zu: %s/%zu/%d took %.1f us (mine, %d calls; last agreement %.1f us); "
+               "next %s/%zu/%d%s",
                ai_coll_name(coll), (size_t)1 << bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
-               d->s.arm[ran].channels, mine * 1e6, d->s.arm[next].algo, d->s.arm[next].chunk,
-               d->s.arm[next].channels, settle ? " (settled)" : "");
+               d->s.arm[ran].channels, mine * 1e6, calls, b->agree_s * 1e6, d->s.arm[next].algo,
+               d->s.arm[next].chunk, d->s.arm[next].channels, settle ? " (settled)" : "");
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
     ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 4, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
-    b->agree_s = ai_now() - t0;
-    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[2] >= 1 &&
-          msg[2] <= TUNE_WINDOW_MAX))
-        return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, window %g)",
+    b->agree_s = t->agree_s = ai_now() - t0;
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && (msg[2] == -1 ||
+          (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO))))
+        return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, cost %g)",
                        msg[1], msg[2]);
-    /* Every rank: the agreed time is the slowest rank's. */
+    /* Every rank: the agreed time is the slowest rank's. Strikes count on
+     * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
-    double off = fabs(y - b->s.arm[ran].m);
-    if (was_settled && off > TUNE_DRIFT && off > 3 * sqrt(b->s.noise2 / calls + b->s.arm[ran].v))
-        b->strikes++;
-    else
-        b->strikes = 0;
+    int strike = strikes_out(b, ran, y, calls);
+    b->strikes = strike ? b->strikes + 1 : 0;
+    b->quiet = was_settled && !strike ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
     if (b->exploring) {
         b->info.explored += calls;
         b->info.explore_s += msg[0] * calls;
@@ -431,8 +465,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     bandit_observe(&b->s, ran, y, calls);
     b->cur = (int)msg[1];
     b->exploring = next_explores;
-    b->win_len = (int)msg[2];
-    b->settled = b->info.settled = b->win_len > 1;
+    b->settled = b->info.settled = msg[2] >= 0;
+    b->win_len = b->settled ? window(msg[2]) : 1;
     b->win_calls = 0;
     b->win_sum = 0;
     if (msg[3] == CMD_REPROBE) {
