@@ -221,6 +221,19 @@ static void test_testbed_allreduce_shaped(void **st)
     rc = run(status, 10);
     if (rc != 0 || !strstr(outbuf, "mtu 9000 on every link"))
         fail_msg("bench/testbed status (%d) does not give the MTU:\n%s%s", rc, outbuf, errbuf);
+    if (!strstr(outbuf, "tbf bucket: two frames"))
+        fail_msg("bench/testbed status does not give the tbf bucket:\n%s", outbuf);
+    /* The bucket holds two frames (2 x 9014 bytes), not a burst a real NIC
+     * could not send (tc prints it rounded to its clock). */
+    char *qdisc[] = {"tc", "-n", "ai-t-0", "qdisc", "show", "dev", "eth0", NULL};
+    rc = run(qdisc, 10);
+    const char *bp = strstr(outbuf, " burst ");
+    char *unit = NULL;
+    double burst = bp ? strtod(bp + 7, &unit) : 0;
+    if (unit && *unit == 'K')
+        burst *= 1024;
+    if (rc != 0 || !(burst > 17000 && burst < 19000))
+        fail_msg("tbf on eth0 of ai-t-0 should hold two frames (%d):\n%s%s", rc, outbuf, errbuf);
 
     /* Unshaped reference: the same job over loopback TCP, no namespaces. */
     char *loop[] = {(char *)bin, "launch", "-n", "2", "--hosts", "a,b", "--timeout", "60", "--",
