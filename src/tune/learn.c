@@ -55,6 +55,8 @@
 #define TUNE_QUIET_MAX 3       /* ... halved per quiet window, this often */
 #define TUNE_HORIZON 32        /* calls after which a bucket settles anyway */
 #define TUNE_DRIFT 0.4       /* log: a 1.5x change */
+#define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
+                              * for one expected this much faster */
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
@@ -418,6 +420,13 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         *d = *b;
         bandit_observe(&d->s, ran, log(mine), calls);
         int best = bandit_best_measured(&d->s);
+        /* Settled, near ties are not worth a switch: they flip with the
+         * noise of a window (1-2% at small sizes), and a switch costs by
+         * itself (a channel left idle restarts TCP's slow start). On T1 a
+         * warm bucket had gone ring on 2 channels, ring on 1, rabenseifner
+         * on 1 in its first 12 calls, each 1-2% slower back to back. */
+        if (b->settled && d->s.arm[ran].m - d->s.arm[best].m < TUNE_SWITCH)
+            best = ran;
         /* The best measured arm once confident or out of budget; before
          * that, the bandit's draw. */
         int next = b->settled || settles(t, d, best, b->info.explored)
