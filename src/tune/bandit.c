@@ -43,6 +43,7 @@ void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
     double sd = !known ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
     b->blind[i] = !known;
     b->modeled[i] = known;
+    b->known[i] = 0;
     a->m = a->m0 = known ? log(seconds) : 0;
     a->v = a->v0 = sd * sd;
     a->n = 0;
@@ -56,6 +57,7 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
     a->m = a->m0 = known->m;
     a->v = a->v0 = fmax(known->v, 1e-6);
     b->blind[i] = b->modeled[i] = 0;
+    b->known[i] = 1;
 }
 
 /* Posteriors from the priors and the decayed sums, with the bucket's noise
@@ -63,12 +65,17 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
  * error is mostly shared by a bucket's arms (it misjudges the cluster, e.g.
  * CPU contention with 8 ranks on 2 cores, more than one algorithm against
  * another), so the measured arms' mean residual, shrunk toward 0, moves the
- * prior of every arm the model costs. Arms nobody can cost and nobody has
+ * prior of every arm the model costs. Likewise what the KB knew is right
+ * about arms against each other more than about the level: another job
+ * calls back to back where the KB learned calls apart, or shares the
+ * machine. So the residual of the known arms this job ran moves the known
+ * arms it has not run (those it ran follow their own data: drift must
+ * still show against what the KB knew). Arms nobody can cost and nobody has
  * measured yet are assumed as fast as the best measured arm, with a wide
  * spread: optimism that gets each of them tried early. */
 void bandit_update(tune_bandit *b)
 {
-    double rs = 0, rw = 0;
+    double rs = 0, rw = 0, ks = 0, kw = 0;
     double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
     for (int i = 0; i < b->narms; i++) {
         const tune_arm_stat *a = &b->arm[i];
@@ -76,16 +83,23 @@ void bandit_update(tune_bandit *b)
             rs += a->sy - a->w * a->m0;
             rw += a->w;
         }
+        if (b->known[i] && a->w > 0) {
+            ks += a->sy - a->w * a->m0;
+            kw += a->w;
+        }
         if (a->w > 1) {
             ss += fmax(0, a->syy - a->sy * a->sy / a->w);
             dof += a->w - 1;
         }
     }
     b->bias = rs / (rw + TUNE_BIAS_WEIGHT);
+    b->level = ks / (kw + TUNE_BIAS_WEIGHT);
     b->noise2 = ss / dof;
     for (int i = 0; i < b->narms; i++) {
         tune_arm_stat *a = &b->arm[i];
-        double m0 = a->m0 + (b->modeled[i] ? b->bias : 0);
+        double m0 = a->m0 + (b->modeled[i]             ? b->bias
+                             : b->known[i] && a->w == 0 ? b->level
+                                                        : 0);
         a->v = 1 / (1 / a->v0 + a->w / b->noise2);
         a->m = a->v * (m0 / a->v0 + a->sy / b->noise2);
     }
