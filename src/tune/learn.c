@@ -21,11 +21,12 @@
  * Windows: 1 call while exploring. Once settled, long enough for the
  * agreement to cost at most TUNE_AGREE_SHARE of the window, a share halved
  * after every quiet window (no drift strike) down to an eighth, and back
- * at the start when rank 0's own time looks like a strike. On T1 at 64 KiB the agreement (about 100 us)
- * against 1.6 ms calls had cost 0.7% of every call for good; a settled
- * bucket now pays about 0.2%. Drift shows in the first long window after
- * it, and the second strike comes a short window later (the share is back
- * at the start, against calls that are now slower).
+ * at the start when rank 0's own time looks like a strike. On T1 at
+ * 64-256 KiB the agreement (50-230 us with the wait for the slowest rank)
+ * against 1.6-6.4 ms calls had cost `auto` 0.4-1%; a quiet bucket now pays
+ * about 0.2%. Drift shows in the first long window after it, and the
+ * second strike comes a short window later (the share is back at the
+ * start, against calls that are now slower).
  *
  * Drift: once settled, an agreed window time more than TUNE_DRIFT (log)
  * away from the arm's posterior, twice running, means the cluster changed:
@@ -327,17 +328,16 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
          * as long as the job's agreements allow against the KB's time. */
         b->quiet = b->warm ? TUNE_QUIET_MAX : 0;
         b->agree_s = t->agree_s;
-        order[2] = !b->warm ? 1
-                   : t->agree_s > 0 ? window(t->agree_s / (TUNE_AGREE_SHARE * exp(b->s.arm[first].m)) *
-                                             (1 << b->quiet))
-                                    : TUNE_WINDOW;
+        double ratio = t->agree_s / (TUNE_AGREE_SHARE * exp(b->s.arm[first].m));
+        order[2] = !b->warm ? 1 : t->agree_s > 0 ? window(ratio * (1 << b->quiet)) : TUNE_WINDOW;
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     ai_status_t st = ai_allreduce(c, AI_IN_PLACE, order, 3, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     if (!(order[0] >= 0 && order[0] < b->s.narms && order[2] >= 1 && order[2] <= TUNE_WINDOW_MAX))
-        return ai_fail(AI_ERR_PROTO, "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
+        return ai_fail(AI_ERR_PROTO,
+                       "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
                        order[0], b->s.narms, order[2]);
     b->cur = (int)order[0];
     b->settled = b->warm = order[1] > 0;
@@ -396,7 +396,6 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
     *taken = 1;
     return AI_OK;
 }
-
 
 static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
 {
