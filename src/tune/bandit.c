@@ -42,8 +42,7 @@ void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
     int known = isfinite(seconds) && seconds > 0;
     double sd = !known ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
     b->blind[i] = !known;
-    b->modeled[i] = known;
-    b->known[i] = 0;
+    b->source[i] = known ? PRIOR_MODEL : PRIOR_NONE;
     a->m = a->m0 = known ? log(seconds) : 0;
     a->v = a->v0 = sd * sd;
     a->n = 0;
@@ -56,8 +55,8 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
     a->n = known->n;
     a->m = a->m0 = known->m;
     a->v = a->v0 = fmax(known->v, 1e-6);
-    b->blind[i] = b->modeled[i] = 0;
-    b->known[i] = 1;
+    b->blind[i] = 0;
+    b->source[i] = PRIOR_KB;
 }
 
 /* Posteriors from the priors and the decayed sums, with the bucket's noise
@@ -75,31 +74,27 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
  * spread: optimism that gets each of them tried early. */
 void bandit_update(tune_bandit *b)
 {
-    double rs = 0, rw = 0, ks = 0, kw = 0;
+    double rs[PRIOR_KB + 1] = {0}, rw[PRIOR_KB + 1] = {0}; /* residuals and weights by source */
     double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
     for (int i = 0; i < b->narms; i++) {
         const tune_arm_stat *a = &b->arm[i];
-        if (b->modeled[i] && a->w > 0) {
-            rs += a->sy - a->w * a->m0;
-            rw += a->w;
-        }
-        if (b->known[i] && a->w > 0) {
-            ks += a->sy - a->w * a->m0;
-            kw += a->w;
+        if (a->w > 0) {
+            rs[b->source[i]] += a->sy - a->w * a->m0;
+            rw[b->source[i]] += a->w;
         }
         if (a->w > 1) {
             ss += fmax(0, a->syy - a->sy * a->sy / a->w);
             dof += a->w - 1;
         }
     }
-    b->bias = rs / (rw + TUNE_BIAS_WEIGHT);
-    b->level = ks / (kw + TUNE_BIAS_WEIGHT);
+    b->bias = rs[PRIOR_MODEL] / (rw[PRIOR_MODEL] + TUNE_BIAS_WEIGHT);
+    b->level = rs[PRIOR_KB] / (rw[PRIOR_KB] + TUNE_BIAS_WEIGHT);
     b->noise2 = ss / dof;
     for (int i = 0; i < b->narms; i++) {
         tune_arm_stat *a = &b->arm[i];
-        double m0 = a->m0 + (b->modeled[i]             ? b->bias
-                             : b->known[i] && a->w == 0 ? b->level
-                                                        : 0);
+        double m0 = a->m0 + (b->source[i] == PRIOR_MODEL              ? b->bias
+                             : b->source[i] == PRIOR_KB && a->w == 0 ? b->level
+                                                                     : 0);
         a->v = 1 / (1 / a->v0 + a->w / b->noise2);
         a->m = a->v * (m0 / a->v0 + a->sy / b->noise2);
     }

@@ -64,8 +64,8 @@ typedef struct tune_bandit {
     int narms;
     tune_arm_stat arm[TUNE_MAX_ARMS];
     int blind[TUNE_MAX_ARMS];   /* no prior: mean unset until measured */
-    int modeled[TUNE_MAX_ARMS]; /* the prior mean is the model's prediction */
-    int known[TUNE_MAX_ARMS];   /* the prior is what the knowledge base knew */
+    /* Where an arm's prior came from; each source has its shared offset. */
+    enum { PRIOR_NONE, PRIOR_MODEL, PRIOR_KB } source[TUNE_MAX_ARMS];
     double noise2; /* pooled variance of one call's log time */
     double bias;   /* the model's log error shared by the arms */
     double level;  /* this job's log offset from the KB, shared by known arms */
