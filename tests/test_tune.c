@@ -275,8 +275,16 @@ static void writer(const char *kb)
             arms[i].n = k;
             arms[i].m = -7 + 0.01 * i;
         }
-        if (kb_save_bucket(h, "00000000000000aa", 2, 1, "crash test", AI_ALLREDUCE, 65536, arms,
-                           8, &info, 0, 0.001, "explore") != AI_OK)
+        const char *fp = "00000000000000aa";
+        ai_status_t st = kb_begin(h, fp, 2, 1, "crash test");
+        if (st == AI_OK) {
+            st = kb_put_bucket(h, fp, AI_ALLREDUCE, 65536, arms, 8, &info);
+            if (st == AI_OK)
+                st = kb_put_measurement(h, fp, AI_ALLREDUCE, 65536, &arms[0], 0.001, "explore",
+                                        (double)k);
+            st = kb_end(h, st);
+        }
+        if (st != AI_OK)
             _exit(4);
     }
 }

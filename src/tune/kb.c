@@ -314,7 +314,8 @@ static ai_status_t put_bucket(ai_kb *kb, const char *fp, const char *coll, size_
 }
 
 static ai_status_t put_measurement(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
-                                   const tune_arm_stat *a, double seconds, const char *phase)
+                                   const tune_arm_stat *a, double seconds, const char *phase,
+                                   double when)
 {
     sqlite3_stmt *q;
     ai_status_t st = prepare_keyed(kb, "INSERT INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
@@ -324,30 +325,40 @@ static ai_status_t put_measurement(ai_kb *kb, const char *fp, const char *coll, 
     bind_arm(q, 4, a);
     sqlite3_bind_double(q, 7, seconds);
     sqlite3_bind_text(q, 8, phase, -1, SQLITE_STATIC);
-    sqlite3_bind_double(q, 9, (double)time(NULL));
+    sqlite3_bind_double(q, 9, when);
     return step_done(kb, q, "writing measurement");
 }
 
-ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc,
-                           ai_coll coll, size_t bytes, const tune_arm_stat *arms, int n,
-                           const tune_bucket_info *info, int arm, double seconds,
-                           const char *phase)
+ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc)
+{
+    ai_status_t st = exec_sql(kb, "BEGIN IMMEDIATE");
+    if (st == AI_OK && (st = put_fingerprint(kb, fp, nranks, nhosts, desc)) != AI_OK)
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
+}
+
+ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                          const tune_arm_stat *arms, int n, const tune_bucket_info *info)
 {
     const char *cn = ai_coll_name(coll);
-    ai_status_t st = exec_sql(kb, "BEGIN IMMEDIATE");
-    if (st != AI_OK)
-        return st;
-    if ((st = put_fingerprint(kb, fp, nranks, nhosts, desc)) != AI_OK)
-        goto rollback;
-    for (int i = 0; i < n; i++)
-        if (arms[i].n > 0 && (st = put_arm(kb, fp, cn, bytes, &arms[i])) != AI_OK)
-            goto rollback;
-    if ((st = put_bucket(kb, fp, cn, bytes, info)) != AI_OK)
-        goto rollback;
-    if (arm >= 0 && (st = put_measurement(kb, fp, cn, bytes, &arms[arm], seconds, phase)) != AI_OK)
-        goto rollback;
-    return exec_sql(kb, "COMMIT");
-rollback:
+    ai_status_t st = AI_OK;
+    for (int i = 0; i < n && st == AI_OK; i++)
+        if (arms[i].n > 0)
+            st = put_arm(kb, fp, cn, bytes, &arms[i]);
+    return st == AI_OK ? put_bucket(kb, fp, cn, bytes, info) : st;
+}
+
+ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                               const tune_arm_stat *arm, double seconds, const char *phase,
+                               double when)
+{
+    return put_measurement(kb, fp, ai_coll_name(coll), bytes, arm, seconds, phase, when);
+}
+
+ai_status_t kb_end(ai_kb *kb, ai_status_t st)
+{
+    if (st == AI_OK)
+        return exec_sql(kb, "COMMIT");
     sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
 }

@@ -35,7 +35,8 @@
  * KB) and the bucket learned again.
  *
  * Rank 0 writes every agreed measurement and the posteriors to the
- * knowledge base; a later job with the same fingerprint starts warm.
+ * knowledge base, batched (kb_flush); a later job with the same
+ * fingerprint starts warm.
  */
 #include "comm/algos.h"
 #include "comm/probe.h"
@@ -47,6 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 #define TUNE_BUCKETS 64
 #define TUNE_WINDOW 4          /* calls per agreement once settled, at least */
@@ -59,6 +61,8 @@
 #define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
                               * for one expected this much faster */
 #define TUNE_DRIFT_STRIKES 2
+#define TUNE_SAVE_S 1.0        /* rank 0 writes the KB at most this often */
+#define TUNE_SAVE_WINDOWS 1024 /* ... or when this many windows wait */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -81,8 +85,19 @@ typedef struct tune_bucket {
     int warm;       /* started from the knowledge base */
     long calls;
     int strikes;
+    int dirty;      /* rank 0: changed since the KB last saw it */
     tune_bucket_info info;
 } tune_bucket;
+
+/* Rank 0: one agreed window, waiting to be written to the KB. */
+typedef struct tune_window {
+    ai_coll coll;
+    size_t bytes;
+    tune_arm_stat arm;
+    double seconds;
+    const char *phase;
+    double when; /* seconds since the epoch */
+} tune_window;
 
 typedef struct tuner {
     ai_kb *kb;       /* rank 0's writer; NULL: none (or unavailable) */
@@ -97,6 +112,10 @@ typedef struct tuner {
     int budget;
     double bound;
     double agree_s;  /* rank 0: what the job's last agreement took */
+    int nranks, nhosts; /* of the fingerprint, for the KB */
+    double saved_at;    /* rank 0: last KB write (ai_now) */
+    tune_window *log;   /* rank 0: agreed windows the KB has not seen */
+    int nlog, log_cap;
     tune_bucket draft; /* rank 0's scratch copy for decisions */
     tune_bucket *b[AI_COLL_COUNT][TUNE_BUCKETS];
 } tuner;
@@ -282,6 +301,74 @@ static void kb_ready(tuner *t, const ai_comm *c)
     }
 }
 
+/* Rank 0: the changed buckets and the waiting windows, one transaction.
+ * Writing takes 0.3-0.5 ms (and 20 ms when SQLite checkpoints its WAL),
+ * and the other ranks wait for it in the next call: on T1 at 64 KiB a
+ * write per window had cost `auto` about 1.5%. So a job writes at most
+ * every TUNE_SAVE_S and when the communicator is released; a crash loses
+ * at most that much of its learning, never the KB's consistency. */
+static void kb_flush(tuner *t)
+{
+    int nb = 0;
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int i = 0; i < TUNE_BUCKETS; i++)
+            nb += t->b[k][i] && t->b[k][i]->dirty;
+    t->saved_at = ai_now();
+    if (!t->kb || (!nb && !t->nlog))
+        return;
+    ai_status_t st = kb_begin(t->kb, t->fp, t->nranks, t->nhosts, t->desc);
+    if (st == AI_OK) {
+        for (int k = 0; k < AI_COLL_COUNT; k++)
+            for (int i = 0; i < TUNE_BUCKETS; i++) {
+                tune_bucket *b = t->b[k][i];
+                if (b && b->dirty && st == AI_OK)
+                    st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, b->s.arm,
+                                       b->s.narms, &b->info);
+            }
+        for (int i = 0; i < t->nlog && st == AI_OK; i++) {
+            const tune_window *w = &t->log[i];
+            st = kb_put_measurement(t->kb, t->fp, w->coll, w->bytes, &w->arm, w->seconds,
+                                    w->phase, w->when);
+        }
+        st = kb_end(t->kb, st);
+    }
+    if (st != AI_OK)
+        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved: %s", nb, t->nlog,
+               ai_last_error());
+    else
+        ai_log(AI_LOG_DEBUG, "learner: saved %d buckets and %d measurements in %.1f us", nb,
+               t->nlog, (ai_now() - t->saved_at) * 1e6);
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int i = 0; i < TUNE_BUCKETS; i++)
+            if (t->b[k][i])
+                t->b[k][i]->dirty = 0;
+    t->nlog = 0;
+}
+
+/* Rank 0: note an agreed window for the KB, and write when it is time. */
+static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, double seconds,
+                    const char *phase)
+{
+    if (!t->kb)
+        return;
+    b->dirty = 1;
+    if (t->nlog == t->log_cap) {
+        int cap = t->log_cap ? 2 * t->log_cap : 64;
+        tune_window *l = realloc(t->log, (size_t)cap * sizeof *l);
+        if (!l) {
+            ai_log(AI_LOG_WARN, "learner: no memory for a measurement; writing the KB now");
+            kb_flush(t);
+            return;
+        }
+        t->log = l;
+        t->log_cap = cap;
+    }
+    t->log[t->nlog++] = (tune_window){coll, (size_t)1 << bi, b->s.arm[arm], seconds, phase,
+                                      (double)time(NULL)};
+    if (t->nlog >= TUNE_SAVE_WINDOWS || ai_now() - t->saved_at >= TUNE_SAVE_S)
+        kb_flush(t);
+}
+
 /* Every rank: a fresh bucket's arms and priors; rank 0 adds what the KB
  * knows and names the first arm, sent to all in one small allreduce. */
 static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_bucket *b)
@@ -366,12 +453,15 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
             return st;
     }
     if (!t->have_fp || t->links_gen != c->links_gen || t->reprobe) {
+        kb_flush(t); /* what this job learned under the old fingerprint */
         char old[17];
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
         fingerprint(c, t->fp, t->desc, sizeof t->desc);
         t->links_gen = c->links_gen;
         t->have_fp = 1;
+        t->nranks = c->size;
+        t->nhosts = c->nhosts;
         if (c->rank == 0) {
             kb_ready(t, c);
             match_fingerprint(c, t);
@@ -481,17 +571,16 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         t->reprobe = 1;
         b->strikes = 0;
     }
-    if (c->rank == 0 && t->kb &&
-        kb_save_bucket(t->kb, t->fp, c->size, c->nhosts, t->desc, coll, (size_t)1 << bi, b->s.arm,
-                       b->s.narms, &b->info, ran, msg[0], was_settled ? "exploit" : "explore") !=
-            AI_OK)
-        ai_log(AI_LOG_WARN, "learner: not saved: %s", ai_last_error());
+    if (c->rank == 0)
+        kb_note(t, coll, bi, b, ran, msg[0], was_settled ? "exploit" : "explore");
     return AI_OK;
 }
 
 static void tune_release(void *ctx)
 {
     tuner *t = ctx;
+    kb_flush(t);
+    free(t->log);
     for (int k = 0; k < AI_COLL_COUNT; k++)
         for (int b = 0; b < TUNE_BUCKETS; b++)
             free(t->b[k][b]);

@@ -36,12 +36,18 @@ ai_status_t kb_open_writer(const char *path, ai_kb **out);
 /* What the KB knows of one bucket: up to max arms with samples. */
 ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
                            tune_arm_stat *arms, int max, int *n, tune_bucket_info *info);
-/* One transaction: the fingerprint row, the bucket's sampled arms and
- * bookkeeping, and (arm >= 0) the measurement that changed them. */
-ai_status_t kb_save_bucket(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc,
-                           ai_coll coll, size_t bytes, const tune_arm_stat *arms, int n,
-                           const tune_bucket_info *info, int arm, double seconds,
-                           const char *phase);
+/* The learner's writes, one transaction per batch: kb_begin (which also
+ * records the fingerprint), any number of kb_put_bucket (a bucket's sampled
+ * arms and bookkeeping) and kb_put_measurement (one agreed window time,
+ * `when` in seconds since the epoch), then kb_end, which commits when st is
+ * AI_OK and otherwise rolls back and returns st. */
+ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc);
+ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                          const tune_arm_stat *arms, int n, const tune_bucket_info *info);
+ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                               const tune_arm_stat *arm, double seconds, const char *phase,
+                               double when);
+ai_status_t kb_end(ai_kb *kb, ai_status_t st);
 
 /* Fingerprints by measured host rates (bytes/s), for one communicator
  * shape (hash of ranks and placement): record a fingerprint's rates, and
