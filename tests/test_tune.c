@@ -9,6 +9,9 @@
  *    one rank turns slow mid-job (the cluster changed), the learner sees
  *    the drift and learns again within 64 calls (not before: a warm job's
  *    slow first calls are no drift);
+ *  - rank 0 writes the KB in batches: with AUTOINFRA_TUNE_SAVE_S long,
+ *    nothing during the job and all of it when the communicator goes;
+ *    with 0, after every agreement;
  *  - the KB survives kill -9 in the middle of its writes, consistent;
  *  - JSON export / import round trip and clear errors on bad files.
  */
@@ -200,6 +203,64 @@ static void test_warm_start(void **state)
     assert_int_equal(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'"),
                      explore);
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
+}
+
+/* 40 calls of one bucket, then rank 0 reads the KB (its own writes are
+ * done: the next one would be in a later call) and checks what it finds
+ * there mid-job against what the interval promises. */
+typedef struct {
+    const char *kb;
+    int written; /* expected: 1: rows of this job's windows; 0: none */
+} batch_arg;
+
+static int run_then_count(ai_comm *c, void *arg)
+{
+    const batch_arg *a = arg;
+    warm_arg w = {40, 0, 64 << 10};
+    if (run_bucket(c, &w))
+        return 1;
+    int bad = 0;
+    if (ai_comm_rank(c) == 0) {
+        long rows = count_rows(a->kb, "SELECT count(*) FROM measurements"); /* -1: no table */
+        bad = a->written ? rows < 5 : rows > 0;
+        if (bad)
+            fprintf(stderr, "mid-job: %ld measurement rows in the KB, expected %s\n", rows,
+                    a->written ? "at least 5" : "none");
+    }
+    /* The other rank must not destroy its communicator before rank 0 read. */
+    double x = bad;
+    if (ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F64, AI_MAX, NULL) != AI_OK)
+        return 1;
+    return x != 0;
+}
+
+static void test_batched_writes(void **state)
+{
+    (void)state;
+    ranks_opts o = {.deadline_s = 120};
+    char kb1[300], kb2[300];
+    path_in(kb1, sizeof kb1, "batch-later.sqlite");
+    path_in(kb2, sizeof kb2, "batch-now.sqlite");
+    batch_arg later = {kb1, 0}, now = {kb2, 1};
+    setenv("AUTOINFRA_KB", kb1, 1);
+    setenv("AUTOINFRA_TUNE_SAVE_S", "1000", 1);
+    int rc1 = ranks_run(2, &o, run_then_count, &later);
+    setenv("AUTOINFRA_KB", kb2, 1);
+    setenv("AUTOINFRA_TUNE_SAVE_S", "0", 1);
+    int rc2 = ranks_run(2, &o, run_then_count, &now);
+    unsetenv("AUTOINFRA_TUNE_SAVE_S");
+    assert_int_equal(rc1, 0);
+    assert_int_equal(rc2, 0);
+    /* Written when the communicator went: the windows and the settled bucket. */
+    assert_true(count_rows(kb1, "SELECT count(*) FROM measurements") >= 5);
+    assert_int_equal(count_rows(kb1, "SELECT count(*) FROM buckets WHERE settled = 1"), 1);
+    /* A malformed interval is refused, naming the variable. */
+    setenv("AUTOINFRA_TUNE_SAVE_S", "-1", 1);
+    ai_comm *c = NULL;
+    ai_comm_config cfg = {.rank = 0, .size = 1};
+    assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_TUNE_SAVE_S"));
+    unsetenv("AUTOINFRA_TUNE_SAVE_S");
 }
 
 /* A warm job whose rank 1 turns slow after `calls` calls: the bucket must
@@ -488,6 +549,7 @@ int main(void)
         cmocka_unit_test(test_identical_decisions),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_drift_relearns),
+        cmocka_unit_test(test_batched_writes),
         cmocka_unit_test(test_crash_safety),
         cmocka_unit_test(test_json_exchange),
         cmocka_unit_test(test_settings),

@@ -61,8 +61,8 @@
 #define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
                               * for one expected this much faster */
 #define TUNE_DRIFT_STRIKES 2
-#define TUNE_SAVE_S 1.0        /* rank 0 writes the KB at most this often */
-#define TUNE_SAVE_WINDOWS 1024 /* ... or when this many windows wait */
+#define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
+                                * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -111,6 +111,7 @@ typedef struct tuner {
     size_t min_bytes;
     int budget;
     double bound;
+    double save_s;   /* rank 0 writes the KB at most this often (seconds) */
     double agree_s;  /* rank 0: what the job's last agreement took */
     int nranks, nhosts; /* of the fingerprint, for the KB */
     double saved_at;    /* rank 0: last KB write (ai_now) */
@@ -304,9 +305,9 @@ static void kb_ready(tuner *t, const ai_comm *c)
 /* Rank 0: the changed buckets and the waiting windows, one transaction.
  * Writing takes 0.3-0.5 ms (and 20 ms when SQLite checkpoints its WAL),
  * and the other ranks wait for it in the next call: on T1 at 64 KiB a
- * write per window had cost `auto` about 1.5%. So a job writes at most
- * every TUNE_SAVE_S and when the communicator is released; a crash loses
- * at most that much of its learning, never the KB's consistency. */
+ * write per window had cost `auto` 2.5%. So a job writes at most every
+ * save_s (1 s) and when the communicator is released; a crash loses at
+ * most that much of its learning, never the KB's consistency. */
 static void kb_flush(tuner *t)
 {
     int nb = 0;
@@ -365,7 +366,7 @@ static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, dou
     }
     t->log[t->nlog++] = (tune_window){coll, (size_t)1 << bi, b->s.arm[arm], seconds, phase,
                                       (double)time(NULL)};
-    if (t->nlog >= TUNE_SAVE_WINDOWS || ai_now() - t->saved_at >= TUNE_SAVE_S)
+    if (t->nlog >= TUNE_SAVE_WINDOWS || ai_now() - t->saved_at >= t->save_s)
         kb_flush(t);
 }
 
@@ -608,14 +609,15 @@ static ai_status_t attach(ai_comm *c)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
     if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK) {
+        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK) {
         free(t);
         return st;
     }
-    if (t->budget < 0 || bound < 1) {
+    if (t->budget < 0 || bound < 1 || !(t->save_s >= 0)) {
         free(t);
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET must be >= 0 and "
-                                       "AUTOINFRA_TUNE_BOUND >= 1");
+        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET and AUTOINFRA_TUNE_SAVE_S must be "
+                                       ">= 0 and AUTOINFRA_TUNE_BOUND >= 1");
     }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
