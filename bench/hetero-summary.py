@@ -4,12 +4,15 @@ autoinfra `auto` against Open MPI's default (geometric mean over sizes and
 scenarios), against Open MPI's best forced algorithm, and against the best
 of every peer from 4 MiB up; and autoinfra's best against the bound.
 
-    bench/hetero-summary.py bench/results/hetero-T1.json ... [--auto-from F]
+    bench/hetero-summary.py [--fastest] bench/results/hetero-T1.json ...
 
 An argument PEERS.json+AUTOINFRA.json takes the peers' rows from the first
 file and autoinfra's from the second (autoinfra re-run alone on the same
 scenario); PEERS.json+MORE_PEERS.json+AUTOINFRA.json adds peers run later
-(where both ran the same algorithm at the same size, the first counts)."""
+(where both ran the same algorithm at the same size, the first counts; with
+--fastest, the faster: a peer measured twice, e.g. Open MPI's default in the
+run beside `auto` and again with its forced algorithms, is judged by its
+better run)."""
 import json
 import math
 import sys
@@ -23,19 +26,23 @@ def records(path):
     return json.load(open(path))
 
 
-def load(path):
+def load(path, fastest):
     rows = {}
     for o in records(path):
         if not o.get("correct") or o.get("time_us") is None:
             continue
-        rows.setdefault((o["system"], o["algo"], o["bytes"]), o["time_us"])
+        key = (o["system"], o["algo"], o["bytes"])
+        rows[key] = min(rows.get(key, o["time_us"]), o["time_us"]) if fastest else \
+            rows.get(key, o["time_us"])
     return rows
 
 
-def main(paths):
+def main(args):
+    fastest = "--fastest" in args
+    paths = [a for a in args if a != "--fastest"]
     logs = []
     for path in paths:
-        r = load(path)
+        r = load(path, fastest)
         name = path.split("+")[0].rsplit("-", 1)[-1].split(".")[0]
         sizes = sorted({k[2] for k in r})
         print(f"\n{name}: size, auto us, ompi default/auto, ompi best/auto, best peer/auto, autoinfra best / bound")

@@ -303,7 +303,7 @@ static void kb_ready(tuner *t, const ai_comm *c)
 }
 
 /* Rank 0: the changed buckets and the waiting windows, one transaction.
- * Writing takes 0.3-0.5 ms (and 20 ms when SQLite checkpoints its WAL),
+ * Writing takes 0.3-0.6 ms (and 20 ms when SQLite checkpoints its WAL),
  * and the other ranks wait for it in the next call: on T1 at 64 KiB a
  * write per window had cost `auto` 2.5%. So a job writes at most every
  * save_s (1 s) and when the communicator is released; a crash loses at
