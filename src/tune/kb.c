@@ -313,13 +313,13 @@ static ai_status_t put_bucket(ai_kb *kb, const char *fp, const char *coll, size_
     return step_done(kb, q, "writing bucket");
 }
 
-static ai_status_t put_measurement(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
-                                   const tune_arm_stat *a, double seconds, const char *phase,
-                                   double when)
+ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                               const tune_arm_stat *a, double seconds, const char *phase,
+                               double when)
 {
     sqlite3_stmt *q;
     ai_status_t st = prepare_keyed(kb, "INSERT INTO measurements VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)",
-                                   fp, coll, bytes, "writing measurement", &q);
+                                   fp, ai_coll_name(coll), bytes, "writing measurement", &q);
     if (st != AI_OK)
         return st;
     bind_arm(q, 4, a);
@@ -346,13 +346,6 @@ ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
         if (arms[i].n > 0)
             st = put_arm(kb, fp, cn, bytes, &arms[i]);
     return st == AI_OK ? put_bucket(kb, fp, cn, bytes, info) : st;
-}
-
-ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
-                               const tune_arm_stat *arm, double seconds, const char *phase,
-                               double when)
-{
-    return put_measurement(kb, fp, ai_coll_name(coll), bytes, arm, seconds, phase, when);
 }
 
 ai_status_t kb_end(ai_kb *kb, ai_status_t st)
