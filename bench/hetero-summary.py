@@ -31,9 +31,9 @@ def load(path, fastest):
     for o in records(path):
         if not o.get("correct") or o.get("time_us") is None:
             continue
-        key = (o["system"], o["algo"], o["bytes"])
-        rows[key] = min(rows.get(key, o["time_us"]), o["time_us"]) if fastest else \
-            rows.get(key, o["time_us"])
+        key, t = (o["system"], o["algo"], o["bytes"]), o["time_us"]
+        if key not in rows or (fastest and t < rows[key]):
+            rows[key] = t
     return rows
 
 

@@ -41,8 +41,7 @@ void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
     tune_arm_stat *a = &b->arm[i];
     int known = isfinite(seconds) && seconds > 0;
     double sd = !known ? TUNE_PRIOR_BLIND : variant ? TUNE_PRIOR_VARIANT : TUNE_PRIOR_MODEL;
-    b->blind[i] = !known;
-    b->source[i] = known ? PRIOR_MODEL : PRIOR_NONE;
+    b->source[i] = known ? PRIOR_MODEL : PRIOR_BLIND;
     a->m = a->m0 = known ? log(seconds) : 0;
     a->v = a->v0 = sd * sd;
     a->n = 0;
@@ -55,7 +54,6 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
     a->n = known->n;
     a->m = a->m0 = known->m;
     a->v = a->v0 = fmax(known->v, 1e-6);
-    b->blind[i] = 0;
     b->source[i] = PRIOR_KB;
 }
 
@@ -100,16 +98,16 @@ void bandit_update(tune_bandit *b)
     }
     int best = bandit_best_measured(b);
     for (int j = 0; best >= 0 && j < b->narms; j++)
-        if (b->blind[j])
+        if (b->source[j] == PRIOR_BLIND)
             b->arm[j].m = b->arm[j].m0 = b->arm[best].m;
 }
 
 void bandit_observe(tune_bandit *b, int i, double y, int calls)
 {
     tune_arm_stat *a = &b->arm[i];
-    if (b->blind[i]) {
+    if (b->source[i] == PRIOR_BLIND) {
         a->m0 = y;
-        b->blind[i] = 0;
+        b->source[i] = PRIOR_SEEN;
     }
     double keep = pow(1 - 1.0 / TUNE_MEMORY, calls);
     a->w = keep * a->w + calls;

@@ -320,39 +320,36 @@ static void kb_ready(tuner *t, const ai_comm *c)
  * most that much of its learning, never the KB's consistency. */
 static void kb_flush(tuner *t)
 {
-    int nb = 0;
-    for (int k = 0; k < AI_COLL_COUNT; k++)
-        for (int i = 0; i < TUNE_BUCKETS; i++)
-            nb += t->b[k][i] && t->b[k][i]->dirty;
     t->saved_at = ai_now();
-    if (!t->kb || (!nb && !t->nlog))
+    if (!t->kb || !t->nlog) /* every changed bucket has a window waiting */
         return;
+    int nb = 0;
     ai_status_t st = kb_begin(t->kb, t->fp, t->nranks, t->nhosts, t->desc);
-    if (st == AI_OK) {
-        for (int k = 0; k < AI_COLL_COUNT; k++)
-            for (int i = 0; i < TUNE_BUCKETS; i++) {
-                tune_bucket *b = t->b[k][i];
-                if (b && b->dirty && st == AI_OK)
-                    st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, b->s.arm,
-                                       b->s.narms, &b->info);
-            }
-        for (int i = 0; i < t->nlog && st == AI_OK; i++) {
-            const tune_window *w = &t->log[i];
-            st = kb_put_measurement(t->kb, t->fp, w->coll, w->bytes, &w->arm, w->seconds,
-                                    w->phase, w->when);
+    int began = st == AI_OK;
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int i = 0; i < TUNE_BUCKETS; i++) {
+            tune_bucket *b = t->b[k][i];
+            if (!b || !b->dirty)
+                continue;
+            if (st == AI_OK)
+                st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, b->s.arm,
+                                   b->s.narms, &b->info);
+            b->dirty = 0;
+            nb++;
         }
-        st = kb_end(t->kb, st);
+    for (int i = 0; i < t->nlog && st == AI_OK; i++) {
+        const tune_window *w = &t->log[i];
+        st = kb_put_measurement(t->kb, t->fp, w->coll, w->bytes, &w->arm, w->seconds, w->phase,
+                                w->when);
     }
+    if (began)
+        st = kb_end(t->kb, st); /* commits, or rolls back a failed put */
     if (st != AI_OK)
         ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved: %s", nb, t->nlog,
                ai_last_error());
     else
         ai_log(AI_LOG_DEBUG, "learner: saved %d buckets and %d measurements in %.1f us", nb,
                t->nlog, (ai_now() - t->saved_at) * 1e6);
-    for (int k = 0; k < AI_COLL_COUNT; k++)
-        for (int i = 0; i < TUNE_BUCKETS; i++)
-            if (t->b[k][i])
-                t->b[k][i]->dirty = 0;
     t->nlog = 0;
 }
 
@@ -415,7 +412,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         int first = b->warm ? best : -1;
         if (first < 0) {
             /* No model: the fixed rule's choice goes first. */
-            const char *rule = b->s.blind[0] ? ai_coll_auto_algo(c, coll, edge) : NULL;
+            const char *rule = b->s.source[0] == PRIOR_BLIND ? ai_coll_auto_algo(c, coll, edge) : NULL;
             first = rule ? find_arm(b, rule, 0, c->channels) : -1;
             if (first < 0)
                 first = best >= 0 ? best : bandit_best_prior(&b->s);

@@ -69,9 +69,10 @@ ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const doubl
 typedef struct tune_bandit {
     int narms;
     tune_arm_stat arm[TUNE_MAX_ARMS];
-    int blind[TUNE_MAX_ARMS];   /* no prior: mean unset until measured */
-    /* Where an arm's prior came from; each source has its shared offset. */
-    enum { PRIOR_NONE, PRIOR_MODEL, PRIOR_KB } source[TUNE_MAX_ARMS];
+    /* Where an arm's prior came from; model and KB priors each have their
+     * shared offset. Blind: none yet, the mean is unset until the arm is
+     * measured, whose first measurement then stands in (seen). */
+    enum { PRIOR_BLIND, PRIOR_SEEN, PRIOR_MODEL, PRIOR_KB } source[TUNE_MAX_ARMS];
     double noise2; /* pooled variance of one call's log time */
     double bias;   /* the model's log error shared by the arms */
     double level;  /* this job's log offset from the KB, shared by known arms */
