@@ -14,6 +14,7 @@
 
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -196,56 +197,116 @@ static int same_arm(json_t *a, json_t *b)
                json_integer_value(json_object_get(b, "channels"));
 }
 
-/* --learn: the auto calls, the sweep, and the confirmation whose fastest arm
- * is the oracle and which times the learner's choice too. */
+/* Checks one line of `bench --learn --json`: the confirmation's fastest arm
+ * is the oracle and it times the learner's choice too; when the choice is
+ * another arm, the judgement's calls give both times. Returns the line's
+ * confirmation (a new reference) for the caller. */
+static json_t *check_learn_line(const char *l, int calls, int swept)
+{
+    json_error_t err;
+    json_t *o = json_loads(l, 0, &err), *oracle, *confirm, *choice, *judge, *v;
+    size_t i;
+    int has_oracle = 0, has_choice = 0;
+    if (!o)
+        fail_msg("not JSON (%s): %s", err.text, l);
+    oracle = json_object_get(o, "oracle");
+    confirm = json_object_get(o, "confirm");
+    choice = json_object_get(o, "choice");
+    judge = json_object_get(o, "judge");
+    assert_int_equal(json_array_size(json_object_get(o, "calls_us")), calls);
+    if (swept)
+        assert_true(json_array_size(json_object_get(o, "arms")) >= 2);
+    else
+        assert_int_equal(json_array_size(json_object_get(o, "arms")), 0);
+    assert_true(json_array_size(confirm) >= 1 && json_array_size(confirm) <= 4);
+    double best = INFINITY;
+    json_array_foreach(confirm, i, v) {
+        double t = json_number_value(json_object_get(v, "time_us"));
+        assert_true(t > 0);
+        if (t < best) {
+            best = t;
+            has_oracle = same_arm(v, oracle);
+        }
+        has_choice |= same_arm(v, choice);
+    }
+    assert_true(has_oracle);
+    assert_true(has_choice);
+    double ratio = json_number_value(json_object_get(o, "choice_ratio"));
+    double oracle_us = json_number_value(json_object_get(oracle, "time_us"));
+    double choice_us = json_number_value(json_object_get(o, "choice_time_us"));
+    if (same_arm(choice, oracle)) {
+        assert_true(json_is_null(judge));
+        assert_float_equal(oracle_us, best, 1e-3);
+        assert_float_equal(ratio, 1.0, 1e-9);
+    } else { /* judged: 4 rounds of the two arms, apart from the confirmation */
+        assert_int_equal(json_integer_value(json_object_get(judge, "rounds")), 4);
+        assert_float_equal(oracle_us, json_number_value(json_object_get(judge, "oracle_us")), 1e-3);
+        assert_float_equal(choice_us, json_number_value(json_object_get(judge, "choice_us")), 1e-3);
+    }
+    assert_float_equal(ratio, choice_us / oracle_us, 1e-3);
+    json_incref(confirm);
+    json_decref(o);
+    return confirm;
+}
+
+/* --learn: the auto calls, the sweep, the confirmation and the judgement;
+ * then a second run confirms the first one's arms (--oracle-from) instead
+ * of sweeping. */
 static void test_learn_json(void **state)
 {
-    char kb[] = "/tmp/autoinfra-test-learn-XXXXXX";
-    int fd = mkstemp(kb);
-    assert_true(fd >= 0);
+    char kb[] = "/tmp/autoinfra-test-learn-XXXXXX", first[] = "/tmp/autoinfra-test-cold-XXXXXX";
+    int fd = mkstemp(kb), fd2 = mkstemp(first), lines = 0;
+    json_t *cold[2] = {NULL, NULL};
+    assert_true(fd >= 0 && fd2 >= 0);
     close(fd);
     char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b", "--timeout", "120",
                     "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "6",
-                    "--iters", "2", "--confirm", "3", "--bytes", "4K:8K", "--json", NULL};
-    int rc = run(argv, 150), lines = 0;
+                    "--iters", "2", "--confirm", "3", "--judge", "4", "--bytes", "4K:8K", "--json",
+                    NULL};
+    int rc = run(argv, 150);
+    (void)state;
+    if (rc != 0)
+        fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    assert_int_equal(write(fd2, outbuf, strlen(outbuf)), (ssize_t)strlen(outbuf));
+    close(fd2);
+    for (char *l = strtok(outbuf, "\n"); l; l = strtok(NULL, "\n"), lines++) {
+        assert_true(lines < 2);
+        cold[lines] = check_learn_line(l, 6, 1);
+    }
+    assert_int_equal(lines, 2); /* 4K 8K */
+
+    char *argv2[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b", "--timeout", "120",
+                     "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "4",
+                     "--confirm", "3", "--judge", "4", "--bytes", "4K:8K", "--json",
+                     "--oracle-from", first, NULL};
+    rc = run(argv2, 150);
+    unlink(first);
     for (const char *const *sfx = (const char *const[]){"", "-wal", "-shm", NULL}; *sfx; sfx++) {
         char f[sizeof kb + 8];
         snprintf(f, sizeof f, "%s%s", kb, *sfx);
         unlink(f);
     }
-    (void)state;
     if (rc != 0)
         fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    lines = 0;
     for (char *l = strtok(outbuf, "\n"); l; l = strtok(NULL, "\n"), lines++) {
-        json_error_t err;
-        json_t *o = json_loads(l, 0, &err), *oracle, *confirm, *choice, *v;
-        size_t i;
-        int has_oracle = 0, has_choice = 0;
-        if (!o)
-            fail_msg("line %d is not JSON (%s): %s", lines + 1, err.text, l);
-        oracle = json_object_get(o, "oracle");
-        confirm = json_object_get(o, "confirm");
-        choice = json_object_get(o, "choice");
-        assert_int_equal(json_array_size(json_object_get(o, "calls_us")), 6);
-        assert_true(json_array_size(json_object_get(o, "arms")) >= 2);
-        assert_true(json_array_size(confirm) >= 2 && json_array_size(confirm) <= 4);
-        double best = json_number_value(json_object_get(oracle, "time_us"));
-        assert_true(best > 0);
-        json_array_foreach(confirm, i, v) {
-            assert_true(json_number_value(json_object_get(v, "time_us")) >= best);
-            has_oracle |= same_arm(v, oracle) &&
-                          json_number_value(json_object_get(v, "time_us")) == best;
-            has_choice |= same_arm(v, choice);
+        assert_true(lines < 2);
+        json_t *conf = check_learn_line(l, 4, 0), *v, *w;
+        size_t i, j;
+        /* The first run's three fastest arms, in its order, then maybe
+         * this run's choice. */
+        assert_true(json_array_size(conf) >= 3);
+        for (i = 0; i < 3; i++) {
+            int found = 0;
+            v = json_array_get(conf, i);
+            json_array_foreach(cold[lines], j, w) found |= same_arm(v, w);
+            assert_true(found);
         }
-        assert_true(has_oracle);
-        assert_true(has_choice);
-        double ratio = json_number_value(json_object_get(o, "choice_ratio"));
-        assert_true(ratio >= 1.0);
-        assert_float_equal(ratio, json_number_value(json_object_get(o, "choice_time_us")) / best,
-                           1e-3);
-        json_decref(o);
+        json_decref(conf);
     }
-    assert_int_equal(lines, 2); /* 4K 8K */
+    assert_int_equal(lines, 2);
+    json_decref(cold[0]);
+    json_decref(cold[1]);
 }
 
 static void test_table_output(void **state)

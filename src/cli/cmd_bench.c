@@ -29,6 +29,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -56,6 +57,8 @@ typedef struct bench_opts {
     int no_sweep;           /* --no-sweep: --learn without the sweep */
     int calls;              /* --calls: auto calls per size in --learn */
     int confirm;            /* --confirm: rounds of the confirmation (-1: default) */
+    int judge;              /* --judge: rounds of choice against oracle (-1: default) */
+    const char *oracle_from; /* --oracle-from: an earlier --learn run's candidates */
     int drift_after;        /* --drift-after: calls before --drift-cmd */
     const char *drift_cmd;
 } bench_opts;
@@ -154,6 +157,12 @@ static void bench_help(FILE *out)
         "  --calls N          auto calls per size (default 32)\n"
         "  --confirm N        rounds of that confirmation (default 5; 0: the\n"
         "                     oracle is the sweep's fastest)\n"
+        "  --judge N          rounds of the choice against the oracle, interleaved,\n"
+        "                     when they differ: their times then (default 8; 0: the\n"
+        "                     confirmation's, which favour the oracle)\n"
+        "  --oracle-from FILE instead of the sweep, confirm the arms of FILE's\n"
+        "                     confirmation for the same size (FILE: an earlier\n"
+        "                     --learn --json run, e.g. the cold run for a warm one)\n"
         "  --no-sweep         --learn without the sweep (a warm run: the oracle\n"
         "                     is known from an earlier one)\n"
         "  --drift-after K    run K auto calls, then --drift-cmd on rank 0, then\n"
@@ -192,6 +201,7 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
     o->iters = 20;
     o->warmup = 5;
     o->confirm = -1;
+    o->judge = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         int m;
@@ -281,6 +291,15 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
                 goto missing;
             if (cli_parse_int(v, 0, 64, &o->confirm))
                 return bench_usage_err("--confirm '%s': expected a number from 0 to 64", v);
+        } else if (OPT("--judge")) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_int(v, 0, 64, &o->judge))
+                return bench_usage_err("--judge '%s': expected a number from 0 to 64", v);
+        } else if (OPT("--oracle-from")) {
+            if (m < 0)
+                goto missing;
+            o->oracle_from = v;
         } else if (OPT("--calls")) {
             if (m < 0)
                 goto missing;
@@ -310,10 +329,18 @@ missing:
     }
     if (!o->drift_after != !o->drift_cmd)
         return bench_usage_err("--drift-after and --drift-cmd go together");
-    if ((o->drift_after || o->calls || o->no_sweep || o->confirm >= 0) && !o->learn)
-        return bench_usage_err("--calls, --confirm, --no-sweep and --drift-* need --learn");
+    if ((o->drift_after || o->calls || o->no_sweep || o->confirm >= 0 || o->judge >= 0 ||
+         o->oracle_from) && !o->learn)
+        return bench_usage_err("--calls, --confirm, --judge, --oracle-from, --no-sweep and "
+                               "--drift-* need --learn");
+    if (o->oracle_from && o->no_sweep)
+        return bench_usage_err("--oracle-from and --no-sweep: one or the other");
+    if (o->oracle_from && o->confirm == 0)
+        return bench_usage_err("--oracle-from needs a confirmation (--confirm >= 1)");
     if (o->confirm < 0)
         o->confirm = 5;
+    if (o->judge < 0)
+        o->judge = 8;
     if (!o->calls)
         o->calls = 32;
     /* Checked after the loop: --algo may come before --coll. */
@@ -782,16 +809,112 @@ static void print_arms(const ai_algo_opts *arms, const double *us, const int *id
     printf("]");
 }
 
+/* --oracle-from: per size, the arms of an earlier run's confirmation. */
+#define LEARN_MAX_SIZES 64
+typedef struct learn_cands {
+    int nsizes;
+    struct {
+        size_t bytes;
+        int n;
+        char algo[LEARN_CONFIRM + 1][32];
+        size_t chunk[LEARN_CONFIRM + 1];
+        int channels[LEARN_CONFIRM + 1];
+    } size[LEARN_MAX_SIZES];
+} learn_cands;
+
+/* Read FILE (one `bench --learn --json` object per line) into c; a clear
+ * message naming the file and line on stderr (rank 0) and -1 if it is not
+ * usable. */
+static int load_cands(const bench_opts *o, learn_cands *c, int quiet)
+{
+    FILE *f = fopen(o->oracle_from, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int lineno = 0, rc = 0;
+    const char *why = NULL;
+    c->nsizes = 0;
+    if (!f) {
+        if (!quiet)
+            fprintf(stderr, "autoinfra bench: --oracle-from '%s': %s\n", o->oracle_from,
+                    strerror(errno));
+        return -1;
+    }
+    while (!rc && getline(&line, &cap, f) > 0) {
+        json_error_t e;
+        json_t *r, *conf, *a;
+        const char *coll = NULL;
+        json_int_t bytes = 0;
+        size_t k;
+        lineno++;
+        if (line[strspn(line, " \t\r\n")] != '{')
+            continue;
+        if (!(r = json_loads(line, 0, &e))) {
+            why = e.text;
+        } else if (json_unpack(r, "{s:s, s:I, s:o}", "coll", &coll, "bytes", &bytes, "confirm",
+                               &conf) ||
+                   !json_is_array(conf) || bytes <= 0) {
+            why = "expected \"coll\", \"bytes\" and a \"confirm\" list";
+        } else if (strcmp(coll, ai_coll_name(o->coll))) {
+            why = "another collective than --coll";
+        } else if (c->nsizes == LEARN_MAX_SIZES) {
+            why = "too many sizes";
+        } else {
+            c->size[c->nsizes].bytes = (size_t)bytes;
+            c->size[c->nsizes].n = 0;
+            json_array_foreach(conf, k, a) {
+                const char *algo;
+                json_int_t chunk, ch;
+                int j = c->size[c->nsizes].n;
+                if (j > LEARN_CONFIRM || json_unpack(a, "{s:s, s:I, s:I}", "algo", &algo,
+                                                     "chunk_bytes", &chunk, "channels", &ch) ||
+                    strlen(algo) >= sizeof c->size[0].algo[0] || chunk < 0 || ch < 0) {
+                    why = "a \"confirm\" arm is not {algo, chunk_bytes, channels}";
+                    break;
+                }
+                strcpy(c->size[c->nsizes].algo[j], algo);
+                c->size[c->nsizes].chunk[j] = (size_t)chunk;
+                c->size[c->nsizes].channels[j] = (int)ch;
+                c->size[c->nsizes].n++;
+            }
+            c->nsizes++;
+        }
+        json_decref(r);
+        if (why) {
+            if (!quiet)
+                fprintf(stderr, "autoinfra bench: --oracle-from %s:%d: %s\n", o->oracle_from,
+                        lineno, why);
+            rc = -1;
+        }
+    }
+    free(line);
+    fclose(f);
+    if (!rc && c->nsizes == 0) {
+        if (!quiet)
+            fprintf(stderr, "autoinfra bench: --oracle-from %s: no --learn results in it\n",
+                    o->oracle_from);
+        rc = -1;
+    }
+    return rc;
+}
+
+static int same_arm(const ai_algo_opts *a, const char *algo, size_t chunk, int channels)
+{
+    return !strcmp(a->algo, algo) && a->chunk_bytes == chunk && a->channels == channels;
+}
+
 /* One size of --learn: auto calls (with a drift in the middle if asked),
  * then the sweep over every arm; one JSON line (or table row) on rank 0. */
-static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf, void *rbuf)
+static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *cands, size_t req,
+                      void *sbuf, void *rbuf)
 {
     int rank = ai_comm_rank(comm), p = ai_comm_size(comm);
     bench_shape s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), p);
     size_t call_bytes = s.count * ai_dtype_size(o->dt);
     int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
     ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
-    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm), sizeof *t);
+    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) +
+                           2 * (size_t)o->judge,
+                       sizeof *t);
     double arm_us[LEARN_MAX_ARMS];
     ai_choice ch;
     ai_status_t st;
@@ -820,35 +943,51 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     }
     int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
                                     LEARN_MAX_ARMS);
+    int swept = cands ? 0 : na; /* arms timed in the sweep */
     int chosen = -1;
     double *at = t + n;
-    for (int a = 0; a < na; a++) {
+    for (int a = 0; a < na; a++)
+        if (same_arm(&arms[a], ch.algo, ch.chunk_bytes, ch.channels))
+            chosen = a;
+    for (int a = 0; a < swept; a++) {
         if ((rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, 1)) != 0 || /* warm-up */
             (rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, o->iters)) != 0)
             goto out;
         arm_us[a] = median(at, o->iters) * 1e6;
-        if (!strcmp(arms[a].algo, ch.algo) && arms[a].chunk_bytes == ch.chunk_bytes &&
-            arms[a].channels == ch.channels)
-            chosen = a;
     }
-    /* The confirmation: the sweep's best few and the learner's choice again,
-     * interleaved round by round, so that the oracle is not just the arm
-     * that drew the luckiest noise in a sweep of many. */
-    int order[LEARN_MAX_ARMS], cand[LEARN_CONFIRM + 1], nc = 0, best = -1;
+    /* The confirmation: the sweep's best few (or those of --oracle-from)
+     * and the learner's choice again, interleaved round by round, so that
+     * the oracle is not just the arm that drew the luckiest noise in a
+     * sweep of many. */
+    int order[LEARN_MAX_ARMS], cand[LEARN_CONFIRM + 1] = {0}, nc = 0, best = -1;
     double conf_us[LEARN_CONFIRM + 1];
-    for (int a = 0; a < na; a++) { /* by sweep time */
-        int k = a;
-        for (; k > 0 && arm_us[order[k - 1]] > arm_us[a]; k--)
-            order[k] = order[k - 1];
-        order[k] = a;
+    if (cands) {
+        for (int k = 0; k < cands->nsizes; k++) {
+            if (cands->size[k].bytes != s.bytes)
+                continue;
+            for (int j = 0; j < cands->size[k].n && nc < LEARN_CONFIRM; j++)
+                for (int a = 0; a < na; a++)
+                    if (same_arm(&arms[a], cands->size[k].algo[j], cands->size[k].chunk[j],
+                                 cands->size[k].channels[j])) {
+                        cand[nc++] = a;
+                        break;
+                    }
+        }
+    } else {
+        for (int a = 0; a < na; a++) { /* by sweep time */
+            int k = a;
+            for (; k > 0 && arm_us[order[k - 1]] > arm_us[a]; k--)
+                order[k] = order[k - 1];
+            order[k] = a;
+        }
+        for (; nc < LEARN_CONFIRM && nc < na; nc++)
+            cand[nc] = order[nc];
     }
-    for (; nc < LEARN_CONFIRM && nc < na; nc++)
-        cand[nc] = order[nc];
     int jc = -1; /* the choice's place in the confirmation */
     for (int j = 0; j < nc; j++)
         if (cand[j] == chosen)
             jc = j;
-    if (chosen >= 0 && jc < 0)
+    if (chosen >= 0 && jc < 0 && (nc > 0 || !cands))
         cand[jc = nc++] = chosen;
     int rounds = o->confirm;
     for (int r = 0; r < rounds; r++)
@@ -862,10 +1001,28 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
         if (best < 0 || conf_us[j] < conf_us[best])
             best = j;
     }
+    double oracle = nc > 0 ? conf_us[best] : NAN, chosen_us = jc >= 0 ? conf_us[jc] : NAN;
+    /* The judgement: the oracle is the fastest of a few medians, each off
+     * by the noise, so it is biased low against the choice (by about the
+     * noise of one median when all are equal). When the choice is another
+     * arm, both are timed again, interleaved, their order alternating
+     * round by round, and judged by these new calls alone. */
+    int judged = o->judge > 0 && jc >= 0 && jc != best;
+    double *jt = at + (size_t)nc * (size_t)rounds;
+    for (int r = 0; judged && r < o->judge; r++)
+        for (int k = 0; k < 2; k++) {
+            int c = (r + k) % 2; /* 0: the choice, 1: the oracle */
+            if ((rc = timed_calls(comm, o, &s, &arms[cand[c ? best : jc]], sbuf, rbuf,
+                                  jt + (size_t)c * (size_t)o->judge + (size_t)r, 1)) != 0)
+                goto out;
+        }
+    if (judged) {
+        chosen_us = median(jt, o->judge) * 1e6;
+        oracle = median(jt + o->judge, o->judge) * 1e6;
+    }
     if (rank != 0)
         goto out;
-    double oracle = nc > 0 ? conf_us[best] : NAN, extra = 0, tail = median(t + n - LMIN(8, o->calls),
-                                                          LMIN(8, o->calls)) * 1e6;
+    double extra = 0, tail = median(t + n - LMIN(8, o->calls), LMIN(8, o->calls)) * 1e6;
     for (int i = n1; i < n; i++)
         extra += t[i] - oracle * 1e-6;
     /* Drift: the first call after which every median of 5 stays within
@@ -873,7 +1030,6 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     int recovered = -1;
     for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
         recovered = i - n1;
-    double chosen_us = jc >= 0 ? conf_us[jc] : NAN;
     const ai_algo_opts *ob = nc > 0 ? &arms[cand[best]] : NULL;
     if (!o->json) {
         printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
@@ -906,8 +1062,14 @@ static int learn_size(ai_comm *comm, const bench_opts *o, size_t req, void *sbuf
     printf(",\"calls_us\":[");
     for (int i = 0; i < n; i++)
         printf("%s%.6g", i ? "," : "", t[i] * 1e6);
-    printf("],\"arms\":");
-    print_arms(arms, arm_us, NULL, na);
+    printf("],\"judge\":");
+    if (judged)
+        printf("{\"rounds\":%d,\"choice_us\":%.6g,\"oracle_us\":%.6g}", o->judge, chosen_us,
+               oracle);
+    else
+        printf("null");
+    printf(",\"arms\":");
+    print_arms(arms, arm_us, NULL, swept);
     printf(",\"confirm\":");
     print_arms(arms, conf_us, cand, nc);
     printf("}\n");
@@ -925,6 +1087,7 @@ int cli_bench_main(int argc, char **argv)
     ai_status_t st;
     bench_shape maxs;
     void *sbuf = NULL, *rbuf = NULL;
+    learn_cands *cands = NULL;
     int64_t wrong_total = 0;
     int rc, rank, p;
 
@@ -942,6 +1105,19 @@ int cli_bench_main(int argc, char **argv)
     if (o.kb && setenv("AUTOINFRA_KB", o.kb, 1) != 0) {
         fprintf(stderr, "autoinfra bench: --kb: cannot set AUTOINFRA_KB\n");
         return 1;
+    }
+    /* Every rank reads the file, before the communicator: all of them
+     * stop on a bad one, and rank 0 says why. */
+    if (o.oracle_from) {
+        const char *r = env_rank();
+        if (!(cands = malloc(sizeof *cands))) {
+            fprintf(stderr, "autoinfra bench: out of memory\n");
+            return 1;
+        }
+        if (load_cands(&o, cands, r && strcmp(r, "0")) != 0) {
+            free(cands);
+            return 2;
+        }
     }
     st = ai_comm_create_env(&comm);
     if (st != AI_OK)
@@ -980,7 +1156,7 @@ int cli_bench_main(int argc, char **argv)
                ai_coll_name(o.coll), p, ai_comm_nhosts(comm), "size(B)", "oracle", "us",
                "choice", "us", "ratio", "tail", "expl", "extra(s)");
     for (size_t b = o.min_bytes;;) {
-        rc = o.learn ? learn_size(comm, &o, b, sbuf, rbuf)
+        rc = o.learn ? learn_size(comm, &o, cands, b, sbuf, rbuf)
                      : bench_size(comm, &o, &ao, b, sbuf, rbuf, &wrong_total);
         /* Barrier has no size. Doubling stops at the last size <= MAX, as
          * in nccl-tests; 0 is followed by 1 so it does not repeat. */
@@ -997,6 +1173,7 @@ int cli_bench_main(int argc, char **argv)
         rc = 1;
     }
 out:
+    free(cands);
     free(sbuf);
     free(rbuf);
     ai_comm_destroy(comm);
