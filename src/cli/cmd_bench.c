@@ -865,8 +865,12 @@ static int load_cands(const bench_opts *o, learn_cands *c, int quiet)
                 const char *algo;
                 json_int_t chunk, ch;
                 int j = c->size[c->nsizes].n;
-                if (j > LEARN_CONFIRM || json_unpack(a, "{s:s, s:I, s:I}", "algo", &algo,
-                                                     "chunk_bytes", &chunk, "channels", &ch) ||
+                if (j > LEARN_CONFIRM) {
+                    why = "more arms in a \"confirm\" list than --learn writes";
+                    break;
+                }
+                if (json_unpack(a, "{s:s, s:I, s:I}", "algo", &algo, "chunk_bytes", &chunk,
+                                "channels", &ch) ||
                     strlen(algo) >= sizeof c->size[0].algo[0] || chunk < 0 || ch < 0) {
                     why = "a \"confirm\" arm is not {algo, chunk_bytes, channels}";
                     break;
