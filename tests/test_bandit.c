@@ -5,7 +5,9 @@
  *  - the model's error shared by the arms moves the priors of the arms
  *    nobody measured yet, not those the knowledge base supplied;
  *  - arms without a prediction are assumed as fast as the best measured;
- *  - confidence: a clear winner settles, a near-tie does not.
+ *  - confidence: a clear winner settles, a near-tie does not;
+ *  - one slow call moves an arm's estimate only so far; slow calls that
+ *    keep coming move it all the way.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -170,6 +172,26 @@ static void test_confidence(void **state)
     assert_false(bandit_confident(&b, 0));
 }
 
+static void test_spike(void **state)
+{
+    (void)state;
+    const double pred[] = {1 * MS, 1 * MS};
+    tune_bandit b;
+    make(&b, pred, 2);
+    observe_pair(&b, 1.03); /* a0 at 1 ms, a1 at 1.03 ms, 2% noise */
+    assert_int_equal(bandit_best_measured(&b), 0);
+    double sd = sqrt(b.noise2);
+    double y = bandit_cap(&b, 0, log(1.3 * MS), 1); /* a spike: a0 stays ahead */
+    assert_true(y < log(1 * MS) + 2 * sd);
+    bandit_observe(&b, 0, y, 1);
+    assert_int_equal(bandit_best_measured(&b), 0);
+    assert_true(b.arm[0].m < log(1 * MS) + 2 * sd);
+    for (int k = 0; k < 24; k++) /* it really is slower now */
+        bandit_observe(&b, 0, bandit_cap(&b, 0, log(1.3 * MS), 1), 1);
+    assert_int_equal(bandit_best_measured(&b), 1);
+    assert_true(b.arm[0].m > log(1.2 * MS));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -178,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_known_level),
         cmocka_unit_test(test_blind_arms),
         cmocka_unit_test(test_confidence),
+        cmocka_unit_test(test_spike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,9 @@ void bandit_update(tune_bandit *b);
 /* Fold one observation into arm i: y, the log seconds of the mean of
  * `calls` calls. */
 void bandit_observe(tune_bandit *b, int i, double y, int calls);
+/* y capped at a few sd of noise above what arm i measured so far (a spike
+ * counts less); for exploratory observations. */
+double bandit_cap(const tune_bandit *b, int i, double y, int calls);
 /* The measured arm with the lowest posterior mean (-1: none measured); the
  * arm with the lowest prior mean. */
 int bandit_best_measured(const tune_bandit *b);
