@@ -110,9 +110,9 @@ void bandit_update(tune_bandit *b)
  * 14-18 arms in 24 exploratory calls most arms run once or twice, so one
  * spike could rank the fastest arm behind the others for good (on T1 at 4
  * MiB the ring's only call took 1.18x its time). Offline
- * (bench/results/mtu9000/session8/sim) capping the observations at
+ * (bench/results/mtu9000/session8/sim) capping exploratory observations at
  * TUNE_CAP sd of noise above the arm's mean so far took the share of
- * buckets settling more than 3% off from 5.5% to 3.9% with 5% spiky calls,
+ * buckets settling more than 3% off from 5.5% to 4.3% with 5% spiky calls,
  * and changed nothing without spikes. */
 double bandit_cap(const tune_bandit *b, int i, double y, int calls)
 {

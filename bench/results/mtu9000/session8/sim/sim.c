@@ -20,6 +20,8 @@
 #ifdef OLD
 #define NEXT(b, bound, left) bandit_next_old(b, bound)
 int bandit_next_old(tune_bandit *b, double bound);
+#elif defined(CAP_EXPLORING) /* the library's own bandit.c */
+#define NEXT(b, bound, left) bandit_next(b, bound)
 #else
 #define NEXT(b, bound, left) bandit_next(b, bound, left)
 #endif
@@ -44,6 +46,10 @@ int main(int argc, char **argv)
             if (ai_rng_uniform(&w) < spike_p) y += 0.08 + 0.17 * ai_rng_uniform(&w);
             extra += exp(y) * 1e3 / best_t - 1;
             int exploring = 0;
+#ifdef CAP_EXPLORING /* main since session 8: the cap while exploring */
+            if (!settled)
+                y = bandit_cap(&b, cur, y, 1);
+#endif
             bandit_observe(&b, cur, y, 1);
             int best = bandit_best_measured(&b);
             if (!settled) {
