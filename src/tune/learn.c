@@ -275,6 +275,16 @@ static int settles(const tuner *t, const tune_bucket *b, int best, long explored
 
 /* ------------------------------------------------------------ buckets */
 
+/* One window's time y (log) into its arm. While exploring, one slow call
+ * counts less (bandit_cap); a settled window is many calls, and a slow one
+ * must move the estimate at once: with the cap on them too, T1's drift at
+ * 1 MiB (one NIC at a quarter) had the links measured again only 64 calls
+ * later (back within 10% after 11 calls without it). */
+static void learn_window(tune_bandit *s, int arm, double y, int calls, int settled)
+{
+    bandit_observe(s, arm, settled ? y : bandit_cap(s, arm, y, calls), calls);
+}
+
 /* Calls per settled window, from rank 0's agreed order: `ratio` is the
  * agreement's time over the share of a window's time it may cost. */
 static int window(double ratio)
@@ -515,8 +525,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
         *d = *b;
-        double ym = log(mine);
-        bandit_observe(&d->s, ran, was_settled ? ym : bandit_cap(&d->s, ran, ym, calls), calls);
+        learn_window(&d->s, ran, log(mine), calls, was_settled);
         int best = bandit_best_measured(&d->s);
         /* Settled, near ties are not worth a switch: they flip with the
          * noise of a window (1-2% at small sizes), and a switch costs by
@@ -576,12 +585,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->explored += calls;
         b->explore_s += msg[0] * calls;
     }
-    /* While exploring, one slow call counts less (bandit_cap); a settled
-     * window is many calls, and a slow one must move the estimate at
-     * once: with the cap on them too, T1's drift at 1 MiB (one NIC at a
-     * quarter) had the links measured again only 64 calls later (back
-     * within 10% after 11 calls without it). */
-    bandit_observe(&b->s, ran, was_settled ? y : bandit_cap(&b->s, ran, y, calls), calls);
+    learn_window(&b->s, ran, y, calls, was_settled);
     b->cur = (int)msg[1];
     b->exploring = next_explores;
     b->settled = b->info.settled = msg[2] >= 0;
