@@ -10,7 +10,9 @@ learner's choice after the auto calls and its time against the oracle
 (ratio = choice / oracle; the goal is <= 1.05: from the judgement's calls
 when the choice is another arm, "judged"), the median of the last 8 auto
 calls over the oracle (tail), exploratory calls and the extra seconds the
-auto calls took over the oracle's time. Warm: exploratory calls (goal 0),
+auto calls took over the oracle's time; a cold run made with --more: the arm
+the job settled on after those calls (what a warm run starts from), its
+refining calls and their extra seconds over the oracle's time. Warm: exploratory calls (goal 0),
 the arm the warm run ran against the oracle (goal <= 1.03; with nothing
 explored, every call ran it), the median of all its auto calls, the single
 first call and the median of the first five over the oracle (single calls
@@ -111,6 +113,18 @@ def main(paths):
               "tail/oracle %.3f; extra time over the oracle in the auto calls %.2f s" % (
                   ok, len(rows), geomean([r["choice_ratio"] for r in rows]),
                   geomean([r["tail_ratio"] for r in rows]), extra))
+        more = [r for r in rows if r.get("more")]
+        if more:
+            print("%8s %-30s %7s %9s   (after --more %d calls)" % ("size", "choice then", "refined",
+                                                               "extra_s", more[0]["more"]["calls"]))
+            for r in more:
+                m = r["more"]
+                print("%8s %-30s %7d %9.3f" % (size(r["bytes"]), arm(m["choice"]),
+                                              m["choice"]["explored"] - r["choice"]["explored"],
+                                              m["extra_s"]))
+            print("then: %d refining calls in %d; extra time over the oracle in those calls %.2f s" % (
+                sum(r["more"]["choice"]["explored"] - r["choice"]["explored"] for r in more),
+                sum(r["more"]["calls"] for r in more), sum(r["more"]["extra_s"] for r in more)))
         if kind == "warm":
             first5 = [median(r["calls_us"][:5]) / r["oracle"]["time_us"] for r in rows]
             every = [median(r["calls_us"]) / r["oracle"]["time_us"] for r in rows]

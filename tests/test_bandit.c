@@ -7,7 +7,10 @@
  *  - arms without a prediction are assumed as fast as the best measured;
  *  - confidence: a clear winner settles, a near-tie does not;
  *  - one slow call moves an arm's estimate only so far; slow calls that
- *    keep coming move it all the way.
+ *    keep coming move it all the way;
+ *  - refining: a near tie measured once is worth another look, a clearly
+ *    slower arm and an arm never measured are not, and nor is the near
+ *    tie once measured often enough to show it is slower.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -192,6 +195,26 @@ static void test_spike(void **state)
     assert_true(b.arm[0].m > log(1.2 * MS));
 }
 
+static void test_rival(void **state)
+{
+    (void)state;
+    const double pred[] = {1 * MS, 1 * MS, 1 * MS, 1 * MS};
+    tune_bandit b;
+    make(&b, pred, 4);
+    for (int k = 0; k < 8; k++) /* a0: 1 ms, 2.5% noise */
+        observe(&b, 0, (k % 2 ? 1.025 : 0.975) * MS, 1);
+    observe(&b, 1, 1.005 * MS, 1); /* a1: a near tie, once */
+    observe(&b, 2, 1.2 * MS, 1);   /* a2: 1.2x slower; a3 never ran */
+    assert_int_equal(bandit_best_measured(&b), 0);
+    assert_int_equal(bandit_rival(&b, 0, 0.02, 0.1), 1);
+    assert_int_equal(bandit_rival(&b, 0, 0.02, 0.5), -1); /* not that likely */
+    for (int k = 0; k < 24; k++) { /* both measured often: a1 is 1.5% slower */
+        observe(&b, 0, (k % 2 ? 1.025 : 0.975) * MS, 1);
+        observe(&b, 1, (k % 2 ? 1.04 : 0.99) * MS, 1);
+    }
+    assert_int_equal(bandit_rival(&b, bandit_best_measured(&b), 0.02, 0.1), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -201,6 +224,7 @@ int main(void)
         cmocka_unit_test(test_blind_arms),
         cmocka_unit_test(test_confidence),
         cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_rival),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

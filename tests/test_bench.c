@@ -79,6 +79,8 @@ static void test_flag_errors(void **state)
     check_usage_error("--channels", "zero", "--channels 'zero'");
     check_usage_error("--chunk", "0", "--chunk '0'");
     check_usage_error("--algo", "no-such-algo", "--algo 'no-such-algo'");
+    check_usage_error("--more", "-1", "--more '-1'");
+    check_usage_error("--more", "5", "need --learn");
     check_usage_error("--frobnicate", NULL, "unknown option '--frobnicate'");
     check_usage_error("--coll", NULL, "needs a value");
 }
@@ -199,9 +201,10 @@ static int same_arm(json_t *a, json_t *b)
 
 /* Checks one line of `bench --learn --json`: the confirmation's fastest arm
  * is the oracle and it times the learner's choice too; when the choice is
- * another arm, the judgement's calls give both times. Returns the line's
- * confirmation (a new reference) for the caller. */
-static json_t *check_learn_line(const char *l, int calls, int swept)
+ * another arm, the judgement's calls give both times; with --more, what
+ * the job settled on after them (its exploration only grew). Returns the
+ * line's confirmation (a new reference) for the caller. */
+static json_t *check_learn_line(const char *l, int calls, int more, int swept)
 {
     json_error_t err;
     json_t *o = json_loads(l, 0, &err), *oracle, *confirm, *choice, *judge, *v;
@@ -214,6 +217,17 @@ static json_t *check_learn_line(const char *l, int calls, int swept)
     choice = json_object_get(o, "choice");
     judge = json_object_get(o, "judge");
     assert_int_equal(json_array_size(json_object_get(o, "calls_us")), calls);
+    v = json_object_get(o, "more");
+    if (more) {
+        json_t *then = json_object_get(v, "choice");
+        assert_int_equal(json_integer_value(json_object_get(v, "calls")), more);
+        assert_true(json_is_string(json_object_get(then, "algo")));
+        assert_true(json_integer_value(json_object_get(then, "explored")) >=
+                    json_integer_value(json_object_get(choice, "explored")));
+        assert_true(json_number_value(json_object_get(v, "tail_us")) > 0);
+    } else {
+        assert_true(json_is_null(v));
+    }
     if (swept)
         assert_true(json_array_size(json_object_get(o, "arms")) >= 2);
     else
@@ -249,8 +263,8 @@ static json_t *check_learn_line(const char *l, int calls, int swept)
     return confirm;
 }
 
-/* --learn: the auto calls, the sweep, the confirmation and the judgement;
- * then a second run confirms the first one's arms (--oracle-from) instead
+/* --learn: the auto calls (and --more), the sweep, the confirmation and
+ * the judgement; then a second run confirms the first one's arms (--oracle-from) instead
  * of sweeping. */
 static void test_learn_json(void **state)
 {
@@ -261,7 +275,7 @@ static void test_learn_json(void **state)
     close(fd);
     char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--hosts", "a,b", "--timeout", "120",
                     "--", (char *)proc_bin(), "bench", "--learn", "--kb", kb, "--calls", "6",
-                    "--iters", "2", "--confirm", "3", "--judge", "4", "--bytes", "4K:8K", "--json",
+                    "--more", "5", "--iters", "2", "--confirm", "3", "--judge", "4", "--bytes", "4K:8K", "--json",
                     NULL};
     int rc = run(argv, 150);
     (void)state;
@@ -271,7 +285,7 @@ static void test_learn_json(void **state)
     close(fd2);
     for (char *l = strtok(outbuf, "\n"); l; l = strtok(NULL, "\n"), lines++) {
         assert_true(lines < 2);
-        cold[lines] = check_learn_line(l, 6, 1);
+        cold[lines] = check_learn_line(l, 6, 5, 1);
     }
     assert_int_equal(lines, 2); /* 4K 8K */
 
@@ -291,7 +305,7 @@ static void test_learn_json(void **state)
     lines = 0;
     for (char *l = strtok(outbuf, "\n"); l; l = strtok(NULL, "\n"), lines++) {
         assert_true(lines < 2);
-        json_t *conf = check_learn_line(l, 4, 0), *v, *w;
+        json_t *conf = check_learn_line(l, 4, 0, 0), *v, *w;
         size_t i, j;
         /* The first run's three fastest arms, in its order, then maybe
          * this run's choice. */

@@ -56,6 +56,7 @@ typedef struct bench_opts {
     int learn;              /* --learn: learner vs exhaustive sweep */
     int no_sweep;           /* --no-sweep: --learn without the sweep */
     int calls;              /* --calls: auto calls per size in --learn */
+    int more;               /* --more: auto calls after the choice is read */
     int confirm;            /* --confirm: rounds of the confirmation (-1: default) */
     int judge;              /* --judge: rounds of choice against oracle (-1: default) */
     const char *oracle_from; /* --oracle-from: an earlier --learn run's candidates */
@@ -155,6 +156,9 @@ static void bench_help(FILE *out)
         "                     the learner weighs (--iters calls each), then the best\n"
         "                     three and the choice again, interleaved: the oracle\n"
         "  --calls N          auto calls per size (default 32)\n"
+        "  --more N           N more auto calls after the choice is read (a longer\n"
+        "                     first job: a settled learner refines near ties);\n"
+        "                     the row's \"more\" has the choice after them\n"
         "  --confirm N        rounds of that confirmation (default 5; 0: the\n"
         "                     oracle is the sweep's fastest)\n"
         "  --judge N          rounds of the choice against the oracle, interleaved,\n"
@@ -305,6 +309,11 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
                 goto missing;
             if (cli_parse_int(v, 1, 100000, &o->calls))
                 return bench_usage_err("--calls '%s': expected a number >= 1", v);
+        } else if (OPT("--more")) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_int(v, 0, 100000, &o->more))
+                return bench_usage_err("--more '%s': expected a number >= 0", v);
         } else if (OPT("--drift-after")) {
             if (m < 0)
                 goto missing;
@@ -329,10 +338,10 @@ missing:
     }
     if (!o->drift_after != !o->drift_cmd)
         return bench_usage_err("--drift-after and --drift-cmd go together");
-    if ((o->drift_after || o->calls || o->no_sweep || o->confirm >= 0 || o->judge >= 0 ||
-         o->oracle_from) && !o->learn)
-        return bench_usage_err("--calls, --confirm, --judge, --oracle-from, --no-sweep and "
-                               "--drift-* need --learn");
+    if ((o->drift_after || o->calls || o->more || o->no_sweep || o->confirm >= 0 ||
+         o->judge >= 0 || o->oracle_from) && !o->learn)
+        return bench_usage_err("--calls, --more, --confirm, --judge, --oracle-from, --no-sweep "
+                               "and --drift-* need --learn");
     if (o->oracle_from && o->no_sweep)
         return bench_usage_err("--oracle-from and --no-sweep: one or the other");
     if (o->oracle_from && o->confirm == 0)
@@ -609,10 +618,10 @@ static void json_str(FILE *f, const char *key, const char *v)
     fputc('"', f);
 }
 
-/* ,"choice":{...}: the arm auto settled on (ai_choice). */
+/* "choice":{...}: the arm auto settled on (ai_choice). */
 static void print_choice(const ai_choice *c)
 {
-    printf(",\"choice\":{");
+    printf("\"choice\":{");
     json_str(stdout, "algo", c->algo);
     printf(",\"chunk_bytes\":%zu,\"channels\":%d,", c->chunk_bytes, c->channels);
     json_str(stdout, "source", c->source);
@@ -669,8 +678,10 @@ static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts
            "\"chunk_bytes\":%zu,\"channels\":%d",
            p, nhosts, o->root, r->time_us, r->algbw, r->busbw, (long long)r->wrong, o->iters,
            o->warmup, o->chunk, o->channels);
-    if (r->has_choice)
+    if (r->has_choice) {
+        printf(",");
         print_choice(&r->choice);
+    }
     printf("}\n");
     fflush(stdout);
 }
@@ -916,11 +927,11 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
     size_t call_bytes = s.count * ai_dtype_size(o->dt);
     int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
     ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
-    double *t = calloc((size_t)n + LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) +
-                           2 * (size_t)o->judge,
+    double *t = calloc((size_t)n + (size_t)o->more +
+                           LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) + 2 * (size_t)o->judge,
                        sizeof *t);
     double arm_us[LEARN_MAX_ARMS];
-    ai_choice ch;
+    ai_choice ch, last;
     ai_status_t st;
     if (!t)
         return bench_fail(rank, AI_ERR_NOMEM, "timings");
@@ -945,11 +956,20 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
         rc = bench_fail(rank, st, "choice");
         goto out;
     }
+    /* --more: the job goes on; what it settles on then is for the KB. */
+    if (o->more > 0) {
+        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n, o->more)) != 0)
+            goto out;
+        if ((st = ai_comm_choice(comm, o->coll, call_bytes, &last)) != AI_OK) {
+            rc = bench_fail(rank, st, "choice");
+            goto out;
+        }
+    }
     int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
                                     LEARN_MAX_ARMS);
     int swept = cands ? 0 : na; /* arms timed in the sweep */
     int chosen = -1;
-    double *at = t + n;
+    double *at = t + n + o->more;
     for (int a = 0; a < na; a++)
         if (same_arm(&arms[a], ch.algo, ch.chunk_bytes, ch.channels))
             chosen = a;
@@ -1054,6 +1074,7 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
     } else {
         printf("null");
     }
+    printf(",");
     print_choice(&ch);
     printf(",\"first_us\":%.6g,\"tail_us\":%.6g", t[n1] * 1e6, tail);
     /* Without a sweep there is no oracle to compare with: nulls. */
@@ -1072,6 +1093,19 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
                oracle);
     else
         printf("null");
+    printf(",\"more\":");
+    if (o->more > 0) {
+        double more_extra = 0, *tm = t + n;
+        for (int i = 0; i < o->more; i++)
+            more_extra += tm[i] - oracle * 1e-6;
+        int k = LMIN(8, o->more);
+        printf("{\"calls\":%d,", o->more);
+        print_choice(&last);
+        printf(isfinite(more_extra) ? ",\"extra_s\":%.6g" : ",\"extra_s\":null", more_extra);
+        printf(",\"tail_us\":%.6g}", median(tm + o->more - k, k) * 1e6);
+    } else {
+        printf("null");
+    }
     printf(",\"arms\":");
     print_arms(arms, arm_us, NULL, swept);
     printf(",\"confirm\":");

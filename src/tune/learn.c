@@ -11,10 +11,11 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls all ranks run one 32-byte MAX allreduce carrying each rank's
+ * of calls all ranks run one 40-byte MAX allreduce carrying each rank's
  * mean time over the window (the max is the slowest rank's, the time that
- * counts) and rank 0's orders: the arm for the next calls, what the
- * agreement costs against a call, and whether to re-measure the links.
+ * counts) and rank 0's orders: the arm for the next calls, the incumbent
+ * (the arm a settled bucket exploits), what the agreement costs against a
+ * call, and whether to re-measure the links.
  * Rank 0 decides the next arm from what it knows plus its own time of this
  * window (the agreed time arrives with the same message).
  *
@@ -27,6 +28,12 @@
  * about 0.2%. Drift shows in the first long window after it, and the
  * second strike comes a short window later (the share is back at the
  * start, against calls that are now slower).
+ *
+ * Refining: 32 calls do not tell every near tie apart at a few percent of
+ * noise, so the job that learned a bucket goes on, once settled, to run
+ * every other window a measured arm that may still be 2% faster than the
+ * incumbent (bandit_rival), for at most TUNE_REFINE calls; what it finds
+ * is what later jobs start from, and they explore nothing.
  *
  * Drift: once settled, an agreed window time more than TUNE_DRIFT (log;
  * TUNE_DRIFT_HOST on one host) away from the arm's posterior, twice
@@ -61,6 +68,11 @@
 #define TUNE_DRIFT_HOST 0.4  /* log: a 1.5x change, on one host */
 #define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
                               * for one expected this much faster */
+#define TUNE_REFINE 32        /* a bucket's first job refines its near ties
+                               * for at most this many calls ... */
+#define TUNE_REFINE_GAIN 0.02 /* ... running an arm while P(it is this much
+                               * faster, log) >= TUNE_REFINE_P */
+#define TUNE_REFINE_P 0.1
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
@@ -75,11 +87,13 @@ typedef struct tune_bucket {
     tune_bandit s;  /* the arms' posteriors; s.rng: rank 0's draws */
     const coll_algo *algo[TUNE_MAX_ARMS];
     int cur;        /* arm of the current window, same on every rank */
+    int inc;        /* settled: the arm exploited (cur, but for refining) */
     int exploring;  /* rank 0: cur was not the best measured arm when chosen */
     double agree_s; /* rank 0: what the last agreement took */
     int quiet;      /* rank 0: settled windows in a row without a strike */
     long explored;  /* rank 0: this job's exploratory calls and their seconds */
     double explore_s;
+    long refined;   /* rank 0: ... of which settled ones, refining */
     int win_len;    /* calls per window, same on every rank */
     int win_calls;
     double win_sum;
@@ -444,7 +458,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         return ai_fail(AI_ERR_PROTO,
                        "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
                        order[0], b->s.narms, order[2]);
-    b->cur = (int)order[0];
+    b->cur = b->inc = (int)order[0];
     b->settled = b->warm = order[1] > 0;
     b->win_len = (int)order[2];
     b->ready = 1;
@@ -520,7 +534,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         return AI_OK;
     double mine = b->win_sum / b->win_calls;
     int ran = b->cur, calls = b->win_calls, was_settled = b->settled, next_explores = 0;
-    double msg[4] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
+    double msg[5] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
@@ -532,8 +546,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
          * itself (a channel left idle restarts TCP's slow start). On T1 a
          * warm bucket had gone ring on 2 channels, ring on 1, rabenseifner
          * on 1 in its first 12 calls, each 1-2% slower back to back. */
-        if (b->settled && d->s.arm[ran].m - d->s.arm[best].m < TUNE_SWITCH)
-            best = ran;
+        if (b->settled && d->s.arm[b->inc].m - d->s.arm[best].m < TUNE_SWITCH)
+            best = b->inc;
         /* The best measured arm once confident or out of budget; before
          * that, the bandit's draw. */
         int next = b->settled || settles(t, d, best, b->info.explored)
@@ -542,11 +556,22 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->s.rng = d->s.rng; /* the draws must not repeat */
         int settle = b->settled ||
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
+        /* Refining: in the job that learned the bucket, once settled,
+         * every other window runs a near tie that may still be faster
+         * (bandit_rival), in short windows, within TUNE_REFINE calls. A
+         * warm job explores nothing. */
+        long refined = b->refined + (b->exploring && was_settled ? calls : 0);
+        int rival = settle && !b->warm && refined < TUNE_REFINE
+                        ? bandit_rival(&d->s, best, TUNE_REFINE_GAIN, TUNE_REFINE_P)
+                        : -1;
+        if (rival >= 0 && b->settled && ran == b->inc)
+            next = rival;
         next_explores = next != best;
         msg[1] = next;
+        msg[4] = best;
         /* The share shrinks while the bucket is quiet; it is back at its
          * start as soon as our own time looks like a strike. */
-        int quiet = strikes_out(c, b, ran, log(mine), calls) ? 0 : b->quiet;
+        int quiet = rival >= 0 || strikes_out(c, b, ran, log(mine), calls) ? 0 : b->quiet;
         msg[2] = settle ? b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet) : -1;
         /* A drift must last: a few milliseconds of the OS's jitter made
          * two short windows on shared memory (4 calls of 0.5 ms) 1.5-2x
@@ -564,14 +589,15 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 4, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 5, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     b->agree_s = t->agree_s = ai_now() - t0;
-    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && (msg[2] == -1 ||
-          (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO))))
-        return ai_fail(AI_ERR_PROTO, "learner: invalid agreement message (arm %g, cost %g)",
-                       msg[1], msg[2]);
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
+          msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO))))
+        return ai_fail(AI_ERR_PROTO,
+                       "learner: invalid agreement message (arm %g, incumbent %g, cost %g)",
+                       msg[1], msg[4], msg[2]);
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
@@ -579,14 +605,18 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     b->strikes = strike ? b->strikes + 1 : 0;
     b->strike_s = strike ? b->strike_s + msg[0] * calls : 0;
     b->quiet = was_settled && !strike ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
+    const char *phase = !was_settled ? "explore" : b->exploring ? "refine" : "exploit";
     if (b->exploring) {
         b->info.explored += calls;
         b->info.explore_s += msg[0] * calls;
         b->explored += calls;
         b->explore_s += msg[0] * calls;
+        if (was_settled)
+            b->refined += calls;
     }
     learn_window(&b->s, ran, y, calls, was_settled);
     b->cur = (int)msg[1];
+    b->inc = (int)msg[4];
     b->exploring = next_explores;
     b->settled = b->info.settled = msg[2] >= 0;
     b->win_len = b->settled ? window(msg[2]) : 1;
@@ -598,7 +628,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strike_s = 0;
     }
     if (c->rank == 0)
-        kb_note(t, coll, bi, b, ran, msg[0], was_settled ? "exploit" : "explore");
+        kb_note(t, coll, bi, b, ran, msg[0], phase);
     return AI_OK;
 }
 
@@ -710,7 +740,7 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
     const tune_bucket *b = t && bytes >= t->min_bytes ? t->b[coll][bucket_of(bytes)] : NULL;
     ai_choice ch = {0};
     if (b && b->ready) {
-        const tune_arm_stat *a = &b->s.arm[b->cur];
+        const tune_arm_stat *a = &b->s.arm[b->settled ? b->inc : b->cur];
         snprintf(ch.algo, sizeof ch.algo, "%s", a->algo);
         ch.chunk_bytes = a->chunk;
         ch.channels = a->channels;

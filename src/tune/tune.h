@@ -103,6 +103,10 @@ int bandit_confident(const tune_bandit *b, int best);
  * arms expected at most `bound` times slower than the best measured one. */
 int bandit_next(tune_bandit *b, double bound);
 
+/* The measured arm most likely to be `gain` (log) faster than `best`, if
+ * that chance is at least p; -1: none. The near tie worth refining. */
+int bandit_rival(const tune_bandit *b, int best, double gain, double p);
+
 /* Public-API views of a posterior. */
 double tune_arm_mean_us(const tune_arm_stat *a);
 double tune_arm_std_us(const tune_arm_stat *a);
