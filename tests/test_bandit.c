@@ -7,7 +7,8 @@
  *  - arms without a prediction are assumed as fast as the best measured;
  *  - confidence: a clear winner settles, a near-tie does not;
  *  - one slow call moves an arm's estimate only so far; slow calls that
- *    keep coming move it all the way;
+ *    keep coming move it all the way; once settled, one slow window of
+ *    calls does not reorder two arms, two in a row do;
  *  - refining: a near tie measured once is worth another look, a clearly
  *    slower arm and an arm never measured are not, and nor is the near
  *    tie once measured often enough to show it is slower.
@@ -195,6 +196,27 @@ static void test_spike(void **state)
     assert_true(b.arm[0].m > log(1.2 * MS));
 }
 
+static void test_settled_spike(void **state)
+{
+    (void)state;
+    const double pred[] = {1 * MS, 1 * MS};
+    tune_bandit b, plain;
+    make(&b, pred, 2);
+    for (int k = 0; k < 3; k++)
+        observe_pair(&b, 1.04); /* a0 at 1 ms, a1 at 1.04 ms, 2% noise */
+    assert_int_equal(bandit_best_measured(&b), 0);
+    plain = b; /* counted in full, one slow window would reorder them */
+    bandit_observe(&plain, 0, log(1.3 * MS), 4);
+    assert_int_equal(bandit_best_measured(&plain), 1);
+    bandit_observe_settled(&b, 0, log(1.3 * MS), 4);
+    assert_int_equal(bandit_best_measured(&b), 0);
+    bandit_observe_settled(&b, 1, log(1.04 * MS), 4); /* another arm between */
+    bandit_observe_settled(&b, 0, log(1.3 * MS), 4);  /* a0 again: it lasts */
+    assert_int_equal(bandit_best_measured(&b), 1);
+    bandit_observe_settled(&b, 0, log(1 * MS), 4); /* back: counts in full */
+    assert_false(b.high[0]);
+}
+
 static void test_rival(void **state)
 {
     (void)state;
@@ -224,6 +246,7 @@ int main(void)
         cmocka_unit_test(test_blind_arms),
         cmocka_unit_test(test_confidence),
         cmocka_unit_test(test_spike),
+        cmocka_unit_test(test_settled_spike),
         cmocka_unit_test(test_rival),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,7 +5,8 @@
  *    most 32 calls per bucket; or reset by a drift, which every rank sees
  *    alike) every rank reports the same choice;
  *  - a second job on the same fingerprint starts warm: no exploration, the
- *    KB's best arm from its first call, no "explore" or "refine" rows
+ *    KB's best arm from its first call (the arm the last job ran, unless
+ *    another is expected 2% faster), no "explore" or "refine" rows
  *    written; when one rank turns slow mid-job (the cluster changed), the
  *    learner sees the drift and learns again within 64 calls (not before:
  *    a warm job's slow first calls are no drift);
@@ -24,6 +25,7 @@
 #include "support/ranks.h"
 #include "tune/tune.h"
 
+#include <math.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -208,6 +210,75 @@ static void test_warm_start(void **state)
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
 }
 
+/* A warm job starts on the arm the last job exploited, unless the KB
+ * expects another to be 2% faster: rank 0 writes a settled bucket of two
+ * arms, the second `gap` (log) slower and the one last exploited, before
+ * the job's first call. */
+typedef struct {
+    double gap;
+    int want_last;
+} last_arg;
+
+static int run_from_last(ai_comm *c, void *arg)
+{
+    const last_arg *a = arg;
+    size_t bytes = 64 << 10, n = bytes / sizeof(float);
+    ai_algo_opts arms[TUNE_MAX_ARMS];
+    int bad = ai_comm_arms(c, AI_ALLREDUCE, bytes, arms, TUNE_MAX_ARMS) < 2;
+    if (!bad && ai_comm_rank(c) == 0) {
+        char fp[17];
+        ai_kb *kb = NULL;
+        tune_arm_stat st[2];
+        memset(st, 0, sizeof st);
+        for (int i = 0; i < 2; i++) {
+            snprintf(st[i].algo, sizeof st[i].algo, "%s", arms[i].algo);
+            st[i].chunk = arms[i].chunk_bytes;
+            st[i].channels = arms[i].channels;
+            st[i].n = 40;
+            st[i].m = -7 + i * a->gap;
+            st[i].v = 1e-4;
+        }
+        tune_bucket_info info = {.explored = 24, .settled = 1};
+        bad = ai_comm_fingerprint(c, fp) != AI_OK ||
+              kb_open_writer(getenv("AUTOINFRA_KB"), &kb) != AI_OK ||
+              kb_end(kb, kb_begin(kb, fp, 2, 1, "") == AI_OK &&
+                                 kb_put_bucket(kb, fp, AI_ALLREDUCE, bytes, st, 2, &info) == AI_OK
+                             ? kb_put_measurement(kb, fp, AI_ALLREDUCE, bytes, &st[1],
+                                                  exp(st[1].m), "exploit", 0)
+                             : AI_ERR_IO) != AI_OK;
+        ai_kb_close(kb);
+    }
+    float *buf = calloc(n, sizeof *buf);
+    ai_choice ch;
+    bad |= !buf || ai_barrier(c, NULL) != AI_OK ||
+           ai_allreduce(c, AI_IN_PLACE, buf, n, AI_F32, AI_SUM, NULL) != AI_OK ||
+           ai_comm_choice(c, AI_ALLREDUCE, bytes, &ch) != AI_OK;
+    free(buf);
+    if (!bad && ai_comm_rank(c) == 0) {
+        const ai_algo_opts *want = &arms[a->want_last ? 1 : 0];
+        bad = strcmp(ch.source, "kb") || strcmp(ch.algo, want->algo) ||
+              ch.chunk_bytes != want->chunk_bytes || ch.channels != want->channels;
+        if (bad)
+            fprintf(stderr, "gap %g: the warm job ran %s/%zu/%d (%s), want %s/%zu/%d\n", a->gap,
+                    ch.algo, ch.chunk_bytes, ch.channels, ch.source, want->algo,
+                    want->chunk_bytes, want->channels);
+    }
+    return bad;
+}
+
+static void test_warm_from_last(void **state)
+{
+    (void)state;
+    ranks_opts o = {.deadline_s = 60};
+    const last_arg cases[] = {{0.01, 1}, {0.05, 0}};
+    for (int k = 0; k < 2; k++) {
+        char kb[300];
+        snprintf(kb, sizeof kb, "%s/last%d.sqlite", dir, k);
+        setenv("AUTOINFRA_KB", kb, 1);
+        assert_int_equal(ranks_run(2, &o, run_from_last, (void *)&cases[k]), 0);
+    }
+}
+
 /* 40 calls of one bucket, then rank 0 reads the KB (its own writes are
  * done: the next one would be in a later call) and checks what it finds
  * there mid-job against what the interval promises. */
@@ -338,7 +409,7 @@ static void writer(const char *kb)
         arms[i].v = 0.01;
     }
     for (long k = 1;; k++) {
-        tune_bucket_info info = {k, 0.001 * (double)k, 0};
+        tune_bucket_info info = {.explored = k, .explore_s = 0.001 * (double)k};
         for (int i = 0; i < 8; i++) {
             arms[i].n = k;
             arms[i].m = -7 + 0.01 * i;
@@ -555,6 +626,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_decisions),
         cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_warm_from_last),
         cmocka_unit_test(test_drift_relearns),
         cmocka_unit_test(test_batched_writes),
         cmocka_unit_test(test_crash_safety),

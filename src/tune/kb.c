@@ -54,6 +54,7 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS measurements(fp TEXT NOT NULL, coll TEXT NOT NULL,"
     " bytes INTEGER NOT NULL, algo TEXT NOT NULL, chunk INTEGER NOT NULL,"
     " channels INTEGER NOT NULL, seconds REAL NOT NULL, phase TEXT NOT NULL, at REAL NOT NULL);"
+    "CREATE INDEX IF NOT EXISTS measurements_bucket ON measurements(fp, coll, bytes);"
     "CREATE TABLE IF NOT EXISTS fingerprint_rates(fp TEXT NOT NULL, shape TEXT NOT NULL,"
     " host INTEGER NOT NULL, bps REAL NOT NULL, PRIMARY KEY(fp, host));"
     "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
@@ -259,6 +260,19 @@ ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes
         info->explored = (long)sqlite3_column_int64(q, 0);
         info->explore_s = sqlite3_column_double(q, 1);
         info->settled = sqlite3_column_int(q, 2);
+    }
+    sqlite3_finalize(q);
+    st = prepare_keyed(kb,
+                       "SELECT algo, chunk, channels FROM measurements"
+                       " WHERE fp = ?1 AND coll = ?2 AND bytes = ?3 AND phase = 'exploit'"
+                       " ORDER BY rowid DESC LIMIT 1",
+                       fp, cn, bytes, "reading measurements", &q);
+    if (st != AI_OK)
+        return st;
+    if (sqlite3_step(q) == SQLITE_ROW) {
+        snprintf(info->algo, sizeof info->algo, "%s", (const char *)sqlite3_column_text(q, 0));
+        info->chunk = (size_t)sqlite3_column_int64(q, 1);
+        info->channels = sqlite3_column_int(q, 2);
     }
     sqlite3_finalize(q);
     return AI_OK;

@@ -289,14 +289,14 @@ static int settles(const tuner *t, const tune_bucket *b, int best, long explored
 
 /* ------------------------------------------------------------ buckets */
 
-/* One window's time y (log) into its arm. While exploring, one slow call
- * counts less (bandit_cap); a settled window is many calls, and a slow one
- * must move the estimate at once: with the cap on them too, T1's drift at
- * 1 MiB (one NIC at a quarter) had the links measured again only 64 calls
- * later (back within 10% after 11 calls without it). */
+/* One window's time y (log) into its arm: one slow call or window counts
+ * less (bandit_cap while exploring, bandit_observe_settled after). */
 static void learn_window(tune_bandit *s, int arm, double y, int calls, int settled)
 {
-    bandit_observe(s, arm, settled ? y : bandit_cap(s, arm, y, calls), calls);
+    if (settled)
+        bandit_observe_settled(s, arm, y, calls);
+    else
+        bandit_observe(s, arm, bandit_cap(s, arm, y, calls), calls);
 }
 
 /* Calls per settled window, from rank 0's agreed order: `ratio` is the
@@ -434,6 +434,17 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         b->warm = best >= 0 && (b->info.settled || b->info.explored >= t->budget ||
                                 samples >= t->budget);
         int first = b->warm ? best : -1;
+        /* Warm: the arm the last job ran, as that job would have gone on,
+         * unless another is expected TUNE_SWITCH faster. The KB's best
+         * estimate can be a near tie the job did not take: on T3 at 4 MiB
+         * (session 9) a learned job ran hierarchical on 2 channels, the
+         * oracle's arm, and the next one a ring 5% slower. */
+        int last = b->warm && b->info.algo[0]
+                       ? find_arm(b, b->info.algo, b->info.chunk, b->info.channels)
+                       : -1;
+        if (last >= 0 && b->s.arm[last].n > 0 &&
+            b->s.arm[last].m - b->s.arm[best].m < TUNE_SWITCH)
+            first = last;
         if (first < 0) {
             /* No model: the fixed rule's choice goes first. */
             const char *rule = b->s.source[0] == PRIOR_BLIND ? ai_coll_auto_algo(c, coll, edge) : NULL;

@@ -29,6 +29,10 @@ typedef struct tune_bucket_info {
     long explored;    /* exploratory calls spent */
     double explore_s; /* their total seconds */
     int settled;      /* learning finished: a later job explores nothing */
+    /* The arm a job last exploited here (algo "" if none is logged). */
+    char algo[TUNE_ALGO_MAX];
+    size_t chunk;
+    int channels;
 } tune_bucket_info;
 
 /* Open a knowledge base for the learner's writer (rank 0). */
@@ -76,6 +80,8 @@ typedef struct tune_bandit {
     double noise2; /* pooled variance of one call's log time */
     double bias;   /* the model's log error shared by the arms */
     double level;  /* this job's log offset from the KB, shared by known arms */
+    unsigned char high[TUNE_MAX_ARMS]; /* the arm's last settled window was
+                                        * far above its mean */
     ai_rng rng;    /* the Thompson draws */
 } tune_bandit;
 
@@ -92,6 +98,9 @@ void bandit_observe(tune_bandit *b, int i, double y, int calls);
 /* y capped at a few sd of noise above what arm i measured so far (a spike
  * counts less); for exploratory observations. */
 double bandit_cap(const tune_bandit *b, int i, double y, int calls);
+/* A settled window into arm i: one spike counts capped, a lasting change
+ * in full from its second window. */
+void bandit_observe_settled(tune_bandit *b, int i, double y, int calls);
 /* The measured arm with the lowest posterior mean (-1: none measured); the
  * arm with the lowest prior mean. */
 int bandit_best_measured(const tune_bandit *b);
