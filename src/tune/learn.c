@@ -613,8 +613,16 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
     int strike = strikes_out(c, b, ran, y, calls);
-    b->strikes = strike ? b->strikes + 1 : 0;
-    b->strike_s = strike ? b->strike_s + msg[0] * calls : 0;
+    if (strike) {
+        b->strikes++;
+        b->strike_s += msg[0] * calls;
+    } else if (!(was_settled && b->exploring)) {
+        /* A refining window that is no strike says nothing about the
+         * incumbent: it must not reset the count, or refining (every
+         * other window) could hide a drift. */
+        b->strikes = 0;
+        b->strike_s = 0;
+    }
     b->quiet = was_settled && !strike ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
     const char *phase = !was_settled ? "explore" : b->exploring ? "refine" : "exploit";
     if (b->exploring) {
