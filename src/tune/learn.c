@@ -21,13 +21,13 @@
  *
  * Windows: 1 call while exploring. Once settled, long enough for the
  * agreement to cost at most TUNE_AGREE_SHARE of the window, a share halved
- * after every quiet window (no drift strike) down to an eighth, and back
- * at the start when rank 0's own time looks like a strike. On T1 at
+ * after every quiet window (no drift strike) down to an eighth; when rank
+ * 0's own time looks like a strike, the next window is the shortest. On T1 at
  * 64-256 KiB the agreement (50-230 us with the wait for the slowest rank)
  * against 1.6-6.4 ms calls had cost `auto` 0.4-1%; a quiet bucket now pays
  * about 0.2%. Drift shows in the first long window after it, and the
- * second strike comes a short window later (the share is back at the
- * start, against calls that are now slower).
+ * second strike comes 4 calls later, the order to measure the links 4
+ * calls after that.
  *
  * Refining: 32 calls do not tell every near tie apart at a few percent of
  * noise, so the job that learned a bucket goes on, once settled, to run
@@ -580,14 +580,22 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         next_explores = next != best;
         msg[1] = next;
         msg[4] = best;
-        /* The share shrinks while the bucket is quiet; it is back at its
-         * start as soon as our own time looks like a strike. */
-        int quiet = rival >= 0 || strikes_out(c, b, ran, log(mine), calls) ? 0 : b->quiet;
-        msg[2] = settle ? b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet) : -1;
+        /* The share shrinks while the bucket is quiet. When our own time
+         * looks like a strike, the next window is the shortest: a drift
+         * is confirmed or not within a few calls. (It was as long as the
+         * agreement's share allowed, and a slowed link slows the
+         * agreement too: on T1 at 64 KiB, n-3 at a quarter, the window
+         * after the second strike had 21 calls.) */
+        int own = strikes_out(c, b, ran, log(mine), calls);
+        int quiet = rival >= 0 ? 0 : b->quiet;
+        msg[2] = !settle ? -1 : own ? 0 : b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet);
         /* A drift must last: a few milliseconds of the OS's jitter made
          * two short windows on shared memory (4 calls of 0.5 ms) 1.5-2x
          * slow, and measuring the links and learning again costs far
-         * more than that. */
+         * more than that (counting rank 0's own time of this window as
+         * a strike too, to order it a window earlier, made test_tune's
+         * warm job on shared memory under ASan see a drift before its
+         * drift in 1 of 24 runs). */
         msg[3] = b->strikes >= TUNE_DRIFT_STRIKES && b->strike_s >= TUNE_DRIFT_MIN_S
                      ? CMD_REPROBE
                      : CMD_NONE;
