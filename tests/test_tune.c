@@ -617,6 +617,10 @@ static void test_settings(void **state)
     assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_INVALID);
     assert_non_null(strstr(ai_last_error(), "AUTOINFRA_TUNE_MIN"));
     setenv("AUTOINFRA_TUNE_MIN", "16K", 1);
+    setenv("AUTOINFRA_TUNE_REFINE", "-1", 1);
+    assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_TUNE_REFINE"));
+    unsetenv("AUTOINFRA_TUNE_REFINE");
     assert_int_equal(ai_comm_create(&cfg, &c), AI_OK);
     ai_comm_destroy(c);
 }

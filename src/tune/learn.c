@@ -32,8 +32,8 @@
  * Refining: 32 calls do not tell every near tie apart at a few percent of
  * noise, so the job that learned a bucket goes on, once settled, to run
  * every other window a measured arm that may still be 2% faster than the
- * incumbent (bandit_rival), for at most TUNE_REFINE calls; what it finds
- * is what later jobs start from, and they explore nothing.
+ * incumbent (bandit_rival), for at most AUTOINFRA_TUNE_REFINE calls; what
+ * it finds is what later jobs start from, and they explore nothing.
  *
  * Drift: once settled, an agreed window time more than TUNE_DRIFT (log;
  * TUNE_DRIFT_HOST on one host) away from the arm's posterior, twice
@@ -68,10 +68,9 @@
 #define TUNE_DRIFT_HOST 0.4  /* log: a 1.5x change, on one host */
 #define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
                               * for one expected this much faster */
-#define TUNE_REFINE 32        /* a bucket's first job refines its near ties
-                               * for at most this many calls ... */
-#define TUNE_REFINE_GAIN 0.02 /* ... running an arm while P(it is this much
-                               * faster, log) >= TUNE_REFINE_P */
+#define TUNE_REFINE 32        /* default AUTOINFRA_TUNE_REFINE */
+#define TUNE_REFINE_GAIN 0.02 /* refining runs an arm while P(it is this
+                               * much faster, log) >= TUNE_REFINE_P */
 #define TUNE_REFINE_P 0.1
 #define TUNE_DRIFT_STRIKES 2
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
@@ -127,6 +126,7 @@ typedef struct tuner {
     int relearn;     /* drift without a new fingerprint: ignore the KB */
     size_t min_bytes;
     int budget;
+    int refine;      /* refining calls per bucket, at most (0: none) */
     double bound;
     double save_s;   /* rank 0 writes the KB at most this often (seconds) */
     double agree_s;  /* rank 0: what the job's last agreement took */
@@ -569,10 +569,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
                      (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
         /* Refining: in the job that learned the bucket, once settled,
          * every other window runs a near tie that may still be faster
-         * (bandit_rival), in short windows, within TUNE_REFINE calls. A
-         * warm job explores nothing. */
+         * (bandit_rival), in short windows, within AUTOINFRA_TUNE_REFINE
+         * calls. A warm job explores nothing. */
         long refined = b->refined + (b->exploring && was_settled ? calls : 0);
-        int rival = settle && !b->warm && refined < TUNE_REFINE
+        int rival = settle && !b->warm && refined < t->refine
                         ? bandit_rival(&d->s, best, TUNE_REFINE_GAIN, TUNE_REFINE_P)
                         : -1;
         if (rival >= 0 && b->settled && ran == b->inc)
@@ -691,15 +691,17 @@ static ai_status_t attach(ai_comm *c)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
     if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, &t->refine)) != AI_OK ||
         (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
         (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK) {
         free(t);
         return st;
     }
-    if (t->budget < 0 || bound < 1 || !(t->save_s >= 0)) {
+    if (t->budget < 0 || t->refine < 0 || bound < 1 || !(t->save_s >= 0)) {
         free(t);
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET and AUTOINFRA_TUNE_SAVE_S must be "
-                                       ">= 0 and AUTOINFRA_TUNE_BOUND >= 1");
+        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
+                                       "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
+                                       "AUTOINFRA_TUNE_BOUND >= 1");
     }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
