@@ -12,7 +12,9 @@
  *        again when a probe lands on the other side of a rounding boundary
  *   measurements(fp, coll, bytes, algo, chunk, channels, seconds, phase, at)
  *        every agreed timing the learner used, and why the arm ran
- *        ("explore", "exploit"): the decision log.
+ *        ("explore", "refine", "exploit"): the decision log; indexed by
+ *        bucket, whose newest "exploit" row names the arm a warm job
+ *        starts on.
  *
  * Crash safety: WAL journal, every update one transaction; a process
  * killed mid-write leaves the last committed state (SQLite's guarantee).
