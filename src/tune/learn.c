@@ -545,6 +545,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         return AI_OK;
     double mine = b->win_sum / b->win_calls;
     int ran = b->cur, calls = b->win_calls, was_settled = b->settled, next_explores = 0;
+    int refining = was_settled && b->exploring; /* rank 0: this window ran a rival */
     double msg[5] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
@@ -571,8 +572,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
          * every other window runs a near tie that may still be faster
          * (bandit_rival), in short windows, within AUTOINFRA_TUNE_REFINE
          * calls. A warm job explores nothing. */
-        long refined = b->refined + (b->exploring && was_settled ? calls : 0);
-        int rival = settle && !b->warm && refined < t->refine
+        int rival = settle && !b->warm && b->refined + (refining ? calls : 0) < t->refine
                         ? bandit_rival(&d->s, best, TUNE_REFINE_GAIN, TUNE_REFINE_P)
                         : -1;
         if (rival >= 0 && b->settled && ran == b->inc)
@@ -624,7 +624,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     if (strike) {
         b->strikes++;
         b->strike_s += msg[0] * calls;
-    } else if (!(was_settled && b->exploring)) {
+    } else if (!refining) {
         /* A refining window that is no strike says nothing about the
          * incumbent: it must not reset the count, or refining (every
          * other window) could hide a drift. */
@@ -632,13 +632,12 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strike_s = 0;
     }
     b->quiet = was_settled && !strike ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
-    const char *phase = !was_settled ? "explore" : b->exploring ? "refine" : "exploit";
     if (b->exploring) {
         b->info.explored += calls;
         b->info.explore_s += msg[0] * calls;
         b->explored += calls;
         b->explore_s += msg[0] * calls;
-        if (was_settled)
+        if (refining)
             b->refined += calls;
     }
     learn_window(&b->s, ran, y, calls, was_settled);
@@ -655,7 +654,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strike_s = 0;
     }
     if (c->rank == 0)
-        kb_note(t, coll, bi, b, ran, msg[0], phase);
+        kb_note(t, coll, bi, b, ran, msg[0],
+                !was_settled ? "explore" : refining ? "refine" : "exploit");
     return AI_OK;
 }
 
