@@ -94,6 +94,11 @@ typedef struct ai_comm_config {
     int no_shm;              /* 1: never use shared memory (all TCP) */
 } ai_comm_config;
 
+/* A TCP port for store_port, for launchers: free on `host` (NULL:
+ * 127.0.0.1) now, and outside the kernel's ephemeral range, so that no
+ * outgoing connection takes it before rank 0 binds it. -1 if none. */
+int ai_rendezvous_port(const char *host);
+
 /* Create a communicator; collective over all `size` ranks. */
 ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t ai_comm_create_env(ai_comm **out);

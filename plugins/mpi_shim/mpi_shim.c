@@ -350,20 +350,6 @@ static int first_ipv4(char *out, size_t len)
     return found;
 }
 
-/* Can `port` be bound on every interface right now? */
-static int port_free(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1, ok;
-    if (fd < 0)
-        return 0;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY),
-                             .sin_port = htons((uint16_t)port)};
-    ok = bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
-    close(fd);
-    return ok;
-}
-
 static unsigned long long random64(void)
 {
     unsigned long long v = 0;
@@ -374,31 +360,6 @@ static unsigned long long random64(void)
             ((unsigned long long)getpid() << 40);
     }
     return v;
-}
-
-/* A port for the rendezvous store, chosen outside the kernel's ephemeral
- * range so that no rank's own (ephemeral) listener can take it before
- * rank 0 binds it; 0 if none was found. */
-static int pick_port(void)
-{
-    int lo = 32768, hi = 60999;
-    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2)
-            lo = 32768, hi = 60999;
-        fclose(f);
-    }
-    int base = 1024, span = lo - 1024; /* [1024, lo) */
-    if (span < 1000) {                     /* else above the range */
-        base = hi + 1;
-        span = 65535 - hi;
-    }
-    for (int attempt = 0; span > 0 && attempt < 64; attempt++) {
-        int port = base + (int)(random64() % (unsigned long long)span);
-        if (port_free(port))
-            return port;
-    }
-    return 0;
 }
 
 /* Rank 0: the rendezvous host, port and job token, as "host port token";
@@ -429,7 +390,7 @@ static void rendezvous_offer(char *msg, size_t len)
     } else if (!first_ipv4(host, sizeof host)) {
         snprintf(host, sizeof host, "127.0.0.1");
     }
-    if (!port && !(port = pick_port())) {
+    if (!port && (port = ai_rendezvous_port(host)) < 0) {
         snprintf(msg, len, "!found no free TCP port for the rendezvous");
         return;
     }

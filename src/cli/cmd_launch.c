@@ -34,22 +34,21 @@
  * replaced by the rank's host name, and --store-host sets the address in
  * AUTOINFRA_ADDR that the other namespaces can reach rank 0 on.
  *
- * This file uses nothing from the runtime library.
+ * From the runtime library it uses only ai_rendezvous_port(), which picks
+ * the rendezvous port as the MPI shim does.
  */
+#include "autoinfra.h"
 #include "cli.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -325,28 +324,6 @@ static int find_program(const char *name)
     return err;
 }
 
-/* Bind port 0 on 127.0.0.1 and give it back: the kernel picks a port nobody
- * uses now. Another process could take it before rank 0 binds it; --port
- * avoids the race where that matters. */
-static int pick_free_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int port = -1;
-    if (fd < 0)
-        return -1;
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    sa.sin_port = 0;
-    if (!bind(fd, (struct sockaddr *)&sa, sizeof sa) &&
-        !getsockname(fd, (struct sockaddr *)&sa, &len))
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
-}
-
 static int make_token(char out[33])
 {
     unsigned char raw[16];
@@ -465,7 +442,9 @@ static int launch_prepare(launch_job *j)
         launch_err("cannot read /dev/urandom for the job token: %s", strerror(errno));
         return 1;
     }
-    if (!port && (port = pick_free_port()) < 0) {
+    /* Checked on this host's loopback: a --store-host may live in another
+     * network namespace (the testbed's); the range is what keeps it free. */
+    if (!port && (port = ai_rendezvous_port(NULL)) < 0) {
         launch_err("cannot find a free TCP port on 127.0.0.1: %s (use --port)", strerror(errno));
         return 1;
     }

@@ -20,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DATA_HELLO_MAGIC 0x50444941u /* "AIDP" */
@@ -49,6 +51,64 @@ ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out)
     *addr_out = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
     freeaddrinfo(res);
     return AI_OK;
+}
+
+/* Bind `port` on `addr` (0: the kernel picks) with SO_REUSEADDR, as rank 0
+ * binds its store, so a TIME_WAIT left by an earlier job does not count as
+ * taken; give back the port bound, or -1. */
+static int try_port(uint32_t addr, int port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = addr,
+                             .sin_port = htons((uint16_t)port)};
+    socklen_t len = sizeof sa;
+    int one = 1, got = -1;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (!bind(fd, (struct sockaddr *)&sa, sizeof sa) &&
+        !getsockname(fd, (struct sockaddr *)&sa, &len))
+        got = ntohs(sa.sin_port);
+    close(fd);
+    return got;
+}
+
+/* A port the kernel hands out for bind(0) comes from the ephemeral range
+ * (net.ipv4.ip_local_port_range), where any process's outgoing connect may
+ * take it as its source port before rank 0 binds it: test_bench once lost
+ * that race to a concurrent job's ranks. So draw at random from [10000, low
+ * end of that range), or above it if that span is small: ports the kernel
+ * never assigns on its own, where only an explicit bind can collide. */
+int ai_rendezvous_port(const char *host)
+{
+    enum { LOWEST = 10000, MIN_SPAN = 1000, TRIES = 64 };
+    uint32_t addr;
+    int lo = 32768, hi = 60999; /* Linux's default range */
+    int base = LOWEST, span;
+    uint64_t x = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f) {
+        if (fscanf(f, "%d %d", &lo, &hi) != 2)
+            lo = 32768, hi = 60999;
+        fclose(f);
+    }
+    if (comm_resolve_ipv4(host ? host : "127.0.0.1", &addr) != AI_OK)
+        return -1;
+    span = lo - LOWEST;
+    if (span < MIN_SPAN)
+        base = hi + 1, span = 65536 - base;
+    if (getrandom(&x, sizeof x, 0) != (ssize_t)sizeof x) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        x = ((uint64_t)getpid() << 32) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    }
+    for (int t = 0; span >= MIN_SPAN && t < TRIES; t++) {
+        int port = base + (int)(x % (uint64_t)span);
+        if (try_port(addr, port) == port)
+            return port;
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift64 */
+    }
+    return try_port(addr, 0); /* an odd range, or no luck: the kernel's pick */
 }
 
 ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out)
