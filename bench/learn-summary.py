@@ -12,7 +12,11 @@ when the choice is another arm, "judged"), the median of the last 8 auto
 calls over the oracle (tail), exploratory calls and the extra seconds the
 auto calls took over the oracle's time; a cold run made with --more: the arm
 the job settled on after those calls (what a warm run starts from), its
-refining calls and their extra seconds over the oracle's time. Warm: exploratory calls (goal 0),
+refining calls and their extra seconds over the oracle's time. "mean": the
+same ratio by mean times instead of medians (what a job pays over many
+calls; runs since session 10 record the calls): the choice's mean over the
+smallest mean of the confirmation, or of the judgement when judged. Warm:
+exploratory calls (goal 0),
 the arm the warm run ran against the oracle (goal <= 1.03; with nothing
 explored, every call ran it), the median of all its auto calls, the single
 first call and the median of the first five over the oracle (single calls
@@ -49,6 +53,18 @@ def median(xs):
 def geomean(xs):
     xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
+
+
+def mean_ratio(r):
+    """The choice / oracle ratio by mean times (nan without recorded calls)."""
+    mean = lambda xs: sum(xs) / len(xs)
+    j = r.get("judge")
+    if j and j.get("choice_calls_us"):
+        return mean(j["choice_calls_us"]) / mean(j["oracle_calls_us"])
+    conf = [a for a in r.get("confirm") or [] if a.get("calls_us")]
+    key = (r["choice"]["algo"], r["choice"]["chunk_bytes"], r["choice"]["channels"])
+    mine = [mean(a["calls_us"]) for a in conf if (a["algo"], a["chunk_bytes"], a["channels"]) == key]
+    return mine[0] / min(mean(a["calls_us"]) for a in conf) if mine else float("nan")
 
 
 def fill_from_cold(rows, cold_path):
@@ -98,16 +114,16 @@ def main(paths):
                                                       r["oracle"]["time_us"], r["tail_ratio"],
                                                       r["recovered_after"]))
             continue
-        print("%8s %-30s %10s %-30s %7s %7s %7s %5s %9s" % ("size", "oracle", "us", "choice", "ratio",
-                                                           "first", "tail", "expl", "extra_s"))
+        print("%8s %-30s %10s %-30s %7s %7s %7s %7s %5s %9s" % (
+            "size", "oracle", "us", "choice", "ratio", "mean", "first", "tail", "expl", "extra_s"))
         ok, extra = 0, 0.0
         for r in rows:
             o = r["oracle"]["time_us"]
             ok += r["choice_ratio"] <= 1.05
             extra += r["explore_extra_s"]
-            print("%8s %-30s %10.0f %-30s %7.3f %7.3f %7.3f %5d %9.3f%s" % (
+            print("%8s %-30s %10.0f %-30s %7.3f %7.3f %7.3f %7.3f %5d %9.3f%s" % (
                 size(r["bytes"]), arm(r["oracle"]), o, arm(r["choice"]), r["choice_ratio"],
-                r["first_us"] / o, r["tail_ratio"], r["choice"]["explored"], r["explore_extra_s"],
+                mean_ratio(r), r["first_us"] / o, r["tail_ratio"], r["choice"]["explored"], r["explore_extra_s"],
                 "  judged" if r.get("judge") else ""))
         print("choice within 5%% of the oracle: %d of %d sizes; geomean choice/oracle %.3f, "
               "tail/oracle %.3f; extra time over the oracle in the auto calls %.2f s" % (
@@ -128,6 +144,10 @@ def main(paths):
         if kind == "warm":
             first5 = [median(r["calls_us"][:5]) / r["oracle"]["time_us"] for r in rows]
             every = [median(r["calls_us"]) / r["oracle"]["time_us"] for r in rows]
+            by_mean = [mean_ratio(r) for r in rows]
+            if all(math.isfinite(x) for x in by_mean):
+                print("warm: arm within 3%% of the oracle by mean times: %d of %d" % (
+                    sum(x <= 1.03 for x in by_mean), len(rows)))
             print("warm: exploratory calls %d; arm within 3%% of the oracle: %d of %d; "
                   "median of all its calls within 3%%: %d of %d (geomean %.3f); "
                   "single first call within 3%%: %d of %d; "

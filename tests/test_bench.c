@@ -199,10 +199,27 @@ static int same_arm(json_t *a, json_t *b)
                json_integer_value(json_object_get(b, "channels"));
 }
 
+/* The median of a JSON array of n numbers (asserts there are n). */
+static double json_median(const json_t *a, size_t n)
+{
+    double v[8];
+    assert_int_equal(json_array_size(a), n);
+    assert_true(n >= 1 && n <= 8);
+    for (size_t i = 0; i < n; i++) {
+        double x = json_number_value(json_array_get(a, i));
+        size_t k = i;
+        for (; k > 0 && v[k - 1] > x; k--)
+            v[k] = v[k - 1];
+        v[k] = x;
+    }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* Checks one line of `bench --learn --json`: the confirmation's fastest arm
  * is the oracle and it times the learner's choice too; when the choice is
  * another arm, the judgement's calls give both times; with --more, what
- * the job settled on after them (its exploration only grew). Returns the
+ * the job settled on after them (its exploration only grew); the calls
+ * behind each median are there (3 confirmation rounds). Returns the
  * line's confirmation (a new reference) for the caller. */
 static json_t *check_learn_line(const char *l, int calls, int more, int swept)
 {
@@ -237,6 +254,7 @@ static json_t *check_learn_line(const char *l, int calls, int more, int swept)
     json_array_foreach(confirm, i, v) {
         double t = json_number_value(json_object_get(v, "time_us"));
         assert_true(t > 0);
+        assert_float_equal(json_median(json_object_get(v, "calls_us"), 3), t, 1e-3 * t);
         if (t < best) {
             best = t;
             has_oracle = same_arm(v, oracle);
@@ -256,6 +274,10 @@ static json_t *check_learn_line(const char *l, int calls, int more, int swept)
         assert_int_equal(json_integer_value(json_object_get(judge, "rounds")), 4);
         assert_float_equal(oracle_us, json_number_value(json_object_get(judge, "oracle_us")), 1e-3);
         assert_float_equal(choice_us, json_number_value(json_object_get(judge, "choice_us")), 1e-3);
+        assert_float_equal(json_median(json_object_get(judge, "oracle_calls_us"), 4), oracle_us,
+                           1e-3 * oracle_us);
+        assert_float_equal(json_median(json_object_get(judge, "choice_calls_us"), 4), choice_us,
+                           1e-3 * choice_us);
     }
     assert_float_equal(ratio, choice_us / oracle_us, 1e-3);
     json_incref(confirm);

@@ -806,16 +806,30 @@ static double median(const double *t, int n)
 #define LEARN_MAX_ARMS 64
 #define LEARN_CONFIRM 3 /* the sweep's best arms timed again with the choice */
 
-/* A JSON list of arms (arms[idx[i]], or arms[i] without idx) and times. */
-static void print_arms(const ai_algo_opts *arms, const double *us, const int *idx, int n)
+/* ,"KEY":[...] of n times in seconds, printed in microseconds. */
+static void print_times(const char *key, const double *t, int n)
+{
+    printf(",\"%s\":[", key);
+    for (int i = 0; i < n; i++)
+        printf("%s%.6g", i ? "," : "", t[i] * 1e6);
+    printf("]");
+}
+
+/* A JSON list of arms (arms[idx[i]], or arms[i] without idx) and times;
+ * with `raw`, arm i's `rounds` calls are raw[i * rounds ...]. */
+static void print_arms(const ai_algo_opts *arms, const double *us, const int *idx, int n,
+                       const double *raw, int rounds)
 {
     printf("[");
     for (int i = 0; i < n; i++) {
         const ai_algo_opts *a = &arms[idx ? idx[i] : i];
         printf("%s{", i ? "," : "");
         json_str(stdout, "algo", a->algo);
-        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", a->chunk_bytes,
+        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g", a->chunk_bytes,
                a->channels, us[i]);
+        if (raw && rounds > 0)
+            print_times("calls_us", raw + (size_t)i * (size_t)rounds, rounds);
+        printf("}");
     }
     printf("]");
 }
@@ -1084,15 +1098,17 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
         printf(isfinite(vals[k]) ? ",\"%s\":%.6g" : ",\"%s\":null", keys[k], vals[k]);
     if (n1 > 0)
         printf(",\"drift_after\":%d,\"recovered_after\":%d", n1, recovered);
-    printf(",\"calls_us\":[");
-    for (int i = 0; i < n; i++)
-        printf("%s%.6g", i ? "," : "", t[i] * 1e6);
-    printf("],\"judge\":");
-    if (judged)
-        printf("{\"rounds\":%d,\"choice_us\":%.6g,\"oracle_us\":%.6g}", o->judge, chosen_us,
+    print_times("calls_us", t, n);
+    printf(",\"judge\":");
+    if (judged) {
+        printf("{\"rounds\":%d,\"choice_us\":%.6g,\"oracle_us\":%.6g", o->judge, chosen_us,
                oracle);
-    else
+        print_times("choice_calls_us", jt, o->judge);
+        print_times("oracle_calls_us", jt + o->judge, o->judge);
+        printf("}");
+    } else {
         printf("null");
+    }
     printf(",\"more\":");
     if (o->more > 0) {
         double more_extra = 0, *tm = t + n;
@@ -1107,9 +1123,9 @@ static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *can
         printf("null");
     }
     printf(",\"arms\":");
-    print_arms(arms, arm_us, NULL, swept);
+    print_arms(arms, arm_us, NULL, swept, NULL, 0);
     printf(",\"confirm\":");
-    print_arms(arms, conf_us, cand, nc);
+    print_arms(arms, conf_us, cand, nc, at, rounds);
     printf("}\n");
     fflush(stdout);
 out:
