@@ -53,24 +53,16 @@ ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out)
     return AI_OK;
 }
 
-/* Bind `port` on `addr` (0: the kernel picks) with SO_REUSEADDR, as rank 0
- * binds its store, so a TIME_WAIT left by an earlier job does not count as
- * taken; give back the port bound, or -1. */
+/* Can `port` (0: the kernel picks) be listened on at `addr`, as rank 0
+ * will? The port, or -1. */
 static int try_port(uint32_t addr, int port)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = addr,
-                             .sin_port = htons((uint16_t)port)};
-    socklen_t len = sizeof sa;
-    int one = 1, got = -1;
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    uint16_t p = (uint16_t)port;
+    int fd;
+    if (comm_tcp_listen(addr, &fd, &p) != AI_OK)
         return -1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (!bind(fd, (struct sockaddr *)&sa, sizeof sa) &&
-        !getsockname(fd, (struct sockaddr *)&sa, &len))
-        got = ntohs(sa.sin_port);
     close(fd);
-    return got;
+    return p;
 }
 
 /* A port the kernel hands out for bind(0) comes from the ephemeral range
@@ -83,15 +75,13 @@ int ai_rendezvous_port(const char *host)
 {
     enum { LOWEST = 10000, MIN_SPAN = 1000, TRIES = 64 };
     uint32_t addr;
-    int lo = 32768, hi = 60999; /* Linux's default range */
-    int base = LOWEST, span;
+    int lo, hi, base = LOWEST, span;
     uint64_t x = 0;
     FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
-    if (f) {
-        if (fscanf(f, "%d %d", &lo, &hi) != 2)
-            lo = 32768, hi = 60999;
+    if (!f || fscanf(f, "%d %d", &lo, &hi) != 2)
+        lo = 32768, hi = 60999; /* Linux's default range */
+    if (f)
         fclose(f);
-    }
     if (comm_resolve_ipv4(host ? host : "127.0.0.1", &addr) != AI_OK)
         return -1;
     span = lo - LOWEST;
