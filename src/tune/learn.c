@@ -11,18 +11,19 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls all ranks run one 40-byte MAX allreduce carrying each rank's
+ * of calls all ranks run one 48-byte MAX allreduce carrying each rank's
  * mean time over the window (the max is the slowest rank's, the time that
- * counts) and rank 0's orders: the arm for the next calls, the incumbent
- * (the arm a settled bucket exploits), what the agreement costs against a
- * call, and whether to re-measure the links.
+ * counts), each rank's vote for a short next window (its own time looks
+ * like a drift strike), and rank 0's orders: the arm for the next calls,
+ * the incumbent (the arm a settled bucket exploits), what the agreement
+ * costs against a call, and whether to re-measure the links.
  * Rank 0 decides the next arm from what it knows plus its own time of this
  * window (the agreed time arrives with the same message).
  *
  * Windows: 1 call while exploring. Once settled, long enough for the
  * agreement to cost at most TUNE_AGREE_SHARE of the window, a share halved
- * after every quiet window (no drift strike) down to an eighth; when rank
- * 0's own time looks like a strike, the next window is the shortest. On T1 at
+ * after every quiet window (no drift strike) down to an eighth; when any
+ * rank's own time looks like a strike, the next window is the shortest. On T1 at
  * 64-256 KiB the agreement (50-230 us with the wait for the slowest rank)
  * against 1.6-6.4 ms calls had cost `auto` 0.4-1%; a quiet bucket now pays
  * about 0.2%. Drift shows in the first long window after it, and the
@@ -546,7 +547,17 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     double mine = b->win_sum / b->win_calls;
     int ran = b->cur, calls = b->win_calls, was_settled = b->settled, next_explores = 0;
     int refining = was_settled && b->exploring; /* rank 0: this window ran a rival */
-    double msg[5] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
+    /* Every rank's vote: when its own time of this window looks like a
+     * strike, the next window is the shortest, so that a drift is
+     * confirmed or not within a few calls. Deciding it on rank 0's time
+     * alone missed drifts the slowest rank saw: on T4 at 64 KiB, g1000-0
+     * at a quarter, the agreed windows were 1.25-1.7x slower, rank 0's
+     * own less, and the windows after the first slow one stayed 18-32
+     * calls long (session 10). The votes only shorten a window; strikes
+     * and the order to measure the links stay with rank 0, whose
+     * posteriors hold the KB's knowledge. */
+    double msg[6] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
+                     strikes_out(c, b, ran, log(mine), calls)};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
@@ -580,15 +591,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         next_explores = next != best;
         msg[1] = next;
         msg[4] = best;
-        /* The share shrinks while the bucket is quiet. When our own time
-         * looks like a strike, the next window is the shortest: a drift
-         * is confirmed or not within a few calls. (It was as long as the
-         * agreement's share allowed, and a slowed link slows the
-         * agreement too: on T1 at 64 KiB, n-3 at a quarter, the window
-         * after the second strike had 21 calls.) */
-        int own = strikes_out(c, b, ran, log(mine), calls);
+        /* The share shrinks while the bucket is quiet (the votes below
+         * can still make the next window the shortest). */
         int quiet = rival >= 0 ? 0 : b->quiet;
-        msg[2] = !settle ? -1 : own ? 0 : b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet);
+        msg[2] = !settle ? -1 : b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet);
         /* A drift must last: a few milliseconds of the OS's jitter made
          * two short windows on shared memory (4 calls of 0.5 ms) 1.5-2x
          * slow, and measuring the links and learning again costs far
@@ -608,15 +614,17 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 5, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 6, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     b->agree_s = t->agree_s = ai_now() - t0;
     if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
-          msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO))))
+          msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
+          (msg[5] == 0 || msg[5] == 1)))
         return ai_fail(AI_ERR_PROTO,
-                       "learner: invalid agreement message (arm %g, incumbent %g, cost %g)",
-                       msg[1], msg[4], msg[2]);
+                       "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
+                       "vote %g)",
+                       msg[1], msg[4], msg[2], msg[5]);
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
@@ -645,7 +653,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     b->inc = (int)msg[4];
     b->exploring = next_explores;
     b->settled = b->info.settled = msg[2] >= 0;
-    b->win_len = b->settled ? window(msg[2]) : 1;
+    b->win_len = !b->settled ? 1 : msg[5] > 0 ? TUNE_WINDOW : window(msg[2]);
     b->win_calls = 0;
     b->win_sum = 0;
     if (msg[3] == CMD_REPROBE) {
