@@ -21,12 +21,16 @@ the arm the warm run ran against the oracle (goal <= 1.03; with nothing
 explored, every call ran it), the median of all its auto calls, the single
 first call and the median of the first five over the oracle (single calls
 carry the machine's noise); a warm run made with --no-sweep is compared
-with the cold run's sweep. Drift: the call after the reshape from which
+with the cold run's sweep. Several warm runs of one scenario (learn-NAME-warm,
+-warm2, ...: learn-eval --warm N, the same second job in N processes): each
+size's ratio in every run and their median, the figure judged against 3%
+(one run's judgement moves by 3-5% between processes at T1's near ties). Drift: the call after the reshape from which
 every median of 5 calls stays within 10% of the new oracle (goal < 64).
 """
 import json
 import math
 import os
+import re
 import sys
 
 
@@ -90,10 +94,41 @@ def fill_from_cold(rows, cold_path):
         r["explore_extra_s"] = sum(t - o for t in r["calls_us"]) * 1e-6
 
 
+def warm_runs(runs):
+    """Several warm runs of one scenario: each size's ratio per run, and
+    the median over the runs."""
+    for name, files in sorted(runs.items()):
+        if len(files) < 2:
+            continue
+        files.sort(key=lambda f: f[0])
+        sizes = sorted({r["bytes"] for _, rows in files for r in rows})
+        print("\n== %s: %d warm runs, choice / oracle per run (goal <= 1.03 by the median)" % (
+            name, len(files)))
+        print("%8s %-30s %s %8s" % ("size", "arm", " ".join("%7s" % ("run%d" % k) for k, _ in files),
+                                    "median"))
+        ok, arms_differ = 0, 0
+        for b in sizes:
+            rs = [next((r for r in rows if r["bytes"] == b), None) for _, rows in files]
+            ratios = [r["choice_ratio"] if r else float("nan") for r in rs]
+            arms = {arm(r["choice"]) for r in rs if r}
+            arms_differ += len(arms) > 1
+            med = median([x for x in ratios if math.isfinite(x)]) if any(map(math.isfinite, ratios)) \
+                else float("nan")
+            ok += med <= 1.03
+            print("%8s %-30s %s %8.3f" % (size(b), " ".join(sorted(arms)),
+                                          " ".join("%7.3f" % x for x in ratios), med))
+        print("warm runs: arm within 3%% of the oracle by the median over %d runs: %d of %d; "
+              "per run: %s; sizes where the runs ran different arms: %d" % (
+                  len(files), ok, len(sizes),
+                  ", ".join("%d" % sum(r["choice_ratio"] <= 1.03 for r in rows) for _, rows in files),
+                  arms_differ))
+
+
 def main(paths):
     if not paths:
         print(__doc__)
         return 2
+    runs = {}
     for p in paths:
         kind = "cold" if "-cold" in p else "warm" if "-warm" in p else "drift" if "-drift" in p else "run"
         try:
@@ -104,7 +139,10 @@ def main(paths):
         if not rows:
             continue
         if kind == "warm" and any(r["oracle"] is None for r in rows):
-            fill_from_cold(rows, p.replace("-warm", "-cold"))
+            fill_from_cold(rows, re.sub(r"-warm\d*", "-cold", p))
+        m = re.search(r"(.*)-warm(\d*)\.jsonl$", os.path.basename(p))
+        if kind == "warm" and m:
+            runs.setdefault(m.group(1), []).append((int(m.group(2) or 1), rows))
         print("\n== %s (%s): %s, %d ranks on %d hosts" % (os.path.basename(p), kind, rows[0]["coll"],
                                                           rows[0]["ranks"], rows[0]["hosts"]))
         if kind == "drift":
@@ -157,6 +195,7 @@ def main(paths):
                       sum(x <= 1.03 for x in every), len(rows), geomean(every),
                       sum(r["first_us"] <= 1.03 * r["oracle"]["time_us"] for r in rows), len(rows),
                       sum(x <= 1.03 for x in first5), len(rows), geomean(first5)))
+    warm_runs(runs)
     return 0
 
 
