@@ -72,9 +72,16 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
  * prior of every arm the model costs. Likewise what the KB knew is right
  * about arms against each other more than about the level: another job
  * calls back to back where the KB learned calls apart, or shares the
- * machine. So the residual of the known arms this job ran moves the known
- * arms it has not run (those it ran follow their own data: drift must
- * still show against what the KB knew). Arms nobody can cost and nobody has
+ * machine. So the residual of the known arms this job ran moves the prior
+ * of every known arm, as the model's shared error moves every arm the
+ * model costs. (Until session 11 it moved only the arms the job had not
+ * run: the arm it ran stayed near the KB's tight prior, a few calls
+ * moving it 7% of the offset where the level moved 67%, so a warm job
+ * running 5% faster than the KB saw the arms it had not run 3% ahead of
+ * its own and switched to a near tie it never measured.) Drift still
+ * shows: a window is tested against the arm's posterior before it is
+ * counted, and the level follows the job's calls only as fast as the
+ * decayed sums do. Arms nobody can cost and nobody has
  * measured yet are assumed as fast as the best measured arm, with a wide
  * spread: optimism that gets each of them tried early. */
 void bandit_update(tune_bandit *b)
@@ -97,9 +104,9 @@ void bandit_update(tune_bandit *b)
     b->noise2 = ss / dof;
     for (int i = 0; i < b->narms; i++) {
         tune_arm_stat *a = &b->arm[i];
-        double m0 = a->m0 + (b->source[i] == PRIOR_MODEL              ? b->bias
-                             : b->source[i] == PRIOR_KB && a->w == 0 ? b->level
-                                                                     : 0);
+        double m0 = a->m0 + (b->source[i] == PRIOR_MODEL ? b->bias
+                             : b->source[i] == PRIOR_KB  ? b->level
+                                                         : 0);
         a->v = 1 / (1 / a->v0 + a->w / b->noise2);
         a->m = a->v * (m0 / a->v0 + a->sy / b->noise2);
     }

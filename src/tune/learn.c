@@ -356,9 +356,19 @@ static void kb_flush(tuner *t)
             tune_bucket *b = t->b[k][i];
             if (!b || !b->dirty)
                 continue;
+            /* Only the arms this job measured: an arm known from the KB
+             * that it did not run has this job's level in its posterior
+             * (bandit_update), a guess, not a measurement. Written back,
+             * a warm job whose arm ran at a transient 1.3x (T1 at 64 KiB,
+             * session 10) had left every other arm of the bucket 1.3x
+             * slower in the KB for the jobs after it. */
+            tune_arm_stat ran[TUNE_MAX_ARMS];
+            int nran = 0;
+            for (int a = 0; a < b->s.narms; a++)
+                if (b->s.arm[a].w > 0)
+                    ran[nran++] = b->s.arm[a];
             if (st == AI_OK)
-                st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, b->s.arm,
-                                   b->s.narms, &b->info);
+                st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, ran, nran, &b->info);
             b->dirty = 0;
             nb++;
         }
