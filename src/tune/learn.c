@@ -359,9 +359,9 @@ static void kb_flush(tuner *t)
             /* Only the arms this job measured: an arm known from the KB
              * that it did not run has this job's level in its posterior
              * (bandit_update), a guess, not a measurement. Written back,
-             * a warm job whose arm ran at a transient 1.3x (T1 at 64 KiB,
-             * session 10) had left every other arm of the bucket 1.3x
-             * slower in the KB for the jobs after it. */
+             * a warm job on T1 (session 11) had moved every other arm of
+             * each bucket by 0.4-2.5%, their sample counts unchanged, for
+             * the jobs after it to take as knowledge. */
             tune_arm_stat ran[TUNE_MAX_ARMS];
             int nran = 0;
             for (int a = 0; a < b->s.narms; a++)
