@@ -112,8 +112,8 @@ def warm_runs(runs):
             ratios = [r["choice_ratio"] if r else float("nan") for r in rs]
             arms = {arm(r["choice"]) for r in rs if r}
             arms_differ += len(arms) > 1
-            med = median([x for x in ratios if math.isfinite(x)]) if any(map(math.isfinite, ratios)) \
-                else float("nan")
+            finite = [x for x in ratios if math.isfinite(x)]
+            med = median(finite) if finite else float("nan")
             ok += med <= 1.03
             print("%8s %-30s %s %8.3f" % (size(b), " ".join(sorted(arms)),
                                           " ".join("%7.3f" % x for x in ratios), med))
