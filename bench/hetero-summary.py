@@ -4,7 +4,7 @@ autoinfra `auto` against Open MPI's default (geometric mean over sizes and
 scenarios), against Open MPI's best forced algorithm, and against the best
 of every peer from 4 MiB up; and autoinfra's best against the bound.
 
-    bench/hetero-summary.py [--fastest] bench/results/hetero-T1.json ...
+    bench/hetero-summary.py [--fastest] bench/results/hetero/compare-T1.json ...
 
 An argument PEERS.json+AUTOINFRA.json takes the peers' rows from the first
 file and autoinfra's from the second (autoinfra re-run alone on the same

@@ -14,7 +14,7 @@ auto calls took over the oracle's time; a cold run made with --more: the arm
 the job settled on after those calls (what a warm run starts from), its
 refining calls and their extra seconds over the oracle's time. "mean": the
 same ratio by mean times instead of medians (what a job pays over many
-calls; runs since session 10 record the calls): the choice's mean over the
+calls; from runs that record the calls): the choice's mean over the
 smallest mean of the confirmation, or of the judgement when judged. Warm:
 exploratory calls (goal 0),
 the arm the warm run ran against the oracle (goal <= 1.03; with nothing
