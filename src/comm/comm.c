@@ -3,8 +3,8 @@
  * rendezvous, host grouping, then the transports (shared memory within a
  * host, TCP across hosts).
  */
-#include "comm/probe.h"
-#include "comm/transport.h"
+#include "comm/select/probe.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

@@ -49,7 +49,7 @@
  *    checks ("... cannot be applied").
  */
 #include "autoinfra.h"
-#include "comm/algos.h" /* ALGO_DEFAULT_SEGMENT (our pipelines' segment when chunk is 0), is_pow2 */
+#include "comm/algo/algos.h" /* ALGO_DEFAULT_SEGMENT (our pipelines' segment when chunk is 0), is_pow2 */
 #include "util/util.h"
 
 #include <jansson.h>

@@ -46,9 +46,9 @@
  * knowledge base, batched (kb_flush); a later job with the same
  * fingerprint starts warm.
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
-#include "comm/select.h"
+#include "comm/algo/algos.h"
+#include "comm/select/probe.h"
+#include "comm/select/select.h"
 #include "tune/tune.h"
 
 #include <math.h>

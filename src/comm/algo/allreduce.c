@@ -13,7 +13,7 @@
  *                      among leaders, broadcast within each host: only the
  *                      leaders touch the (slow) network.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 /* --------------------------------------------------------------- ring */
 

@@ -13,7 +13,7 @@
  *                      among the leaders (one message per host per step),
  *                      broadcast within each host.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 #define GATHER_BATCH 16 /* requests in flight at a host leader */
 

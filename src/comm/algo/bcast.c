@@ -12,7 +12,7 @@
  *  hierarchical       among the host leaders (the root leads its host),
  *                     then within each host.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 #define MAX_TREE_CHILDREN 32 /* binomial fan-out is at most log2(INT_MAX) */
 

@@ -10,7 +10,7 @@
  *                     receive-reduces rank-k's contribution: no forwarding,
  *                     no scratch, p-1 steps.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 ai_status_t comm_ring_reduce_scatter(ai_comm *c, const coll_args *a)
 {

@@ -13,7 +13,7 @@
  * The cores are written for root index 0 of a group; the algorithms rotate
  * the communicator so the root is index 0.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 ai_status_t comm_core_binomial_reduce(ai_comm *c, const comm_group *g, const void *in, void *acc,
                                       size_t count, ai_dtype dt, ai_op op)

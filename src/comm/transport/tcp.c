@@ -8,7 +8,7 @@
  * anything else that connects (wrong token, garbage, a stranger) is logged
  * and dropped without disturbing the job.
  */
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -16,8 +16,8 @@
  * The result is cached in the communicator; ai_comm_links(refresh=1)
  * measures again (after the network changed).
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
+#include "comm/algo/algos.h"
+#include "comm/select/probe.h"
 #include "model/model_net.h"
 
 #include <math.h>

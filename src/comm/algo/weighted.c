@@ -20,8 +20,8 @@
  * back from it at the end (as in the hierarchical algorithm), so only
  * leaders use the network.
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
+#include "comm/algo/algos.h"
+#include "comm/select/probe.h"
 #include "model/model_net.h"
 
 #include <math.h>
