@@ -76,6 +76,11 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
 /* Local reduction: dst[i] = a[i] op b[i]. dst may equal a or b. op != AVG. */
 void comm_reduce_local(void *dst, const void *a, const void *b, size_t count,
                        ai_dtype dt, ai_op op);
+/* comm_reduce_local without the x86 SIMD paths (kernel/reduce_local.c), so tests can
+ * check the portable kernels on machines that have those paths. */
+void comm_reduce_local_portable(void *dst, const void *a, const void *b, size_t count,
+                                ai_dtype dt, ai_op op);
+
 /* buf[i] /= divisor (AVG's final step; integer types divide truncating). */
 void comm_scale_div(void *buf, size_t count, ai_dtype dt, int divisor);
 
@@ -180,7 +185,7 @@ typedef struct coll_algo {
     coll_algo_fn run;
 } coll_algo;
 
-/* The registry (algos.c). Lookup by name returns NULL when unknown. */
+/* The registry (algo/registry.c). Lookup by name returns NULL when unknown. */
 const coll_algo *comm_algo_find(ai_coll coll, const char *name);
 
 #endif

@@ -16,7 +16,7 @@
  * The result is cached in the communicator; ai_comm_links(refresh=1)
  * measures again (after the network changed).
  */
-#include "comm/algo/algos.h"
+#include "comm/algo/core.h"
 #include "comm/select/probe.h"
 #include "model/model_net.h"
 
@@ -104,7 +104,8 @@ static ai_status_t share(ai_comm *c, const comm_group *g, comm_links *l)
         return st;
     memcpy(both + 2 * H * (size_t)g->me, l->bw_Bps + H * (size_t)g->me, H * sizeof(double));
     memcpy(both + 2 * H * (size_t)g->me + H, l->lat_s + H * (size_t)g->me, H * sizeof(double));
-    if ((st = comm_core_ring_allgather(c, g, both, NULL, 2 * H * sizeof(double))) != AI_OK)
+    comm_blocks B = {NULL, H, 2 * H * sizeof(double)};
+    if ((st = comm_core_ring_allgather(c, g, both, &B, g->me)) != AI_OK)
         return st;
     for (size_t i = 0; i < H; i++) {
         memcpy(l->bw_Bps + H * i, both + 2 * H * i, H * sizeof(double));
