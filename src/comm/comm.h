@@ -185,7 +185,6 @@ typedef struct coll_algo {
     coll_algo_fn run;
 } coll_algo;
 
-/* The registry (algo/registry.c). Lookup by name returns NULL when unknown. */
-const coll_algo *comm_algo_find(ai_coll coll, const char *name);
+/* The registry: comm/algo_registry.h. */
 
 #endif

@@ -49,7 +49,7 @@
  *    checks ("... cannot be applied").
  */
 #include "autoinfra.h"
-#include "comm/algo/algos.h" /* ALGO_DEFAULT_SEGMENT (our pipelines' segment when chunk is 0), is_pow2 */
+#include "comm/algo_registry.h" /* COMM_ALGO_DEFAULT_SEGMENT: our pipelines' segment when chunk is 0 */
 #include "util/util.h"
 
 #include <jansson.h>
@@ -57,6 +57,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Power-of-two communicator sizes: some Open MPI / MPICH algorithms
+ * require one. */
+static int nranks_pow2(int n)
+{
+    return n > 0 && (n & (n - 1)) == 0;
+}
 
 /* ------------------------------------------------------ reading the KB */
 
@@ -291,7 +298,7 @@ static const ompi_map *ompi_lookup(int target, const ai_kb_arm *a, int nranks)
             continue;
         if ((m->chunk == CH_ZERO && a->chunk_bytes) || (m->chunk == CH_SET && !a->chunk_bytes))
             continue;
-        if (m->pow2 && !is_pow2(nranks))
+        if (m->pow2 && !nranks_pow2(nranks))
             continue;
         return m;
     }
@@ -304,7 +311,7 @@ static long ompi_segsize(const ompi_map *m, const ai_kb_arm *a)
     case SEG_CHUNK:
         return (long)a->chunk_bytes;
     case SEG_PIPE:
-        return (long)(a->chunk_bytes ? a->chunk_bytes : ALGO_DEFAULT_SEGMENT);
+        return (long)(a->chunk_bytes ? a->chunk_bytes : COMM_ALGO_DEFAULT_SEGMENT);
     default:
         return 0;
     }
@@ -610,7 +617,7 @@ static const mpich_map *mpich_lookup(const char *target, const ai_kb_arm *a, int
         const char *t = m->target ? m->target : "";
         if (m->coll != a->coll || strcmp(m->ours, a->algo) || strcmp(t, target ? target : ""))
             continue;
-        if (m->pow2 && !is_pow2(nranks))
+        if (m->pow2 && !nranks_pow2(nranks))
             continue;
         return m;
     }

@@ -46,7 +46,7 @@
  * knowledge base, batched (kb_flush); a later job with the same
  * fingerprint starts warm.
  */
-#include "comm/algo/algos.h"
+#include "comm/algo_registry.h"
 #include "comm/select/probe.h"
 #include "comm/select/select.h"
 #include "tune/tune.h"

@@ -47,8 +47,4 @@ ai_status_t comm_bruck_alltoall(ai_comm *c, const coll_args *a);
 ai_status_t comm_dissemination_barrier(ai_comm *c, const coll_args *a);
 ai_status_t comm_tree_barrier(ai_comm *c, const coll_args *a);
 
-/* Registry access for coll.c (by index within a collective). */
-const coll_algo *comm_algo_at(ai_coll coll, int index);
-int comm_algo_count(ai_coll coll);
-
 #endif

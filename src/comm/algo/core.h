@@ -28,7 +28,7 @@
 #ifndef AI_COMM_ALGO_CORE_H
 #define AI_COMM_ALGO_CORE_H
 
-#include "comm/comm.h"
+#include "comm/algo_registry.h"
 
 #include <string.h>
 
@@ -43,7 +43,7 @@
  * that filling a pipeline of depth log2(p)..p costs little for MiB-sized
  * messages and that a segment fits in L2 while it is reduced and forwarded. */
 #define ALGO_SMALL_BYTES ((size_t)64 << 10)
-#define ALGO_DEFAULT_SEGMENT ((size_t)64 << 10)
+#define ALGO_DEFAULT_SEGMENT COMM_ALGO_DEFAULT_SEGMENT
 
 typedef struct comm_group {
     int n;           /* members */

@@ -6,7 +6,7 @@
  * Within one host, or before any measurement, the fixed rule in coll.c
  * decides. The learner (tune layer) later replaces both with evidence.
  */
-#include "comm/algo/algos.h"
+#include "comm/algo_registry.h"
 #include "comm/select/probe.h"
 #include "comm/select/select.h"
 #include "model/model_net.h"
