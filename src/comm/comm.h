@@ -143,10 +143,18 @@ struct ai_comm {
     comm_tuner tuner;    /* all NULL: no learner */
 };
 
-/* The communicator proper (comm.c); the public ai_comm_create* (tune layer)
- * wrap these and attach the learner. */
+/* The communicator proper (comm.c). The public communicator section of
+ * autoinfra.h is implemented above comm, in tune/communicator.c, which
+ * wraps these and attaches the learner. comm_destroy releases the tuner
+ * hook's context first (comm_tuner.release), then everything else; safe
+ * on a failed or partly created communicator, NULL is a no-op. */
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t comm_create_env(ai_comm **out);
+void comm_destroy(ai_comm *c);
+
+/* ai_rendezvous_port's work (transport/tcp.c): a free TCP port on host
+ * outside the kernel's ephemeral range, -1 if none. */
+int comm_tcp_free_port(const char *host);
 
 /* Mark failed (first error wins), tell peers, return `status`. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);

@@ -176,34 +176,3 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     *out = l;
     return AI_OK;
 }
-
-ai_status_t ai_comm_probe(ai_comm *c, int refresh)
-{
-    if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
-    c->call_seq++;
-    const comm_links *l;
-    ai_status_t st = comm_links_get(c, refresh, &l);
-    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d: link probe", c->rank);
-}
-
-ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *bw_GBps,
-                         double *lat_us)
-{
-    const comm_links *m = c->links;
-    if (!m)
-        return ai_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
-    if (from_host < 0 || to_host < 0 || from_host >= m->nhosts || to_host >= m->nhosts)
-        return ai_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
-                       m->nhosts - 1);
-    size_t at = (size_t)to_host * (size_t)m->nhosts + (size_t)from_host;
-    *bw_GBps = m->bw_Bps[at] / 1e9;
-    *lat_us = m->lat_s[at] * 1e6;
-    return AI_OK;
-}
-
-double ai_comm_host_bw_GBps(const ai_comm *c, int host)
-{
-    const comm_links *m = c->links;
-    return m && host >= 0 && host < m->nhosts ? m->host_Bps[host] / 1e9 : NAN;
-}
