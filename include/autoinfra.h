@@ -335,10 +335,18 @@ ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const ch
  * fingerprint as for the Open MPI export. */
 ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path);
 
-/* ---------------------------------------------------- clock (util/misc.c) */
+/* ------------------------------------- clock and sizes (util/misc.c) */
 
 /* Monotonic seconds. */
 double ai_now(void);
+
+/* A size, the one grammar of every size the CLI, the environment
+ * (AUTOINFRA_TUNE_MIN, AUTOINFRA_PROBE_BYTES, ...) and the plugins accept:
+ * digits, then an optional unit in any case, B; K, KB or KiB; M, MB or
+ * MiB; G, GB or GiB; T, TB or TiB; every unit a power of 1024 ("64KB" =
+ * "64K" = "64KiB" = 65536). No sign, no spaces, no fractions.
+ * AI_ERR_INVALID (ai_last_error says why) when malformed or too large. */
+ai_status_t ai_parse_size(const char *text, size_t *out);
 
 /* ------------ introspection: benchmarks and tests (tune/learn.c)
  * What the learner would run and which arms it weighs, for oracle sweeps
