@@ -94,9 +94,8 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
     ai_comm *c = calloc(1, sizeof *c);
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
     if (!c || !table) {
-        free(c);
-        free(table);
-        return ai_fail(AI_ERR_NOMEM, "communicator");
+        st = ai_fail(AI_ERR_NOMEM, "communicator");
+        goto err;
     }
     c->rank = cfg->rank;
     c->size = cfg->size;
