@@ -12,6 +12,11 @@
  *  - Output parameters come last and are written only on success.
  *  - Objects are created by *_create and released by *_destroy; after a failed
  *    *_create nothing needs releasing.
+ *
+ * Each section below is implemented in the one file its heading names
+ * (paths under src/). The last section, introspection, serves benchmarks
+ * and tests: it shows the learner's state and arm space, and is not part
+ * of what a training program needs.
  */
 #ifndef AUTOINFRA_H
 #define AUTOINFRA_H
@@ -26,7 +31,7 @@ extern "C" {
 #define AI_VERSION_MAJOR 0
 #define AI_VERSION_MINOR 1
 
-/* ------------------------------------------------------------------ status */
+/* ------------------------------------------------- status (util/status.c) */
 
 typedef enum ai_status {
     AI_OK = 0,
@@ -47,7 +52,7 @@ const char *ai_strerror(ai_status_t status);
 /* Detailed message of the last failure on the calling thread ("" if none). */
 const char *ai_last_error(void);
 
-/* ------------------------------------------------------------ data types */
+/* ---------------------------------- data types (comm/kernel/reduce_local.c) */
 
 typedef enum ai_dtype {
     AI_F32, AI_F64, AI_F16, AI_BF16, AI_I32, AI_I64, AI_U8, AI_DTYPE_COUNT
@@ -69,7 +74,7 @@ uint16_t ai_f32_to_f16(float f);
 float ai_bf16_to_f32(uint16_t h);
 uint16_t ai_f32_to_bf16(float f);
 
-/* ------------------------------------------------------------ communicator */
+/* -------------------------------------- communicator (tune/communicator.c) */
 
 typedef struct ai_comm ai_comm;
 
@@ -126,7 +131,7 @@ ai_status_t ai_comm_link(const ai_comm *comm, int from_host, int to_host,
 /* A host's bottleneck bandwidth (GB/s) as measured; NaN before a probe. */
 double ai_comm_host_bw_GBps(const ai_comm *comm, int host);
 
-/* ------------------------------------------------------------- collectives */
+/* ---------------------------------------------- collectives (comm/coll.c) */
 
 typedef enum ai_coll {
     AI_ALLREDUCE, AI_REDUCE_SCATTER, AI_ALLGATHER, AI_BROADCAST, AI_REDUCE,
@@ -173,7 +178,7 @@ ai_status_t ai_barrier(ai_comm *comm, const ai_algo_opts *opts);
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);
 
-/* ---- job level: specs, model, planner ---- */
+/* ------------------------ job level: specs, model, planner (plan/plan_api.c) */
 
 /*
  * The three specs of docs/formats.md. Loaders validate everything; on
@@ -237,9 +242,8 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out);
 ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *holdout, int as_json,
                               char **out);
 
-/* ---- end job level ---- */
-
-/* ---- cluster queries (the testbed and the network model's view) ---- */
+/* ------------------------------- cluster queries (plan/plan_cluster.c)
+ * The testbed's and the network model's view of a cluster. */
 
 typedef struct ai_node_info {
     char name[64];   /* "<group>-<index>" */
@@ -266,7 +270,7 @@ ai_status_t ai_cluster_rack(const ai_cluster *cluster, int index, ai_rack_info *
 ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_t bytes,
                                   int ranks_per_node, double *seconds);
 
-/* ---- learner and knowledge base (docs/learner.md) ---- */
+/* ------------------------------ learner and knowledge base (tune/kb.c) */
 
 /*
  * The learner behind `auto` (algorithm x chunk x channels per collective,
@@ -276,28 +280,6 @@ ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_
  * else $XDG_CACHE_HOME/autoinfra/kb.sqlite, else ~/.cache/autoinfra/kb.sqlite.
  * Rank 0 is the job's only writer.
  */
-
-/* The arm `auto` runs for the next call of this collective and size, the
- * same on every rank: once the learner has settled (after at most 32 calls
- * of a size bucket), its best arm; before, possibly an experiment; before
- * the learner has seen the size (or below AUTOINFRA_TUNE_MIN), the model's
- * or the fixed rule's choice. explored and explore_s count this job's
- * exploratory calls, on rank 0 (0 elsewhere). */
-typedef struct ai_choice {
-    char algo[32];
-    size_t chunk_bytes; /* 0: the algorithm's default */
-    int channels;       /* TCP connections used */
-    const char *source; /* "learned", "kb" (warm start), "model", "rule" */
-    int explored;       /* exploratory calls spent in this bucket */
-    double explore_s;   /* seconds they took beyond the best arm's mean */
-} ai_choice;
-ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
-/* The arms the learner weighs for calls of this collective and size (the
- * same list on every rank): up to max of them in out (names are static
- * strings); returns how many there are. For sweeps and oracles. */
-int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
-/* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
-ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
 
 typedef struct ai_kb ai_kb;
 
@@ -335,19 +317,63 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
 ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path);
 ai_status_t ai_kb_import_json(ai_kb *kb, const char *path);
 
-/* Teach other stacks (docs/exports.md): an Open MPI coll/tuned dynamic
- * rules file (use with --mca coll_tuned_use_dynamic_rules 1 --mca
- * coll_tuned_dynamic_rules_filename PATH), and an MPICH 4 collective
- * selection JSON file (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=PATH).
- * Each bucket gets the fastest arm the KB holds that the stack has;
- * fingerprint NULL: the one with the most samples. */
+/* ------------------------------- Open MPI export (tune/export/ompi.c) */
+
+/* Teach other stacks what the KB learned (docs/exports.md). Each bucket
+ * gets the fastest arm the KB holds that the stack has; fingerprint NULL:
+ * the one with the most samples.
+ *
+ * An Open MPI coll/tuned dynamic rules file (use with --mca
+ * coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename
+ * PATH). */
 ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const char *path);
+
+/* ---------------------------------- MPICH export (tune/export/mpich.c) */
+
+/* An MPICH 4 collective selection JSON file
+ * (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=PATH); buckets and
+ * fingerprint as for the Open MPI export. */
 ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path);
 
-/* ------------------------------------------------------------------ clock */
+/* ------------------------------------- clock and sizes (util/misc.c) */
 
 /* Monotonic seconds. */
 double ai_now(void);
+
+/* A size, the one grammar of every size the CLI, the environment
+ * (AUTOINFRA_TUNE_MIN, AUTOINFRA_PROBE_BYTES, ...) and the plugins accept:
+ * digits, then an optional unit in any case, B; K, KB or KiB; M, MB or
+ * MiB; G, GB or GiB; T, TB or TiB; every unit a power of 1024 ("64KB" =
+ * "64K" = "64KiB" = 65536). No sign, no spaces, no fractions.
+ * AI_ERR_INVALID (ai_last_error says why) when malformed or too large. */
+ai_status_t ai_parse_size(const char *text, size_t *out);
+
+/* ------------ introspection: benchmarks and tests (tune/learn.c)
+ * What the learner would run and which arms it weighs, for oracle sweeps
+ * (autoinfra bench --oracle, learn-eval) and tests. A training program
+ * does not need these: `auto` applies the same choice by itself. */
+
+/* The arm `auto` runs for the next call of this collective and size, the
+ * same on every rank: once the learner has settled (after at most 32 calls
+ * of a size bucket), its best arm; before, possibly an experiment; before
+ * the learner has seen the size (or below AUTOINFRA_TUNE_MIN), the model's
+ * or the fixed rule's choice. explored and explore_s count this job's
+ * exploratory calls, on rank 0 (0 elsewhere). */
+typedef struct ai_choice {
+    char algo[32];
+    size_t chunk_bytes; /* 0: the algorithm's default */
+    int channels;       /* TCP connections used */
+    const char *source; /* "learned", "kb" (warm start), "model", "rule" */
+    int explored;       /* exploratory calls spent in this bucket */
+    double explore_s;   /* seconds they took beyond the best arm's mean */
+} ai_choice;
+ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
+/* The arms the learner weighs for calls of this collective and size (the
+ * same list on every rank): up to max of them in out (names are static
+ * strings); returns how many there are. For sweeps and oracles. */
+int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
+/* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
+ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
 
 #ifdef __cplusplus
 }

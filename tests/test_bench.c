@@ -131,13 +131,14 @@ static int check_json_lines(const char *coll, int ranks, int hosts, const char *
 static void test_allreduce_check_json(void **state)
 {
     char *argv[] = {(char *)proc_bin(), "launch", "-n", "3", "--timeout", "120", "--",
-                    (char *)proc_bin(), "bench", "--coll", "allreduce", "--bytes", "1K:8K",
+                    (char *)proc_bin(), "bench", "--coll", "allreduce", "--bytes", "1KiB:8KB",
                     "--check", "--json", NULL};
     int rc;
     (void)state;
     rc = run(argv, 150);
     if (rc != 0)
         fail_msg("exit %d; stderr:\n%s", rc, errbuf);
+    /* 1KiB:8KB: the CLI takes the one size grammar (ai_parse_size). */
     assert_int_equal(check_json_lines("allreduce", 3, 1, "f32"), 4); /* 1K 2K 4K 8K */
     {
         /* Sizes double and counts are whole f32 elements. */

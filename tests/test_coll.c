@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "comm/comm.h"
+#include "comm/algo_registry.h"
 #include "support/ranks.h"
 
 #include <math.h>

@@ -14,8 +14,8 @@ int cli_kb_main(int argc, char **argv);
 #include <stddef.h>
 int cli_parse_long(const char *text, long min, long max, long *out);
 int cli_parse_int(const char *text, long min, long max, int *out);
-/* "4096", "64K", "16M", "1G" (powers of two) in [text, stop) (stop NULL:
- * the whole string). */
+/* A size (ai_parse_size's grammar, autoinfra.h) in [text, stop) (stop
+ * NULL: the whole string). */
 int cli_parse_size(const char *text, const char *stop, size_t *out);
 /* argv[*i] is option `name`, as "name VALUE" or "name=VALUE": 1 with
  * *value set (and *i advanced past a separate value); 0 if not; -1 if the

@@ -1,4 +1,5 @@
 /* Argument parsing shared by the subcommands (cli.h). */
+#include "autoinfra.h"
 #include "cli.h"
 
 #include <errno.h>
@@ -30,33 +31,13 @@ int cli_parse_int(const char *text, long min, long max, int *out)
 
 int cli_parse_size(const char *text, const char *stop, size_t *out)
 {
-    size_t v = 0, mul = 1;
-    const char *p = text;
-    if (!stop)
-        stop = text + strlen(text);
-    if (p == stop)
+    char buf[64];
+    size_t len = stop ? (size_t)(stop - text) : strlen(text);
+    if (len >= sizeof buf)
         return -1;
-    for (; p < stop && *p >= '0' && *p <= '9'; p++) {
-        if (v > (SIZE_MAX - 9) / 10)
-            return -1;
-        v = v * 10 + (size_t)(*p - '0');
-    }
-    if (p == text)
-        return -1;
-    if (p < stop) {
-        switch (*p) {
-        case 'k': case 'K': mul = (size_t)1 << 10; break;
-        case 'm': case 'M': mul = (size_t)1 << 20; break;
-        case 'g': case 'G': mul = (size_t)1 << 30; break;
-        default: return -1;
-        }
-        if (++p != stop)
-            return -1;
-    }
-    if (v > SIZE_MAX / mul)
-        return -1;
-    *out = v * mul;
-    return 0;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    return ai_parse_size(buf, out) == AI_OK ? 0 : -1;
 }
 
 int cli_match_opt(int argc, char **argv, int *i, const char *name, const char **value)

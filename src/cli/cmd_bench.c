@@ -26,11 +26,9 @@
  * writes nothing is caught.
  */
 #include "autoinfra.h"
+#include "bench.h"
 #include "cli.h"
 
-#include <errno.h>
-#include <jansson.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,43 +39,9 @@
 #define BENCH_DEFAULT_MIN 8
 #define BENCH_DEFAULT_MAX ((size_t)64 << 20)
 
-typedef struct bench_opts {
-    ai_coll coll;
-    size_t min_bytes, max_bytes;
-    ai_dtype dt;
-    ai_op op;
-    const char *algo;  /* NULL: auto */
-    int iters, warmup;
-    int check, json, list;
-    size_t chunk;
-    int channels;
-    int root;
-    const char *kb;         /* --kb: the learner's knowledge base */
-    int learn;              /* --learn: learner vs exhaustive sweep */
-    int no_sweep;           /* --no-sweep: --learn without the sweep */
-    int calls;              /* --calls: auto calls per size in --learn */
-    int more;               /* --more: auto calls after the choice is read */
-    int confirm;            /* --confirm: rounds of the confirmation (-1: default) */
-    int judge;              /* --judge: rounds of choice against oracle (-1: default) */
-    const char *oracle_from; /* --oracle-from: an earlier --learn run's candidates */
-    int drift_after;        /* --drift-after: calls before --drift-cmd */
-    const char *drift_cmd;
-} bench_opts;
-
-/* Buffer shape of one call, from the requested bytes. Reported "count" is
- * bytes / dtype size as in nccl-tests (all elements of the size column);
- * the call's own count argument is per rank for reduce_scatter, allgather
- * and alltoall. */
-typedef struct bench_shape {
-    size_t count;       /* the count argument of the call */
-    size_t send_elems;  /* elements in the send buffer (0: none/in place) */
-    size_t recv_elems;
-    size_t bytes;       /* reported size after rounding */
-} bench_shape;
-
 /* The rank as the environment tells it, for messages printed before (or
  * without) a communicator. */
-static const char *env_rank(void)
+const char *bench_env_rank(void)
 {
     static const char *const vars[] = {"AUTOINFRA_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK",
                                        "PMIX_RANK", "SLURM_PROCID"};
@@ -94,7 +58,7 @@ static const char *env_rank(void)
 static int bench_usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int bench_usage_err(const char *fmt, ...)
 {
-    const char *r = env_rank();
+    const char *r = bench_env_rank();
     va_list ap;
     if (r && strcmp(r, "0"))
         return 2;
@@ -107,16 +71,14 @@ static int bench_usage_err(const char *fmt, ...)
 }
 
 /* Runtime errors: ai_strerror + ai_last_error, with the rank. */
-static int bench_fail(int rank, ai_status_t st, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bench_fail(int rank, ai_status_t st, const char *fmt, ...)
+int bench_fail(int rank, ai_status_t st, const char *fmt, ...)
 {
     va_list ap;
     const char *detail = ai_last_error();
     if (rank >= 0)
         fprintf(stderr, "autoinfra bench: rank %d: ", rank);
     else
-        fprintf(stderr, "autoinfra bench: rank %s: ", env_rank() ? env_rank() : "?");
+        fprintf(stderr, "autoinfra bench: rank %s: ", bench_env_rank() ? bench_env_rank() : "?");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
@@ -136,7 +98,8 @@ static void bench_help(FILE *out)
         "  --coll NAME        allreduce (default), reduce_scatter, allgather,\n"
         "                     broadcast, reduce, alltoall, barrier\n"
         "  --bytes MIN[:MAX]  per-rank buffer size, doubling from MIN to MAX;\n"
-        "                     K/M/G suffixes are powers of 2 (default 8:64M)\n"
+        "                     units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, all powers of\n"
+        "                     1024 (default 8:64M)\n"
         "  --dtype T          f32 (default), f64, f16, bf16, i32, i64, u8\n"
         "  --op OP            sum (default), prod, min, max, avg\n"
         "  --algo NAME|auto   algorithm (default auto; --list shows the names)\n"
@@ -354,7 +317,7 @@ missing:
         o->calls = 32;
     /* Checked after the loop: --algo may come before --coll. */
     if (o->algo && !algo_known(o->coll, o->algo)) {
-        const char *r = env_rank();
+        const char *r = bench_env_rank();
         int n = ai_coll_algo_count(o->coll);
         if (!r || !strcmp(r, "0")) {
             fprintf(stderr, "autoinfra bench: --algo '%s': no such %s algorithm; known:", o->algo,
@@ -378,7 +341,7 @@ static int coll_is_reduction(ai_coll c)
     return c == AI_ALLREDUCE || c == AI_REDUCE_SCATTER || c == AI_REDUCE;
 }
 
-static bench_shape bench_shape_of(ai_coll coll, size_t bytes, size_t esize, int p)
+bench_shape bench_shape_of(ai_coll coll, size_t bytes, size_t esize, int p)
 {
     bench_shape s;
     size_t per = bytes / esize;
@@ -511,7 +474,7 @@ static double val_a2a(int s, int d, size_t k)
     return (double)(((size_t)s * 31 + (size_t)d * 7 + k) % 101);
 }
 
-static void fill_inputs(const bench_opts *o, const bench_shape *s, int rank, int p, void *sbuf,
+void bench_fill_inputs(const bench_opts *o, const bench_shape *s, int rank, int p, void *sbuf,
                         void *rbuf)
 {
     for (size_t i = 0; i < s->recv_elems; i++)
@@ -579,7 +542,7 @@ static int64_t count_wrong(const bench_opts *o, const bench_shape *s, int rank, 
     return wrong;
 }
 
-static ai_status_t run_once(ai_comm *comm, const bench_opts *o, const bench_shape *s,
+ai_status_t bench_run_once(ai_comm *comm, const bench_opts *o, const bench_shape *s,
                             const ai_algo_opts *ao, const void *sbuf, void *rbuf)
 {
     switch (o->coll) {
@@ -604,7 +567,7 @@ static ai_status_t run_once(ai_comm *comm, const bench_opts *o, const bench_shap
 
 /* Names come from the library; escape them anyway so a line is always
  * valid JSON. */
-static void json_str(FILE *f, const char *key, const char *v)
+void bench_json_str(FILE *f, const char *key, const char *v)
 {
     fprintf(f, "\"%s\":\"", key);
     for (const unsigned char *c = (const unsigned char *)v; *c; c++) {
@@ -619,12 +582,12 @@ static void json_str(FILE *f, const char *key, const char *v)
 }
 
 /* "choice":{...}: the arm auto settled on (ai_choice). */
-static void print_choice(const ai_choice *c)
+void bench_print_choice(const ai_choice *c)
 {
     printf("\"choice\":{");
-    json_str(stdout, "algo", c->algo);
+    bench_json_str(stdout, "algo", c->algo);
     printf(",\"chunk_bytes\":%zu,\"channels\":%d,", c->chunk_bytes, c->channels);
-    json_str(stdout, "source", c->source);
+    bench_json_str(stdout, "source", c->source);
     printf(",\"explored\":%d,\"explore_s\":%.6g}", c->explored, c->explore_s);
 }
 
@@ -665,14 +628,14 @@ static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts
         return;
     }
     putchar('{');
-    json_str(stdout, "coll", ai_coll_name(o->coll));
+    bench_json_str(stdout, "coll", ai_coll_name(o->coll));
     printf(",\"bytes\":%zu,\"count\":%zu,\"call_count\":%zu,", r->s->bytes,
            r->s->bytes / esize, r->s->count);
-    json_str(stdout, "dtype", ai_dtype_name(o->dt));
+    bench_json_str(stdout, "dtype", ai_dtype_name(o->dt));
     putchar(',');
-    json_str(stdout, "op", op);
+    bench_json_str(stdout, "op", op);
     putchar(',');
-    json_str(stdout, "algo", r->algo);
+    bench_json_str(stdout, "algo", r->algo);
     printf(",\"ranks\":%d,\"hosts\":%d,\"root\":%d,\"time_us\":%.6g,\"algbw_GBps\":%.6g,"
            "\"busbw_GBps\":%.6g,\"wrong\":%lld,\"iters\":%d,\"warmup\":%d,"
            "\"chunk_bytes\":%zu,\"channels\":%d",
@@ -680,7 +643,7 @@ static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts
            o->warmup, o->chunk, o->channels);
     if (r->has_choice) {
         printf(",");
-        print_choice(&r->choice);
+        bench_print_choice(&r->choice);
     }
     printf("}\n");
     fflush(stdout);
@@ -722,16 +685,16 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
     if (!row.algo)
         row.algo = "auto";
 
-    fill_inputs(o, &s, rank, p, sbuf, rbuf);
+    bench_fill_inputs(o, &s, rank, p, sbuf, rbuf);
     for (int w = 0; w < o->warmup; w++)
-        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+        if ((st = bench_run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
             return bench_fail(rank, st, "%s of %zu bytes (warmup)", ai_coll_name(o->coll),
                               s.bytes);
     if ((st = ai_barrier(comm, NULL)) != AI_OK)
         return bench_fail(rank, st, "barrier before timing %zu bytes", s.bytes);
     t0 = ai_now();
     for (int it = 0; it < o->iters; it++)
-        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+        if ((st = bench_run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
             return bench_fail(rank, st, "%s of %zu bytes", ai_coll_name(o->coll), s.bytes);
     mean = (ai_now() - t0) / o->iters;
     if ((st = ai_allreduce(comm, AI_IN_PLACE, &mean, 1, AI_F64, AI_MAX, NULL)) != AI_OK)
@@ -739,8 +702,8 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
 
     if (o->check) {
         int64_t wrong;
-        fill_inputs(o, &s, rank, p, sbuf, rbuf);
-        if ((st = run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
+        bench_fill_inputs(o, &s, rank, p, sbuf, rbuf);
+        if ((st = bench_run_once(comm, o, &s, ao, sbuf, rbuf)) != AI_OK)
             return bench_fail(rank, st, "%s of %zu bytes (check)", ai_coll_name(o->coll),
                               s.bytes);
         wrong = count_wrong(o, &s, rank, p, rbuf);
@@ -763,376 +726,6 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
     return 0;
 }
 
-/* ------------------------------------------------------- --learn */
-
-#define LMIN(a, b) ((a) < (b) ? (a) : (b))
-
-/* n calls, each timed; t[i] becomes the slowest rank's time of call i.
- * Every call is followed by the allreduce of its time, so that auto calls,
- * the sweep and the confirmation all run under the same conditions (the
- * links rest equally long between calls). */
-static int timed_calls(ai_comm *comm, const bench_opts *o, const bench_shape *s,
-                       const ai_algo_opts *ao, void *sbuf, void *rbuf, double *t, int n)
-{
-    int rank = ai_comm_rank(comm);
-    ai_status_t st;
-    for (int i = 0; i < n; i++) {
-        double t0 = ai_now();
-        if ((st = run_once(comm, o, s, ao, sbuf, rbuf)) != AI_OK)
-            return bench_fail(rank, st, "%s of %zu bytes (%s)", ai_coll_name(o->coll), s->bytes,
-                              ao->algo ? ao->algo : "auto");
-        t[i] = ai_now() - t0;
-        if ((st = ai_allreduce(comm, AI_IN_PLACE, &t[i], 1, AI_F64, AI_MAX, NULL)) != AI_OK)
-            return bench_fail(rank, st, "allreduce of the timings");
-    }
-    return 0;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(const double *t, int n)
-{
-    double tmp[64];
-    n = LMIN(n, 64);
-    memcpy(tmp, t, (size_t)n * sizeof *t);
-    qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-    return n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
-}
-
-#define LEARN_MAX_ARMS 64
-#define LEARN_CONFIRM 3 /* the sweep's best arms timed again with the choice */
-
-/* ,"KEY":[...] of n times in seconds, printed in microseconds. */
-static void print_times(const char *key, const double *t, int n)
-{
-    printf(",\"%s\":[", key);
-    for (int i = 0; i < n; i++)
-        printf("%s%.6g", i ? "," : "", t[i] * 1e6);
-    printf("]");
-}
-
-/* A JSON list of arms (arms[idx[i]], or arms[i] without idx) and times;
- * with `raw`, arm i's `rounds` calls are raw[i * rounds ...]. */
-static void print_arms(const ai_algo_opts *arms, const double *us, const int *idx, int n,
-                       const double *raw, int rounds)
-{
-    printf("[");
-    for (int i = 0; i < n; i++) {
-        const ai_algo_opts *a = &arms[idx ? idx[i] : i];
-        printf("%s{", i ? "," : "");
-        json_str(stdout, "algo", a->algo);
-        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g", a->chunk_bytes,
-               a->channels, us[i]);
-        if (raw && rounds > 0)
-            print_times("calls_us", raw + (size_t)i * (size_t)rounds, rounds);
-        printf("}");
-    }
-    printf("]");
-}
-
-/* --oracle-from: per size, the arms of an earlier run's confirmation. */
-#define LEARN_MAX_SIZES 64
-typedef struct learn_cands {
-    int nsizes;
-    struct {
-        size_t bytes;
-        int n;
-        char algo[LEARN_CONFIRM + 1][32];
-        size_t chunk[LEARN_CONFIRM + 1];
-        int channels[LEARN_CONFIRM + 1];
-    } size[LEARN_MAX_SIZES];
-} learn_cands;
-
-/* Read FILE (one `bench --learn --json` object per line) into c; a clear
- * message naming the file and line on stderr (rank 0) and -1 if it is not
- * usable. */
-static int load_cands(const bench_opts *o, learn_cands *c, int quiet)
-{
-    FILE *f = fopen(o->oracle_from, "r");
-    char *line = NULL;
-    size_t cap = 0;
-    int lineno = 0, rc = 0;
-    const char *why = NULL;
-    c->nsizes = 0;
-    if (!f) {
-        if (!quiet)
-            fprintf(stderr, "autoinfra bench: --oracle-from '%s': %s\n", o->oracle_from,
-                    strerror(errno));
-        return -1;
-    }
-    while (!rc && getline(&line, &cap, f) > 0) {
-        json_error_t e;
-        json_t *r, *conf, *a;
-        const char *coll = NULL;
-        json_int_t bytes = 0;
-        size_t k;
-        lineno++;
-        if (line[strspn(line, " \t\r\n")] != '{')
-            continue;
-        if (!(r = json_loads(line, 0, &e))) {
-            why = e.text;
-        } else if (json_unpack(r, "{s:s, s:I, s:o}", "coll", &coll, "bytes", &bytes, "confirm",
-                               &conf) ||
-                   !json_is_array(conf) || bytes <= 0) {
-            why = "expected \"coll\", \"bytes\" and a \"confirm\" list";
-        } else if (strcmp(coll, ai_coll_name(o->coll))) {
-            why = "another collective than --coll";
-        } else if (c->nsizes == LEARN_MAX_SIZES) {
-            why = "too many sizes";
-        } else {
-            c->size[c->nsizes].bytes = (size_t)bytes;
-            c->size[c->nsizes].n = 0;
-            json_array_foreach(conf, k, a) {
-                const char *algo;
-                json_int_t chunk, ch;
-                int j = c->size[c->nsizes].n;
-                if (j > LEARN_CONFIRM) {
-                    why = "more arms in a \"confirm\" list than --learn writes";
-                    break;
-                }
-                if (json_unpack(a, "{s:s, s:I, s:I}", "algo", &algo, "chunk_bytes", &chunk,
-                                "channels", &ch) ||
-                    strlen(algo) >= sizeof c->size[0].algo[0] || chunk < 0 || ch < 0) {
-                    why = "a \"confirm\" arm is not {algo, chunk_bytes, channels}";
-                    break;
-                }
-                strcpy(c->size[c->nsizes].algo[j], algo);
-                c->size[c->nsizes].chunk[j] = (size_t)chunk;
-                c->size[c->nsizes].channels[j] = (int)ch;
-                c->size[c->nsizes].n++;
-            }
-            c->nsizes++;
-        }
-        json_decref(r);
-        if (why) {
-            if (!quiet)
-                fprintf(stderr, "autoinfra bench: --oracle-from %s:%d: %s\n", o->oracle_from,
-                        lineno, why);
-            rc = -1;
-        }
-    }
-    free(line);
-    fclose(f);
-    if (!rc && c->nsizes == 0) {
-        if (!quiet)
-            fprintf(stderr, "autoinfra bench: --oracle-from %s: no --learn results in it\n",
-                    o->oracle_from);
-        rc = -1;
-    }
-    return rc;
-}
-
-static int same_arm(const ai_algo_opts *a, const char *algo, size_t chunk, int channels)
-{
-    return !strcmp(a->algo, algo) && a->chunk_bytes == chunk && a->channels == channels;
-}
-
-/* One size of --learn: auto calls (with a drift in the middle if asked),
- * then the sweep over every arm; one JSON line (or table row) on rank 0. */
-static int learn_size(ai_comm *comm, const bench_opts *o, const learn_cands *cands, size_t req,
-                      void *sbuf, void *rbuf)
-{
-    int rank = ai_comm_rank(comm), p = ai_comm_size(comm);
-    bench_shape s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), p);
-    size_t call_bytes = s.count * ai_dtype_size(o->dt);
-    int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
-    ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
-    double *t = calloc((size_t)n + (size_t)o->more +
-                           LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) + 2 * (size_t)o->judge,
-                       sizeof *t);
-    double arm_us[LEARN_MAX_ARMS];
-    ai_choice ch, last;
-    ai_status_t st;
-    if (!t)
-        return bench_fail(rank, AI_ERR_NOMEM, "timings");
-    fill_inputs(o, &s, rank, p, sbuf, rbuf);
-    if (n1 > 0) {
-        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t, n1)) != 0)
-            goto out;
-        if (rank == 0) {
-            int w = system(o->drift_cmd);
-            if (w != 0)
-                fprintf(stderr, "autoinfra bench: --drift-cmd '%s' exited with %d\n",
-                        o->drift_cmd, w);
-        }
-        if ((st = ai_barrier(comm, NULL)) != AI_OK) {
-            rc = bench_fail(rank, st, "barrier after --drift-cmd");
-            goto out;
-        }
-    }
-    if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n1, o->calls)) != 0)
-        goto out;
-    if ((st = ai_comm_choice(comm, o->coll, call_bytes, &ch)) != AI_OK) {
-        rc = bench_fail(rank, st, "choice");
-        goto out;
-    }
-    /* --more: the job goes on; what it settles on then is for the KB. */
-    if (o->more > 0) {
-        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n, o->more)) != 0)
-            goto out;
-        if ((st = ai_comm_choice(comm, o->coll, call_bytes, &last)) != AI_OK) {
-            rc = bench_fail(rank, st, "choice");
-            goto out;
-        }
-    }
-    int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
-                                    LEARN_MAX_ARMS);
-    int swept = cands ? 0 : na; /* arms timed in the sweep */
-    int chosen = -1;
-    double *at = t + n + o->more;
-    for (int a = 0; a < na; a++)
-        if (same_arm(&arms[a], ch.algo, ch.chunk_bytes, ch.channels))
-            chosen = a;
-    for (int a = 0; a < swept; a++) {
-        if ((rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, 1)) != 0 || /* warm-up */
-            (rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, o->iters)) != 0)
-            goto out;
-        arm_us[a] = median(at, o->iters) * 1e6;
-    }
-    /* The confirmation: the sweep's best few (or those of --oracle-from)
-     * and the learner's choice again, interleaved round by round, so that
-     * the oracle is not just the arm that drew the luckiest noise in a
-     * sweep of many. */
-    int order[LEARN_MAX_ARMS], cand[LEARN_CONFIRM + 1] = {0}, nc = 0, best = -1;
-    double conf_us[LEARN_CONFIRM + 1];
-    if (cands) {
-        for (int k = 0; k < cands->nsizes; k++) {
-            if (cands->size[k].bytes != s.bytes)
-                continue;
-            for (int j = 0; j < cands->size[k].n && nc < LEARN_CONFIRM; j++)
-                for (int a = 0; a < na; a++)
-                    if (same_arm(&arms[a], cands->size[k].algo[j], cands->size[k].chunk[j],
-                                 cands->size[k].channels[j])) {
-                        cand[nc++] = a;
-                        break;
-                    }
-        }
-    } else {
-        for (int a = 0; a < na; a++) { /* by sweep time */
-            int k = a;
-            for (; k > 0 && arm_us[order[k - 1]] > arm_us[a]; k--)
-                order[k] = order[k - 1];
-            order[k] = a;
-        }
-        for (; nc < LEARN_CONFIRM && nc < na; nc++)
-            cand[nc] = order[nc];
-    }
-    int jc = -1; /* the choice's place in the confirmation */
-    for (int j = 0; j < nc; j++)
-        if (cand[j] == chosen)
-            jc = j;
-    if (chosen >= 0 && jc < 0 && (nc > 0 || !cands))
-        cand[jc = nc++] = chosen;
-    int rounds = o->confirm;
-    for (int r = 0; r < rounds; r++)
-        for (int j = 0; j < nc; j++)
-            if ((rc = timed_calls(comm, o, &s, &arms[cand[j]], sbuf, rbuf,
-                                  at + (size_t)j * (size_t)rounds + (size_t)r, 1)) != 0)
-                goto out;
-    for (int j = 0; j < nc; j++) {
-        conf_us[j] = rounds > 0 ? median(at + (size_t)j * (size_t)rounds, rounds) * 1e6
-                                : arm_us[cand[j]];
-        if (best < 0 || conf_us[j] < conf_us[best])
-            best = j;
-    }
-    double oracle = nc > 0 ? conf_us[best] : NAN, chosen_us = jc >= 0 ? conf_us[jc] : NAN;
-    /* The judgement: the oracle is the fastest of a few medians, each off
-     * by the noise, so it is biased low against the choice (by about the
-     * noise of one median when all are equal). When the choice is another
-     * arm, both are timed again, interleaved, their order alternating
-     * round by round, and judged by these new calls alone. */
-    int judged = o->judge > 0 && jc >= 0 && jc != best;
-    double *jt = at + (size_t)nc * (size_t)rounds;
-    for (int r = 0; judged && r < o->judge; r++)
-        for (int k = 0; k < 2; k++) {
-            int c = (r + k) % 2; /* 0: the choice, 1: the oracle */
-            if ((rc = timed_calls(comm, o, &s, &arms[cand[c ? best : jc]], sbuf, rbuf,
-                                  jt + (size_t)c * (size_t)o->judge + (size_t)r, 1)) != 0)
-                goto out;
-        }
-    if (judged) {
-        chosen_us = median(jt, o->judge) * 1e6;
-        oracle = median(jt + o->judge, o->judge) * 1e6;
-    }
-    if (rank != 0)
-        goto out;
-    double extra = 0, tail = median(t + n - LMIN(8, o->calls), LMIN(8, o->calls)) * 1e6;
-    for (int i = n1; i < n; i++)
-        extra += t[i] - oracle * 1e-6;
-    /* Drift: the first call after which every median of 5 stays within
-     * 10% of the new oracle. */
-    int recovered = -1;
-    for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
-        recovered = i - n1;
-    const ai_algo_opts *ob = nc > 0 ? &arms[cand[best]] : NULL;
-    if (!o->json) {
-        printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
-               ob ? ob->algo : "-", oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
-               ch.explored, extra);
-        fflush(stdout);
-        goto out;
-    }
-    printf("{");
-    json_str(stdout, "coll", ai_coll_name(o->coll));
-    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":", s.bytes, p,
-           ai_comm_nhosts(comm), o->calls);
-    if (ob) {
-        printf("{");
-        json_str(stdout, "algo", ob->algo);
-        printf(",\"chunk_bytes\":%zu,\"channels\":%d,\"time_us\":%.6g}", ob->chunk_bytes,
-               ob->channels, oracle);
-    } else {
-        printf("null");
-    }
-    printf(",");
-    print_choice(&ch);
-    printf(",\"first_us\":%.6g,\"tail_us\":%.6g", t[n1] * 1e6, tail);
-    /* Without a sweep there is no oracle to compare with: nulls. */
-    const char *keys[] = {"choice_time_us", "choice_ratio", "tail_ratio", "explore_extra_s"};
-    double vals[] = {chosen_us, chosen_us / oracle, tail / oracle, extra};
-    for (int k = 0; k < 4; k++)
-        printf(isfinite(vals[k]) ? ",\"%s\":%.6g" : ",\"%s\":null", keys[k], vals[k]);
-    if (n1 > 0)
-        printf(",\"drift_after\":%d,\"recovered_after\":%d", n1, recovered);
-    print_times("calls_us", t, n);
-    printf(",\"judge\":");
-    if (judged) {
-        printf("{\"rounds\":%d,\"choice_us\":%.6g,\"oracle_us\":%.6g", o->judge, chosen_us,
-               oracle);
-        print_times("choice_calls_us", jt, o->judge);
-        print_times("oracle_calls_us", jt + o->judge, o->judge);
-        printf("}");
-    } else {
-        printf("null");
-    }
-    printf(",\"more\":");
-    if (o->more > 0) {
-        double more_extra = 0, *tm = t + n;
-        for (int i = 0; i < o->more; i++)
-            more_extra += tm[i] - oracle * 1e-6;
-        int k = LMIN(8, o->more);
-        printf("{\"calls\":%d,", o->more);
-        print_choice(&last);
-        printf(isfinite(more_extra) ? ",\"extra_s\":%.6g" : ",\"extra_s\":null", more_extra);
-        printf(",\"tail_us\":%.6g}", median(tm + o->more - k, k) * 1e6);
-    } else {
-        printf("null");
-    }
-    printf(",\"arms\":");
-    print_arms(arms, arm_us, NULL, swept, NULL, 0);
-    printf(",\"confirm\":");
-    print_arms(arms, conf_us, cand, nc, at, rounds);
-    printf("}\n");
-    fflush(stdout);
-out:
-    free(t);
-    return rc;
-}
-
 int cli_bench_main(int argc, char **argv)
 {
     bench_opts o;
@@ -1141,7 +734,7 @@ int cli_bench_main(int argc, char **argv)
     ai_status_t st;
     bench_shape maxs;
     void *sbuf = NULL, *rbuf = NULL;
-    learn_cands *cands = NULL;
+    bench_learn_cands *cands = NULL;
     int64_t wrong_total = 0;
     int rc, rank, p;
 
@@ -1163,15 +756,9 @@ int cli_bench_main(int argc, char **argv)
     /* Every rank reads the file, before the communicator: all of them
      * stop on a bad one, and rank 0 says why. */
     if (o.oracle_from) {
-        const char *r = env_rank();
-        if (!(cands = malloc(sizeof *cands))) {
-            fprintf(stderr, "autoinfra bench: out of memory\n");
-            return 1;
-        }
-        if (load_cands(&o, cands, r && strcmp(r, "0")) != 0) {
-            free(cands);
-            return 2;
-        }
+        const char *r = bench_env_rank();
+        if ((rc = bench_learn_load(&o, r && strcmp(r, "0"), &cands)) != 0)
+            return rc;
     }
     st = ai_comm_create_env(&comm);
     if (st != AI_OK)
@@ -1205,12 +792,9 @@ int cli_bench_main(int argc, char **argv)
     if (rank == 0 && !o.json && !o.learn)
         print_header(&o, p, ai_comm_nhosts(comm));
     if (rank == 0 && !o.json && o.learn)
-        printf("# learner vs oracle (median of --iters calls per arm), %s, %d ranks, %d hosts\n"
-               "#%12s  %-28s %10s  %-28s %10s %7s %7s %4s %9s\n",
-               ai_coll_name(o.coll), p, ai_comm_nhosts(comm), "size(B)", "oracle", "us",
-               "choice", "us", "ratio", "tail", "expl", "extra(s)");
+        bench_learn_header(&o, p, ai_comm_nhosts(comm));
     for (size_t b = o.min_bytes;;) {
-        rc = o.learn ? learn_size(comm, &o, cands, b, sbuf, rbuf)
+        rc = o.learn ? bench_learn_size(comm, &o, cands, b, sbuf, rbuf)
                      : bench_size(comm, &o, &ao, b, sbuf, rbuf, &wrong_total);
         /* Barrier has no size. Doubling stops at the last size <= MAX, as
          * in nccl-tests; 0 is followed by 1 so it does not repeat. */

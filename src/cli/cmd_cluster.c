@@ -24,7 +24,7 @@ static void usage(FILE *out)
             "          node NAME GROUP DEVICES NIC_GBPS RACK|-\n"
             "bound   lower bound (cut argument, docs/runtime.md) on the time of a collective\n"
             "        over one rank per device (or K per node); sizes as in `bench`\n"
-            "        (K/M/G suffixes, doubling from MIN to MAX).\n");
+            "        (units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, doubling from MIN to MAX).\n");
 }
 
 static int fail(const char *what)

@@ -22,8 +22,8 @@
  * Count 0 is valid and returns at once (every rank passes the same count,
  * so none waits for another).
  */
-#include "comm/algos.h"
-#include "comm/select.h"
+#include "comm/algo/algos.h"
+#include "comm/select/select.h"
 
 #include <stdio.h>
 #include <strings.h>

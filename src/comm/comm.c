@@ -1,10 +1,11 @@
 /*
  * Communicator creation and teardown: configuration from the environment,
  * rendezvous, host grouping, then the transports (shared memory within a
- * host, TCP across hosts).
+ * host, TCP across hosts). The public communicator calls wrap these in
+ * tune/communicator.c, which attaches the learner.
  */
-#include "comm/probe.h"
-#include "comm/transport.h"
+#include "comm/select/probe.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -16,15 +17,6 @@
 #define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
 #define DEFAULT_TCP_SPIN_US 1000.0
-
-int ai_comm_rank(const ai_comm *c) { return c->rank; }
-int ai_comm_size(const ai_comm *c) { return c->size; }
-int ai_comm_nhosts(const ai_comm *c) { return c->nhosts; }
-int ai_comm_host_of(const ai_comm *c, int rank)
-{
-    return rank >= 0 && rank < c->size ? c->host_of[rank] : -1;
-}
-ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
 
 /* Group ranks by host id: host indices in order of each host's lowest rank. */
 static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
@@ -102,9 +94,8 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
     ai_comm *c = calloc(1, sizeof *c);
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
     if (!c || !table) {
-        free(c);
-        free(table);
-        return ai_fail(AI_ERR_NOMEM, "communicator");
+        st = ai_fail(AI_ERR_NOMEM, "communicator");
+        goto err;
     }
     c->rank = cfg->rank;
     c->size = cfg->size;
@@ -192,11 +183,11 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
 err:
     ai_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
     free(table);
-    ai_comm_destroy(c);
+    comm_destroy(c);
     return st;
 }
 
-void ai_comm_destroy(ai_comm *c)
+void comm_destroy(ai_comm *c)
 {
     if (!c)
         return;

@@ -76,6 +76,11 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
 /* Local reduction: dst[i] = a[i] op b[i]. dst may equal a or b. op != AVG. */
 void comm_reduce_local(void *dst, const void *a, const void *b, size_t count,
                        ai_dtype dt, ai_op op);
+/* comm_reduce_local without the x86 SIMD paths (kernel/reduce_local.c), so tests can
+ * check the portable kernels on machines that have those paths. */
+void comm_reduce_local_portable(void *dst, const void *a, const void *b, size_t count,
+                                ai_dtype dt, ai_op op);
+
 /* buf[i] /= divisor (AVG's final step; integer types divide truncating). */
 void comm_scale_div(void *buf, size_t count, ai_dtype dt, int divisor);
 
@@ -138,10 +143,18 @@ struct ai_comm {
     comm_tuner tuner;    /* all NULL: no learner */
 };
 
-/* The communicator proper (comm.c); the public ai_comm_create* (tune layer)
- * wrap these and attach the learner. */
+/* The communicator proper (comm.c). The public communicator section of
+ * autoinfra.h is implemented above comm, in tune/communicator.c, which
+ * wraps these and attaches the learner. comm_destroy releases the tuner
+ * hook's context first (comm_tuner.release), then everything else; safe
+ * on a failed or partly created communicator, NULL is a no-op. */
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t comm_create_env(ai_comm **out);
+void comm_destroy(ai_comm *c);
+
+/* ai_rendezvous_port's work (transport/tcp.c): a free TCP port on host
+ * outside the kernel's ephemeral range, -1 if none. */
+int comm_tcp_free_port(const char *host);
 
 /* Mark failed (first error wins), tell peers, return `status`. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);
@@ -180,7 +193,6 @@ typedef struct coll_algo {
     coll_algo_fn run;
 } coll_algo;
 
-/* The registry (algos.c). Lookup by name returns NULL when unknown. */
-const coll_algo *comm_algo_find(ai_coll coll, const char *name);
+/* The registry: comm/algo_registry.h. */
 
 #endif

@@ -46,9 +46,9 @@
  * knowledge base, batched (kb_flush); a later job with the same
  * fingerprint starts warm.
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
-#include "comm/select.h"
+#include "comm/algo_registry.h"
+#include "comm/select/probe.h"
+#include "comm/select/select.h"
 #include "tune/tune.h"
 
 #include <math.h>
@@ -689,9 +689,9 @@ static void tune_release(void *ctx)
     free(t);
 }
 
-/* ------------------------------------------------------------ public */
+/* ------------------------------------------------------------ attaching */
 
-static ai_status_t attach(ai_comm *c)
+ai_status_t tune_learner_attach(ai_comm *c)
 {
     int on;
     double bound;
@@ -726,30 +726,7 @@ static ai_status_t attach(ai_comm *c)
     return AI_OK;
 }
 
-/* The public constructors: the communicator proper, then its learner. */
-static ai_status_t with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
-{
-    /* c is only valid when st is AI_OK. */
-    if (st == AI_OK && (st = attach(c)) != AI_OK)
-        ai_comm_destroy(c);
-    if (st == AI_OK)
-        *out = c;
-    return st;
-}
-
-ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
-{
-    ai_comm *c = NULL;
-    ai_status_t st = comm_create(cfg, &c);
-    return with_learner(st, c, out);
-}
-
-ai_status_t ai_comm_create_env(ai_comm **out)
-{
-    ai_comm *c = NULL;
-    ai_status_t st = comm_create_env(&c);
-    return with_learner(st, c, out);
-}
+/* ------------------------------------------------ introspection (autoinfra.h) */
 
 int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out, int max)
 {

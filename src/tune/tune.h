@@ -35,6 +35,11 @@ typedef struct tune_bucket_info {
     int channels;
 } tune_bucket_info;
 
+/* Attach the learner behind `auto` to a new communicator (learn.c):
+ * installs c->tuner unless AUTOINFRA_TUNE=0; reads the AUTOINFRA_TUNE_*
+ * settings and fails on a bad one, leaving c as it was. */
+ai_status_t tune_learner_attach(ai_comm *c);
+
 /* Open a knowledge base for the learner's writer (rank 0). */
 ai_status_t kb_open_writer(const char *path, ai_kb **out);
 /* What the KB knows of one bucket: up to max arms with samples. */

@@ -1,8 +1,12 @@
 #include "util/util.h"
 
+#include <ctype.h>
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 double ai_now(void)
@@ -79,29 +83,45 @@ ai_status_t ai_env_int(const char *name, int fallback, int *out)
     return AI_OK;
 }
 
+/* The size grammar (autoinfra.h): digits, then an optional unit, any
+ * case: B; K, KB, KiB; M, MB, MiB; G, GB, GiB; T, TB, TiB, all powers of
+ * 1024 (buffer sizes are powers of two; "64KB" meaning 64000 would make
+ * every bucket edge odd). */
 ai_status_t ai_parse_size(const char *text, size_t *out)
 {
-    if (!text || !*text)
-        return ai_fail(AI_ERR_INVALID, "empty size");
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(text, &end, 10);
-    if (errno || end == text || text[0] == '-')
-        return ai_fail(AI_ERR_INVALID, "'%s' is not a size (examples: 8, 64K, 4M, 1G)", text);
+    static const char units[] = "KMGT";
+    const char *p = text;
+    unsigned long long v = 0;
     unsigned shift = 0;
-    switch (*end) {
-    case '\0': break;
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
+    if (!text || *p < '0' || *p > '9')
+        goto err_syntax;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (ULLONG_MAX - 9) / 10)
+            goto err_range;
+        v = v * 10 + (unsigned)(*p - '0');
     }
-    if (*end == 'B' || *end == 'b')
-        end++;
-    if (*end || (shift && v > (~0ULL >> shift)))
-        return ai_fail(AI_ERR_INVALID, "'%s' is not a size (examples: 8, 64K, 4M, 1G)", text);
+    const char *u = *p ? strchr(units, toupper((unsigned char)*p)) : NULL;
+    if (u) {
+        shift = 10 * (unsigned)(u - units + 1);
+        p++;
+        if ((*p == 'i' || *p == 'I') && (p[1] == 'b' || p[1] == 'B'))
+            p++;
+    }
+    if (*p == 'b' || *p == 'B')
+        p++;
+    if (*p)
+        goto err_syntax;
+    if (v > (unsigned long long)SIZE_MAX >> shift)
+        goto err_range;
     *out = (size_t)(v << shift);
     return AI_OK;
+err_range:
+    return ai_fail(AI_ERR_INVALID, "size '%s' is too large", text);
+err_syntax:
+    return ai_fail(AI_ERR_INVALID,
+                   "'%s' is not a size (a number and an optional unit B, K/KB/KiB, M/MB/MiB, "
+                   "G/GB/GiB, T/TB/TiB, e.g. 8, 64K, 4MiB, 1G)",
+                   text ? text : "(null)");
 }
 
 uint64_t ai_hash64(const void *data, size_t n, uint64_t seed)

@@ -33,8 +33,7 @@ const char *ai_env_str(const char *name, const char *fallback);
 ai_status_t ai_env_double(const char *name, double fallback, double *out);
 ai_status_t ai_env_int(const char *name, int fallback, int *out);
 
-/* "64K", "4M", "1G" (powers of two), plain numbers; AI_ERR_INVALID if bad. */
-ai_status_t ai_parse_size(const char *text, size_t *out);
+/* ai_parse_size (sizes: "64K", "4MiB", ...) is public: autoinfra.h. */
 /* Strict integer / double parsing of a whole string. */
 ai_status_t ai_parse_long(const char *text, long *out);
 ai_status_t ai_parse_double(const char *text, double *out);

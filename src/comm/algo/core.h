@@ -1,5 +1,11 @@
 /*
- * Private header of the collective algorithms (algos.c, algo_*.c, coll.c).
+ * The algorithm cores (core_*.c): the ring, tree, recursive halving /
+ * doubling and non-power-of-two fold building blocks, and the two-level
+ * host steps, written once and called by the per-collective algorithm
+ * files (allreduce.c, allgather.c, ...). A per-collective file calls only
+ * cores and the engine (comm.h), never another per-collective file, so
+ * each algorithm reads in one place and a fix to a core reaches every
+ * collective that uses it.
  *
  * Groups. The hierarchical algorithms run the flat ones on subsets of the
  * communicator (the ranks of one host, the host leaders), and tree
@@ -19,17 +25,16 @@
  * belongs to coll.c (in-place alltoall keeps its copy of the input there).
  * A composed algorithm uses a slot only while no core it calls uses it.
  */
-#ifndef AI_COMM_ALGOS_H
-#define AI_COMM_ALGOS_H
+#ifndef AI_COMM_ALGO_CORE_H
+#define AI_COMM_ALGO_CORE_H
 
-#include "comm/comm.h"
+#include "comm/algo_registry.h"
 
 #include <string.h>
 
 #define ALGO_SLOT_WORK 0   /* accumulation / packing buffer */
 #define ALGO_SLOT_AUX 1    /* second buffer (bruck) */
 #define ALGO_SLOT_AUX2 2   /* third buffer or request arrays */
-#define ALGO_SLOT_INPLACE 3 /* coll.c: copy of an in-place alltoall input */
 
 /* Messages below this many bytes are latency bound: trees/doubling. Also
  * the default pipelining segment: large enough that the per-message cost
@@ -38,7 +43,7 @@
  * that filling a pipeline of depth log2(p)..p costs little for MiB-sized
  * messages and that a segment fits in L2 while it is reduced and forwarded. */
 #define ALGO_SMALL_BYTES ((size_t)64 << 10)
-#define ALGO_DEFAULT_SEGMENT ((size_t)64 << 10)
+#define ALGO_DEFAULT_SEGMENT COMM_ALGO_DEFAULT_SEGMENT
 
 typedef struct comm_group {
     int n;           /* members */
@@ -186,16 +191,6 @@ static inline size_t vl_off(const vlayout *L, int v)
     return (size_t)fold_first(v, L->rem) * L->count;
 }
 
-/* Recursive halving among the virtual ranks: on return acc holds, in my own
- * window [vl_off(nv), vl_off(nv + 1)), the reduction over all virtual ranks
- * of their `in`. Other parts of acc are garbage. in may equal acc. */
-ai_status_t comm_core_halving(ai_comm *c, const comm_group *g, const vlayout *L, int nv,
-                              const void *in, void *acc, ai_dtype dt, ai_op op);
-/* Recursive doubling allgather among the virtual ranks: on entry each
- * holds its own window of buf, on return all windows. */
-ai_status_t comm_core_doubling(ai_comm *c, const comm_group *g, const vlayout *L, int nv,
-                               void *buf, size_t es);
-
 #define BP(p, off) ((unsigned char *)(p) + (off))
 #define CBP(p, off) ((const unsigned char *)(p) + (off))
 
@@ -205,7 +200,59 @@ static inline void copy_if(void *dst, const void *src, size_t bytes)
         memmove(dst, src, bytes);
 }
 
-/* ------------------------------------------------- reusable cores
+/* Blocks of a buffer, one per group member: block i is the bytes
+ * [blk_off(B, n, i), blk_off(B, n, i + 1)). With `first` they start at
+ * first[i] * unit (variable blocks: whole hosts); without, the count units
+ * are split evenly by part_off (count == n: block i is unit bytes at
+ * i * unit). */
+typedef struct comm_blocks {
+    const int *first;
+    size_t count;
+    size_t unit;
+} comm_blocks;
+
+static inline size_t blk_off(const comm_blocks *B, int n, int i)
+{
+    return (B->first ? (size_t)B->first[i] : part_off(B->count, n, i)) * B->unit;
+}
+
+/* ------------------------------------------------- the fold (core_fold.c)
+ * The two extra steps that let the power-of-two cores run on any group.
+ * fold_of(g) says where I stand; then, in order:
+ *  - a member that sits out (nv < 0) calls comm_core_fold_leave and is done;
+ *  - its partner (odd index < 2 rem) takes the data in with
+ *    comm_core_fold_join_reduce or comm_core_fold_join_recv, runs the
+ *    power-of-two algorithm as virtual rank nv, and hands the result back
+ *    with comm_core_fold_return.
+ * Members that have no partner find every join / return a no-op. */
+typedef struct comm_fold {
+    int pp, rem; /* n = pp + rem, pp a power of two */
+    int nv;      /* my virtual index, -1 when I sit out */
+} comm_fold;
+
+static inline comm_fold fold_of(const comm_group *g)
+{
+    int pp = pow2_floor(g->n);
+    comm_fold f = {pp, g->n - pp, fold_virtual(g->me, g->n - pp)};
+    return f;
+}
+
+/* Sitting out: send sbytes of sbuf to my partner, then (rbuf non-NULL)
+ * receive rbytes of the result into rbuf. */
+ai_status_t comm_core_fold_leave(ai_comm *c, const comm_group *g, const void *sbuf,
+                                 size_t sbytes, void *rbuf, size_t rbytes);
+/* Partner: acc = (partner's count elements) op *cur; then *cur = acc. */
+ai_status_t comm_core_fold_join_reduce(ai_comm *c, const comm_group *g, const comm_fold *f,
+                                       void *acc, const void **cur, size_t count, ai_dtype dt,
+                                       ai_op op);
+/* Partner: receive the partner's bytes into buf (no reduction). */
+ai_status_t comm_core_fold_join_recv(ai_comm *c, const comm_group *g, const comm_fold *f,
+                                     void *buf, size_t bytes);
+/* Partner: send bytes of buf back to the member that sat out. */
+ai_status_t comm_core_fold_return(ai_comm *c, const comm_group *g, const comm_fold *f,
+                                  const void *buf, size_t bytes);
+
+/* ------------------------------------------------- ring and tree cores (core_ring.c, core_tree.c)
  * All run on group g (me >= 0) with the root at index 0 where rooted.
  * Counts are elements of dt; es = ai_dtype_size(dt). */
 
@@ -214,10 +261,10 @@ static inline void copy_if(void *dst, const void *src, size_t bytes)
 ai_status_t comm_core_ring_allreduce(ai_comm *c, const comm_group *g, const void *in, void *out,
                                      size_t count, ai_dtype dt, ai_op op, size_t chunk_bytes);
 
-/* Ring allgather over variable blocks: block i is bytes
- * [first[i] * unit, first[i + 1] * unit) of buf (first NULL: i * unit). */
+/* Ring allgather of the blocks B of buf: on entry I hold block `own`
+ * (an index taken modulo n), on return every block. */
 ai_status_t comm_core_ring_allgather(ai_comm *c, const comm_group *g, void *buf,
-                                     const int *first, size_t unit);
+                                     const comm_blocks *B, int own);
 
 /* Broadcasts of `bytes` bytes from index 0. */
 ai_status_t comm_core_binomial_bcast(ai_comm *c, const comm_group *g, void *buf, size_t bytes);
@@ -226,6 +273,10 @@ ai_status_t comm_core_pipe_bcast(ai_comm *c, const comm_group *g, void *buf, siz
                                  tree_kind kind, size_t seg_bytes);
 ai_status_t comm_core_scatter_allgather_bcast(ai_comm *c, const comm_group *g, void *buf,
                                               size_t count, size_t es);
+/* Broadcast by size: binomial up to ALGO_SMALL_BYTES, scatter-allgather
+ * above (count elements of es bytes). */
+ai_status_t comm_core_bcast_sized(ai_comm *c, const comm_group *g, void *buf, size_t count,
+                                  size_t es);
 
 /* Reduces to index 0. `in` is my contribution; acc (count elements) is
  * where an interior node accumulates and where index 0 gets the result;
@@ -234,58 +285,29 @@ ai_status_t comm_core_binomial_reduce(ai_comm *c, const comm_group *g, const voi
                                       size_t count, ai_dtype dt, ai_op op);
 ai_status_t comm_core_tree_reduce(ai_comm *c, const comm_group *g, const void *in, void *acc,
                                   size_t count, ai_dtype dt, ai_op op, size_t seg_bytes);
-/* Rabenseifner reduce: here acc (count elements) is used at every rank. */
+
+/* ------------------------------------------------- recursive halving / doubling (core_rhd.c) */
+
+/* Recursive halving among the virtual ranks: on return acc holds, in my own
+ * window [vl_off(nv), vl_off(nv + 1)), the reduction over all virtual ranks
+ * of their `in`. Other parts of acc are garbage. in may equal acc. */
+ai_status_t comm_core_halving(ai_comm *c, const comm_group *g, const vlayout *L, int nv,
+                              const void *in, void *acc, ai_dtype dt, ai_op op);
+/* Recursive doubling allgather among the virtual ranks: on entry each
+ * holds its own window of buf, on return all windows. */
+ai_status_t comm_core_doubling(ai_comm *c, const comm_group *g, const vlayout *L, int nv,
+                               void *buf, size_t es);
+/* Rabenseifner reduce to index 0: the fold, halving, then a binomial
+ * gather of the reduced blocks. acc (count elements) is used at every
+ * rank. */
 ai_status_t comm_core_rab_reduce(ai_comm *c, const comm_group *g, const void *in, void *acc,
                                  size_t count, ai_dtype dt, ai_op op);
 
-/* ------------------------------------------------- algorithms
- * coll_algo_fn implementations, registered in algos.c. */
-
-ai_status_t comm_ring_allreduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_recursive_doubling_allreduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_rabenseifner_allreduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_reduce_bcast_allreduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a);
-/* The host-local steps of the two-level allreduces: every rank's input
- * reduced into its host leader's recvbuf; the leader's recvbuf to all. */
-ai_status_t comm_host_reduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_host_bcast(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_ring_reduce_scatter(ai_comm *c, const coll_args *a);
-ai_status_t comm_recursive_halving_reduce_scatter(ai_comm *c, const coll_args *a);
-ai_status_t comm_pairwise_reduce_scatter(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_ring_allgather(ai_comm *c, const coll_args *a);
-ai_status_t comm_recursive_doubling_allgather(ai_comm *c, const coll_args *a);
-ai_status_t comm_bruck_allgather(ai_comm *c, const coll_args *a);
-ai_status_t comm_hierarchical_allgather(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_binomial_broadcast(ai_comm *c, const coll_args *a);
-ai_status_t comm_binary_tree_broadcast(ai_comm *c, const coll_args *a);
-ai_status_t comm_chain_broadcast(ai_comm *c, const coll_args *a);
-ai_status_t comm_scatter_allgather_broadcast(ai_comm *c, const coll_args *a);
-ai_status_t comm_hierarchical_broadcast(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_binomial_reduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_binary_tree_reduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_rabenseifner_reduce(ai_comm *c, const coll_args *a);
-ai_status_t comm_hierarchical_reduce(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_pairwise_alltoall(ai_comm *c, const coll_args *a);
-ai_status_t comm_linear_alltoall(ai_comm *c, const coll_args *a);
-ai_status_t comm_bruck_alltoall(ai_comm *c, const coll_args *a);
-
-ai_status_t comm_dissemination_barrier(ai_comm *c, const coll_args *a);
-ai_status_t comm_tree_barrier(ai_comm *c, const coll_args *a);
-
-/* comm_reduce_local without the x86 SIMD paths (reduce.c), so tests can
- * check the portable kernels on machines that have those paths. */
-void comm_reduce_local_portable(void *dst, const void *a, const void *b, size_t count,
-                                ai_dtype dt, ai_op op);
-
-/* Registry access for coll.c (by index within a collective). */
-const coll_algo *comm_algo_at(ai_coll coll, int index);
-int comm_algo_count(ai_coll coll);
+/* ------------------------------------------------- two-level steps (core_host.c)
+ * The host-local steps of the hierarchical allreduces: every rank's input
+ * reduced into its host leader's recvbuf; the leader's recvbuf to all the
+ * ranks of its host. */
+ai_status_t comm_core_host_reduce(ai_comm *c, const coll_args *a);
+ai_status_t comm_core_host_bcast(ai_comm *c, const coll_args *a);
 
 #endif

@@ -8,7 +8,7 @@
  * anything else that connects (wrong token, garbage, a stranger) is logged
  * and dropped without disturbing the job.
  */
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -71,7 +71,7 @@ static int try_port(uint32_t addr, int port)
  * that race to a concurrent job's ranks. So draw at random from [10000, low
  * end of that range), or above it if that span is small: ports the kernel
  * never assigns on its own, where only an explicit bind can collide. */
-int ai_rendezvous_port(const char *host)
+int comm_tcp_free_port(const char *host)
 {
     enum { LOWEST = 10000, MIN_SPAN = 1000, TRIES = 64 };
     uint32_t addr;

@@ -4,7 +4,7 @@
  * (and the order the tuner explores); the first entry is also what a
  * one-rank communicator would pick.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 #include <strings.h>
 

@@ -10,7 +10,7 @@
  *            index has bit k set, packed into one message. Each byte moves
  *            up to log2 p times, so it pays off for small blocks only.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 ai_status_t comm_pairwise_alltoall(ai_comm *c, const coll_args *a)
 {

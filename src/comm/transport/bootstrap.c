@@ -11,7 +11,7 @@
  * connection never joins and never stops the rendezvous; a connection that
  * says nothing is dropped after a few seconds.
  */
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,18 +1,15 @@
 /*
- * Broadcast algorithms.
+ * Tree cores, all rooted at index 0 of their group:
  *
- *  binomial           binomial tree, whole buffer per hop: log2 p steps;
- *                     small messages.
- *  binary_tree        binary tree pipelined in segments (chunk_bytes).
- *  chain              a pipelined chain root -> root+1 -> ...: every link
- *                     carries the message once, so for large messages the
- *                     time approaches n/bandwidth + (p-1) segment times.
- *  scatter_allgather  van de Geijn: binomial scatter of p blocks, ring
- *                     allgather; ~2n bytes per rank, no pipeline fill.
- *  hierarchical       among the host leaders (the root leads its host),
- *                     then within each host.
+ *  binomial           log2 p steps, whole buffer per hop: small messages.
+ *  pipelined tree     a binary tree or a chain, in segments: interior nodes
+ *                     forward segment k while segment k+1 arrives, so for
+ *                     large messages the time approaches n/bandwidth plus
+ *                     the pipeline's fill.
+ *  scatter_allgather  van de Geijn: binomial scatter of p blocks, then the
+ *                     ring allgather; ~2n bytes per rank, no pipeline fill.
  */
-#include "comm/algos.h"
+#include "comm/algo/core.h"
 
 #define MAX_TREE_CHILDREN 32 /* binomial fan-out is at most log2(INT_MAX) */
 
@@ -120,72 +117,88 @@ ai_status_t comm_core_scatter_allgather_bcast(ai_comm *c, const comm_group *g, v
     }
     if ((st = comm_wait(c, r, nr)) != AI_OK)
         return st;
-    /* Ring allgather of the blocks. */
-    int right = g_rank(g, (me + 1) % n), left = g_rank(g, (me + n - 1) % n);
-    for (int s = 0; s < n - 1; s++) {
-        int sb = ((me - s) % n + n) % n, rb = ((me - s - 1) % n + n) % n;
-        if ((st = comm_sendrecv(c, right, BP(buf, BOFF(sb)), BOFF(sb + 1) - BOFF(sb), left,
-                                BP(buf, BOFF(rb)), BOFF(rb + 1) - BOFF(rb))) != AI_OK)
-            return st;
-    }
 #undef BOFF
+    /* Ring allgather of the blocks. */
+    comm_blocks B = {NULL, count, es};
+    return comm_core_ring_allgather(c, g, buf, &B, me);
+}
+
+ai_status_t comm_core_bcast_sized(ai_comm *c, const comm_group *g, void *buf, size_t count,
+                                  size_t es)
+{
+    if (count * es <= ALGO_SMALL_BYTES)
+        return comm_core_binomial_bcast(c, g, buf, count * es);
+    return comm_core_scatter_allgather_bcast(c, g, buf, count, es);
+}
+
+ai_status_t comm_core_binomial_reduce(ai_comm *c, const comm_group *g, const void *in, void *acc,
+                                      size_t count, ai_dtype dt, ai_op op)
+{
+    int n = g->n, me = g->me;
+    size_t bytes = count * ai_dtype_size(dt);
+    const void *cur = in;
+    ai_status_t st;
+    /* Children are me + 1, me + 2, me + 4, ... below my lowest set bit;
+     * receive them one at a time: concurrent receive-reduces into the same
+     * accumulator would race (the first must read `in`, later ones acc). */
+    for (int mask = 1; mask < n; mask <<= 1) {
+        if (me & mask)
+            return comm_send(c, g_rank(g, me - mask), cur, bytes);
+        if (me + mask < n) {
+            comm_req r;
+            comm_irecv_reduce(c, &r, g_rank(g, me + mask), acc, cur, count, dt, op);
+            if ((st = comm_wait(c, &r, 1)) != AI_OK)
+                return st;
+            cur = acc;
+        }
+    }
+    copy_if(acc, cur, bytes); /* root of a single-member group */
     return AI_OK;
 }
 
-static comm_group world_from_root(const ai_comm *c, int root)
+ai_status_t comm_core_tree_reduce(ai_comm *c, const comm_group *g, const void *in, void *acc,
+                                  size_t count, ai_dtype dt, ai_op op, size_t seg_bytes)
 {
-    comm_group w = group_world(c);
-    return group_rotate(&w, root);
-}
-
-ai_status_t comm_binomial_broadcast(ai_comm *c, const coll_args *a)
-{
-    comm_group g = world_from_root(c, a->root);
-    return comm_core_binomial_bcast(c, &g, a->recvbuf, a->count * ai_dtype_size(a->dt));
-}
-
-ai_status_t comm_binary_tree_broadcast(ai_comm *c, const coll_args *a)
-{
-    comm_group g = world_from_root(c, a->root);
-    return comm_core_pipe_bcast(c, &g, a->recvbuf, a->count * ai_dtype_size(a->dt), TREE_BINARY,
-                                a->chunk_bytes);
-}
-
-ai_status_t comm_chain_broadcast(ai_comm *c, const coll_args *a)
-{
-    comm_group g = world_from_root(c, a->root);
-    return comm_core_pipe_bcast(c, &g, a->recvbuf, a->count * ai_dtype_size(a->dt), TREE_CHAIN,
-                                a->chunk_bytes);
-}
-
-ai_status_t comm_scatter_allgather_broadcast(ai_comm *c, const coll_args *a)
-{
-    comm_group g = world_from_root(c, a->root);
-    return comm_core_scatter_allgather_bcast(c, &g, a->recvbuf, a->count,
-                                             ai_dtype_size(a->dt));
-}
-
-static ai_status_t bcast_by_size(ai_comm *c, const comm_group *g, const coll_args *a)
-{
-    size_t es = ai_dtype_size(a->dt);
-    if (a->count * es <= ALGO_SMALL_BYTES)
-        return comm_core_binomial_bcast(c, g, a->recvbuf, a->count * es);
-    return comm_core_scatter_allgather_bcast(c, g, a->recvbuf, a->count, es);
-}
-
-ai_status_t comm_hierarchical_broadcast(ai_comm *c, const coll_args *a)
-{
-    if (c->nhosts == 1 || c->nhosts == c->size) {
-        comm_group g = world_from_root(c, a->root);
-        return bcast_by_size(c, &g, a);
+    int n = g->n, me = g->me;
+    size_t es = ai_dtype_size(dt), bytes = count * es;
+    if (n == 1) {
+        copy_if(acc, in, bytes);
+        return AI_OK;
     }
-    int myhost = c->host_of[c->rank], roothost = c->host_of[a->root];
+    if (seg_bytes == 0)
+        seg_bytes = ALGO_DEFAULT_SEGMENT;
+    size_t seg = seg_bytes / es ? seg_bytes / es : 1; /* elements */
+    int child[2], nchild = 0;
+    for (int k = 1; k <= 2; k++)
+        if (2 * me + k < n)
+            child[nchild++] = g_rank(g, 2 * me + k);
+    int parent = me > 0 ? g_rank(g, (me - 1) / 2) : -1;
+
+    /* Segment k-1 travels to the parent while segment k arrives from the
+     * first child: both in one comm_wait (the engine progresses only the
+     * requests of the current wait). Children are reduced one after the
+     * other: concurrent receive-reduces into one segment would race. */
+    comm_req r[2];
+    int spend = 0;
     ai_status_t st;
-    comm_group lg = group_leaders(c, a->root);
-    comm_group leaders = group_rotate(&lg, roothost);
-    if (leaders.me >= 0 && (st = bcast_by_size(c, &leaders, a)) != AI_OK)
+    for (size_t off = 0; off < count; off += seg) {
+        size_t len = AI_MIN(seg, count - off);
+        const unsigned char *cur = CBP(in, off * es);
+        for (int i = 0; i < nchild; i++) {
+            comm_irecv_reduce(c, &r[spend], child[i], BP(acc, off * es), cur, len, dt, op);
+            if ((st = comm_wait(c, r, spend + 1)) != AI_OK)
+                return st;
+            spend = 0;
+            cur = CBP(acc, off * es);
+        }
+        if (parent >= 0) {
+            if (spend && (st = comm_wait(c, r, 1)) != AI_OK)
+                return st;
+            comm_isend(c, &r[0], parent, cur, len * es);
+            spend = 1;
+        }
+    }
+    if (spend && (st = comm_wait(c, r, 1)) != AI_OK)
         return st;
-    comm_group lh = group_host(c, myhost);
-    comm_group local = group_rotate(&lh, myhost == roothost ? host_index_of(c, a->root) : 0);
-    return bcast_by_size(c, &local, a);
+    return AI_OK;
 }

@@ -10,7 +10,7 @@
  * progress at all for the communicator's timeout fails and names the peers
  * it was waiting on.
  */
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -7,7 +7,7 @@
  *  tree           binomial gather of arrivals to rank 0, binomial release:
  *                 2 log2 p steps but only p-1 messages each way.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 ai_status_t comm_dissemination_barrier(ai_comm *c, const coll_args *a)
 {

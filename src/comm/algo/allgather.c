@@ -13,33 +13,17 @@
  *                      among the leaders (one message per host per step),
  *                      broadcast within each host.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 #define GATHER_BATCH 16 /* requests in flight at a host leader */
-
-ai_status_t comm_core_ring_allgather(ai_comm *c, const comm_group *g, void *buf,
-                                     const int *first, size_t unit)
-{
-    int n = g->n, me = g->me;
-    int right = g_rank(g, (me + 1) % n), left = g_rank(g, (me + n - 1) % n);
-#define AOFF(i) ((size_t)(first ? first[i] : (i)) * unit)
-    for (int s = 0; s < n - 1; s++) {
-        int sb = ((me - s) % n + n) % n, rb = ((me - s - 1) % n + n) % n;
-        ai_status_t st = comm_sendrecv(c, right, BP(buf, AOFF(sb)), AOFF(sb + 1) - AOFF(sb),
-                                       left, BP(buf, AOFF(rb)), AOFF(rb + 1) - AOFF(rb));
-        if (st != AI_OK)
-            return st;
-    }
-#undef AOFF
-    return AI_OK;
-}
 
 ai_status_t comm_ring_allgather(ai_comm *c, const coll_args *a)
 {
     size_t unit = a->count * ai_dtype_size(a->dt);
     comm_group g = group_world(c);
+    comm_blocks B = {NULL, (size_t)c->size, unit};
     copy_if(BP(a->recvbuf, (size_t)c->rank * unit), a->sendbuf, unit);
-    return comm_core_ring_allgather(c, &g, a->recvbuf, NULL, unit);
+    return comm_core_ring_allgather(c, &g, a->recvbuf, &B, c->rank);
 }
 
 ai_status_t comm_recursive_doubling_allgather(ai_comm *c, const coll_args *a)
@@ -49,25 +33,21 @@ ai_status_t comm_recursive_doubling_allgather(ai_comm *c, const coll_args *a)
     copy_if(BP(a->recvbuf, (size_t)me * unit), a->sendbuf, unit);
     if (n == 1)
         return AI_OK;
-    int pp = pow2_floor(n), rem = n - pp, nv = fold_virtual(me, rem);
-    vlayout L = {VL_FOLDED, a->count, pp, rem};
     comm_group g = group_world(c);
+    comm_fold f = fold_of(&g);
+    vlayout L = {VL_FOLDED, a->count, f.pp, f.rem};
     ai_status_t st;
-    if (nv < 0) {
-        if ((st = comm_send(c, me + 1, BP(a->recvbuf, (size_t)me * unit), unit)) != AI_OK)
-            return st;
-        return comm_recv(c, me + 1, a->recvbuf, total);
-    }
+    if (f.nv < 0)
+        return comm_core_fold_leave(c, &g, BP(a->recvbuf, (size_t)me * unit), unit, a->recvbuf,
+                                    total);
     /* Odd partner of a folded pair owns blocks me-1 and me: adjacent, so
      * virtual windows stay contiguous. */
-    if (me < 2 * rem &&
-        (st = comm_recv(c, me - 1, BP(a->recvbuf, (size_t)(me - 1) * unit), unit)) != AI_OK)
+    st = comm_core_fold_join_recv(c, &g, &f, BP(a->recvbuf, (size_t)(me - 1) * unit), unit);
+    if (st != AI_OK)
         return st;
-    if ((st = comm_core_doubling(c, &g, &L, nv, a->recvbuf, es)) != AI_OK)
+    if ((st = comm_core_doubling(c, &g, &L, f.nv, a->recvbuf, es)) != AI_OK)
         return st;
-    if (me < 2 * rem)
-        return comm_send(c, me - 1, a->recvbuf, total);
-    return AI_OK;
+    return comm_core_fold_return(c, &g, &f, a->recvbuf, total);
 }
 
 ai_status_t comm_bruck_allgather(ai_comm *c, const coll_args *a)
@@ -135,7 +115,8 @@ ai_status_t comm_hierarchical_allgather(ai_comm *c, const coll_args *a)
         }
         /* 2. Ring among the leaders over whole hosts. */
         comm_group leaders = group_leaders(c, -1);
-        if ((st = comm_core_ring_allgather(c, &leaders, packed, c->host_first, unit)) != AI_OK)
+        comm_blocks B = {c->host_first, 0, unit};
+        if ((st = comm_core_ring_allgather(c, &leaders, packed, &B, leaders.me)) != AI_OK)
             return st;
         if (!blocked)
             for (int j = 0; j < n; j++)
@@ -143,10 +124,6 @@ ai_status_t comm_hierarchical_allgather(ai_comm *c, const coll_args *a)
                        unit);
     }
     /* 3. Broadcast the assembled buffer within the host. */
-    if (local.n == 1)
-        return AI_OK;
-    if (total <= ALGO_SMALL_BYTES)
-        return comm_core_binomial_bcast(c, &local, a->recvbuf, total);
-    return comm_core_scatter_allgather_bcast(c, &local, a->recvbuf, a->count * (size_t)n,
-                                             ai_dtype_size(a->dt));
+    return comm_core_bcast_sized(c, &local, a->recvbuf, a->count * (size_t)n,
+                                 ai_dtype_size(a->dt));
 }

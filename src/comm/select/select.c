@@ -6,9 +6,9 @@
  * Within one host, or before any measurement, the fixed rule in coll.c
  * decides. The learner (tune layer) later replaces both with evidence.
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
-#include "comm/select.h"
+#include "comm/algo_registry.h"
+#include "comm/select/probe.h"
+#include "comm/select/select.h"
 #include "model/model_net.h"
 
 #include <math.h>

@@ -20,8 +20,8 @@
  * back from it at the end (as in the hierarchical algorithm), so only
  * leaders use the network.
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
+#include "comm/algo/algos.h"
+#include "comm/select/probe.h"
 #include "model/model_net.h"
 
 #include <math.h>
@@ -76,15 +76,18 @@ static ai_status_t leaders_exchange(ai_comm *c, const comm_group *g, void *buf, 
 
 ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
 {
-    if (c->nhosts == 1)
-        return comm_ring_allreduce(c, a);
+    if (c->nhosts == 1) {
+        comm_group w = group_world(c);
+        return comm_core_ring_allreduce(c, &w, a->sendbuf, a->recvbuf, a->count, a->dt, a->op,
+                                        a->chunk_bytes);
+    }
     size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
     const comm_links *links;
     ai_status_t st = comm_links_get(c, 0, &links);
     if (st != AI_OK)
         return st;
     /* 1. Within the host: reduce to the leader. */
-    if ((st = comm_host_reduce(c, a)) != AI_OK)
+    if ((st = comm_core_host_reduce(c, a)) != AI_OK)
         return st;
 
     /* 2. Leaders: weighted direct reduce-scatter + allgather, pipelined. */
@@ -112,5 +115,5 @@ ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a)
     }
 
     /* 3. Within the host: the leader broadcasts the result. */
-    return comm_host_bcast(c, a);
+    return comm_core_host_bcast(c, a);
 }

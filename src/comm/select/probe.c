@@ -16,8 +16,8 @@
  * The result is cached in the communicator; ai_comm_links(refresh=1)
  * measures again (after the network changed).
  */
-#include "comm/algos.h"
-#include "comm/probe.h"
+#include "comm/algo/core.h"
+#include "comm/select/probe.h"
 #include "model/model_net.h"
 
 #include <math.h>
@@ -104,7 +104,8 @@ static ai_status_t share(ai_comm *c, const comm_group *g, comm_links *l)
         return st;
     memcpy(both + 2 * H * (size_t)g->me, l->bw_Bps + H * (size_t)g->me, H * sizeof(double));
     memcpy(both + 2 * H * (size_t)g->me + H, l->lat_s + H * (size_t)g->me, H * sizeof(double));
-    if ((st = comm_core_ring_allgather(c, g, both, NULL, 2 * H * sizeof(double))) != AI_OK)
+    comm_blocks B = {NULL, H, 2 * H * sizeof(double)};
+    if ((st = comm_core_ring_allgather(c, g, both, &B, g->me)) != AI_OK)
         return st;
     for (size_t i = 0; i < H; i++) {
         memcpy(l->bw_Bps + H * i, both + 2 * H * i, H * sizeof(double));
@@ -174,35 +175,4 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     c->links_gen++;
     *out = l;
     return AI_OK;
-}
-
-ai_status_t ai_comm_probe(ai_comm *c, int refresh)
-{
-    if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
-    c->call_seq++;
-    const comm_links *l;
-    ai_status_t st = comm_links_get(c, refresh, &l);
-    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d: link probe", c->rank);
-}
-
-ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *bw_GBps,
-                         double *lat_us)
-{
-    const comm_links *m = c->links;
-    if (!m)
-        return ai_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
-    if (from_host < 0 || to_host < 0 || from_host >= m->nhosts || to_host >= m->nhosts)
-        return ai_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
-                       m->nhosts - 1);
-    size_t at = (size_t)to_host * (size_t)m->nhosts + (size_t)from_host;
-    *bw_GBps = m->bw_Bps[at] / 1e9;
-    *lat_us = m->lat_s[at] * 1e6;
-    return AI_OK;
-}
-
-double ai_comm_host_bw_GBps(const ai_comm *c, int host)
-{
-    const comm_links *m = c->links;
-    return m && host >= 0 && host < m->nhosts ? m->host_Bps[host] / 1e9 : NAN;
 }

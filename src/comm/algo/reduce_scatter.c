@@ -10,7 +10,7 @@
  *                     receive-reduces rank-k's contribution: no forwarding,
  *                     no scratch, p-1 steps.
  */
-#include "comm/algos.h"
+#include "comm/algo/algos.h"
 
 ai_status_t comm_ring_reduce_scatter(ai_comm *c, const coll_args *a)
 {
@@ -50,33 +50,24 @@ ai_status_t comm_recursive_halving_reduce_scatter(ai_comm *c, const coll_args *a
         copy_if(a->recvbuf, in, unit);
         return AI_OK;
     }
-    int pp = pow2_floor(n), rem = n - pp, nv = fold_virtual(me, rem);
-    vlayout L = {VL_FOLDED, a->count, pp, rem};
     comm_group g = group_world(c);
+    comm_fold f = fold_of(&g);
+    vlayout L = {VL_FOLDED, a->count, f.pp, f.rem};
     ai_status_t st;
-    if (nv < 0) {
-        if ((st = comm_send(c, me + 1, in, total)) != AI_OK)
-            return st;
-        return comm_recv(c, me + 1, a->recvbuf, unit);
-    }
+    if (f.nv < 0)
+        return comm_core_fold_leave(c, &g, in, total, a->recvbuf, unit);
     unsigned char *acc;
     if ((st = comm_scratch(c, ALGO_SLOT_WORK, total, (void **)&acc)) != AI_OK)
         return st;
     const void *cur = in;
-    if (me < 2 * rem) {
-        comm_req r;
-        comm_irecv_reduce(c, &r, me - 1, acc, in, a->count * (size_t)n, a->dt, a->op);
-        if ((st = comm_wait(c, &r, 1)) != AI_OK)
-            return st;
-        cur = acc;
-    }
-    if ((st = comm_core_halving(c, &g, &L, nv, cur, acc, a->dt, a->op)) != AI_OK)
+    st = comm_core_fold_join_reduce(c, &g, &f, acc, &cur, a->count * (size_t)n, a->dt, a->op);
+    if (st != AI_OK)
+        return st;
+    if ((st = comm_core_halving(c, &g, &L, f.nv, cur, acc, a->dt, a->op)) != AI_OK)
         return st;
     /* acc now holds the reduced blocks of the ranks I stand for. */
     memcpy(a->recvbuf, acc + (size_t)me * unit, unit);
-    if (me < 2 * rem)
-        return comm_send(c, me - 1, acc + (size_t)(me - 1) * unit, unit);
-    return AI_OK;
+    return comm_core_fold_return(c, &g, &f, acc + (size_t)(me - 1) * unit, unit);
 }
 
 ai_status_t comm_pairwise_reduce_scatter(ai_comm *c, const coll_args *a)

@@ -5,7 +5,7 @@
  * ranks. The name is unlinked as soon as every local rank has mapped it, so
  * nothing is left in /dev/shm after a crash.
  */
-#include "comm/transport.h"
+#include "comm/transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>

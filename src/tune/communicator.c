@@ -1,0 +1,93 @@
+/*
+ * The public communicator (the "communicator" section of autoinfra.h):
+ * creation with the learner attached, teardown, identity, and the
+ * measured links. It lives in the tune layer because a public
+ * communicator is comm's communicator plus tune's learner: comm knows the
+ * learner only as the comm_tuner hook (comm.h), so comm stays below tune,
+ * and this file is the one place where the two are put together and taken
+ * apart.
+ */
+#include "comm/select/probe.h"
+#include "tune/tune.h"
+
+#include <math.h>
+
+/* c is only valid when st is AI_OK; on failure nothing is left. */
+static ai_status_t with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
+{
+    if (st != AI_OK)
+        return st;
+    if ((st = tune_learner_attach(c)) != AI_OK)
+        goto err_comm;
+    *out = c;
+    return AI_OK;
+err_comm:
+    comm_destroy(c);
+    return st;
+}
+
+ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
+{
+    ai_comm *c = NULL;
+    ai_status_t st = comm_create(cfg, &c);
+    return with_learner(st, c, out);
+}
+
+ai_status_t ai_comm_create_env(ai_comm **out)
+{
+    ai_comm *c = NULL;
+    ai_status_t st = comm_create_env(&c);
+    return with_learner(st, c, out);
+}
+
+void ai_comm_destroy(ai_comm *c)
+{
+    comm_destroy(c);
+}
+
+int ai_rendezvous_port(const char *host)
+{
+    return comm_tcp_free_port(host);
+}
+
+int ai_comm_rank(const ai_comm *c) { return c->rank; }
+int ai_comm_size(const ai_comm *c) { return c->size; }
+int ai_comm_nhosts(const ai_comm *c) { return c->nhosts; }
+int ai_comm_host_of(const ai_comm *c, int rank)
+{
+    return rank >= 0 && rank < c->size ? c->host_of[rank] : -1;
+}
+ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
+
+/* ------------------------------------------------------ measured links */
+
+ai_status_t ai_comm_probe(ai_comm *c, int refresh)
+{
+    if (c->state != AI_OK)
+        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
+    c->call_seq++;
+    const comm_links *l;
+    ai_status_t st = comm_links_get(c, refresh, &l);
+    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d: link probe", c->rank);
+}
+
+ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *bw_GBps,
+                         double *lat_us)
+{
+    const comm_links *m = c->links;
+    if (!m)
+        return ai_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
+    if (from_host < 0 || to_host < 0 || from_host >= m->nhosts || to_host >= m->nhosts)
+        return ai_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
+                       m->nhosts - 1);
+    size_t at = (size_t)to_host * (size_t)m->nhosts + (size_t)from_host;
+    *bw_GBps = m->bw_Bps[at] / 1e9;
+    *lat_us = m->lat_s[at] * 1e6;
+    return AI_OK;
+}
+
+double ai_comm_host_bw_GBps(const ai_comm *c, int host)
+{
+    const comm_links *m = c->links;
+    return m && host >= 0 && host < m->nhosts ? m->host_Bps[host] / 1e9 : NAN;
+}
