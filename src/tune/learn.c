@@ -711,19 +711,20 @@ ai_status_t tune_learner_attach(ai_comm *c)
     if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
         (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, &t->refine)) != AI_OK ||
         (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK) {
-        free(t);
-        return st;
-    }
+        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK)
+        goto err_tuner;
     if (t->budget < 0 || t->refine < 0 || bound < 1 || !(t->save_s >= 0)) {
-        free(t);
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
-                                       "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
-                                       "AUTOINFRA_TUNE_BOUND >= 1");
+        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
+                                     "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
+                                     "AUTOINFRA_TUNE_BOUND >= 1");
+        goto err_tuner;
     }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
     return AI_OK;
+err_tuner:
+    free(t);
+    return st;
 }
 
 /* ------------------------------------------------ introspection (autoinfra.h) */
