@@ -10,7 +10,7 @@ algorithms (not --default-only); FINGERPRINT is the cluster's in the KB
 is one of its own (not "default" or an export) becomes an arm
 "<system>:<algo>" of that fingerprint at the row's size bucket, so that
 `autoinfra kb export-ompi` (export-mpich) picks the algorithm Open MPI
-(MPICH) itself ran fastest (src/tune/kb_export.c). Writes the KB's JSON exchange format.
+(MPICH) itself ran fastest (src/tune/export/ompi.c, mpich.c). Writes the KB's JSON exchange format.
 """
 import json
 import sys

@@ -340,8 +340,8 @@ ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const ch
 /* Monotonic seconds. */
 double ai_now(void);
 
-/* A size, the one grammar of every size the CLI, the environment
- * (AUTOINFRA_TUNE_MIN, AUTOINFRA_PROBE_BYTES, ...) and the plugins accept:
+/* A size: the one grammar of every size the CLI and the environment
+ * (AUTOINFRA_TUNE_MIN, AUTOINFRA_PROBE_BYTES, ...) accept:
  * digits, then an optional unit in any case, B; K, KB or KiB; M, MB or
  * MiB; G, GB or GiB; T, TB or TiB; every unit a power of 1024 ("64KB" =
  * "64K" = "64KiB" = 65536). No sign, no spaces, no fractions.

@@ -145,7 +145,7 @@ static void test_known_level(void **state)
     (void)state;
     known_level(1.05, 32); /* one long window, back to back */
     known_level(0.95, 32);
-    known_level(0.95, 4); /* a warm job's first window (session 10: a1 won here) */
+    known_level(0.95, 4); /* a warm job's first window: a1 must not win here */
     known_level(1.05, 4);
 }
 

@@ -364,7 +364,7 @@ static void fill_random(ai_dtype dt, unsigned char *p, size_t n, uint64_t *x)
 
 /* Equal as the type defines equality for our purposes: bit-exact, except
  * that any NaN matches any NaN (payload propagation is not specified) and
- * -0 matches +0 (min/max may return either, see reduce.c). */
+ * -0 matches +0 (min/max may return either, see kernel/reduce_local.c). */
 static int same_elem(ai_dtype dt, const unsigned char *x, const unsigned char *y)
 {
     size_t es = ai_dtype_size(dt);

@@ -409,9 +409,9 @@ static void test_drift_relearns(void **state)
     setenv("AUTOINFRA_KB", kb, 1);
     ranks_opts o = {.deadline_s = 120};
     /* The cold job runs past its first calls' warm-up (each arm's first
-     * use touches new memory): after 40 calls the KB had held arm times up
-     * to 1.8x the warm job's, which then saw "drift" before its drift in 1
-     * of 6 runs under ASan. */
+     * use touches new memory): after only 40 calls the KB holds arm times
+     * up to 1.8x the warm job's, which then sees "drift" before its drift
+     * in about 1 of 6 runs under ASan. */
     warm_arg cold = {100, 0, 1 << 20};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     /* 100 quiet calls first, past the 32 in which strikes do not count. */

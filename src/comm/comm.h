@@ -1,6 +1,7 @@
 /*
  * comm layer internals: the communicator, the point-to-point engine the
- * collective algorithms are written against, and the algorithm registry.
+ * collective algorithms are written against, and the coll_algo type of the
+ * algorithm registry (whose functions are in comm/algo_registry.h).
  *
  * Engine model. Algorithms post non-blocking requests (comm_isend,
  * comm_irecv, comm_irecv_reduce) into caller-owned comm_req structs and

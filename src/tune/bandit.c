@@ -13,8 +13,8 @@
 
 /* Prior spreads, from the sweeps of bench/learn-eval on T1-T4 (docs/learner.md,
  * "How good the prior is"): the sd of the model's log error on an arm's
- * time relative to its favourite's was 0.11-0.22 per scenario; chunk and
- * channel variants differed from their algorithm's default by 0.06-0.12. */
+ * time relative to its favourite's is 0.11-0.22 per scenario; chunk and
+ * channel variants differ from their algorithm's default by 0.06-0.12. */
 #define TUNE_PRIOR_MODEL 0.25  /* sd of the model's log prediction */
 #define TUNE_PRIOR_VARIANT 0.3 /* chunk / channel variants the model ignores */
 #define TUNE_PRIOR_BLIND 0.7   /* arms without a model prediction */
@@ -74,11 +74,11 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
  * calls back to back where the KB learned calls apart, or shares the
  * machine. So the residual of the known arms this job ran moves the prior
  * of every known arm, as the model's shared error moves every arm the
- * model costs. (Until session 11 it moved only the arms the job had not
- * run: the arm it ran stayed near the KB's tight prior, a few calls
- * moving it 7% of the offset where the level moved 67%, so a warm job
- * running 5% faster than the KB saw the arms it had not run 3% ahead of
- * its own and switched to a near tie it never measured.) Drift still
+ * model costs. (Moving only the arms the job has not run would leave the
+ * arm it ran near the KB's tight prior, a few calls moving it 7% of the
+ * offset where the level moves 67%: a warm job running 5% faster than the
+ * KB would see the arms it has not run 3% ahead of its own and switch to
+ * a near tie it never measured.) Drift still
  * shows: a window is tested against the arm's posterior before it is
  * counted, and the level follows the job's calls only as fast as the
  * decayed sums do. Arms nobody can cost and nobody has
@@ -117,15 +117,15 @@ void bandit_update(tune_bandit *b)
 }
 
 /* A call can be a spike: another process on the core, a retransmit. In
- * the explorations of bench/learn-eval (sessions 6 and 8) 1.4-7.4% of
- * calls took over 1.08x their arm's median, up to 2.8% over 1.15x. With
- * 14-18 arms in 24 exploratory calls most arms run once or twice, so one
- * spike could rank the fastest arm behind the others for good (on T1 at 4
- * MiB the ring's only call took 1.18x its time). Offline
- * (bench/results/mtu9000/session8/sim) capping exploratory observations at
- * TUNE_CAP sd of noise above the arm's mean so far took the share of
- * buckets settling more than 3% off from 5.5% to 4.3% with 5% spiky calls,
- * and changed nothing without spikes. */
+ * the explorations of bench/learn-eval 1.4-7.4% of calls take over 1.08x
+ * their arm's median, up to 2.8% over 1.15x. With 14-18 arms in 24
+ * exploratory calls most arms run once or twice, so one spike could rank
+ * the fastest arm behind the others for good (on T1 at 4 MiB the ring's
+ * only call took 1.18x its time). Replayed offline on recorded timings,
+ * capping exploratory observations at TUNE_CAP sd of noise above the
+ * arm's mean so far takes the share of buckets settling more than 3% off
+ * from 5.5% to 4.3% with 5% spiky calls, and changes nothing without
+ * spikes. */
 static double cap_at(const tune_bandit *b, int i, double y, int calls, double sds)
 {
     const tune_arm_stat *a = &b->arm[i];
@@ -138,11 +138,11 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls)
 }
 
 /* Settled windows are several calls, and a slowdown that lasts must move
- * the estimate at once (capping them as exploration is capped, session 8,
- * hid T1's drift at 1 MiB for 64 calls). But one spike in a window must
- * not: on T1 at 4 MiB (session 9) the settled ring's windows took
- * 103-109 ms until one took 130 ms, which moved its estimate past a
- * `weighted` 5% slower, and the job switched to it for good. So a window
+ * the estimate at once (capping them as exploration is capped hides T1's
+ * drift at 1 MiB for 64 calls). But one spike in a window must not: on
+ * T1 at 4 MiB the settled ring's windows take 103-109 ms, and one of
+ * 130 ms counted in full moves its estimate past a `weighted` 5% slower,
+ * to which the job would switch for good. So a window
  * more than TUNE_SPIKE sd of a window's noise above its arm's mean so far
  * counts at that bound, and in full only when the arm's window before was
  * beyond it too: a lasting change shows one window later. */
@@ -210,12 +210,11 @@ double tune_confidence(const tune_arm_stat *arms, int n, int best)
 }
 
 /* A settled bucket whose first job goes on can tell its near ties apart
- * with calls it no longer needs for exploring: offline
- * (bench/results/mtu9000/session9/sim) running the arm most likely to be
- * 2% faster than the incumbent every other window, while that chance was
- * at least 0.1, for at most 32 calls, took the buckets more than 3% off
- * after 128 calls from 4.3% to 1.6% (3.2% without it), for 0.13% more
- * time over those calls. */
+ * with the calls it does not need for exploring: replayed offline on
+ * recorded timings, running the arm most likely to be 2% faster than the
+ * incumbent every other window, while that chance is at least 0.1, for at
+ * most 32 calls, takes the buckets more than 3% off after 128 calls from
+ * 4.3% to 1.6% (3.2% without it), for 0.13% more time over those calls. */
 int bandit_rival(const tune_bandit *b, int best, double gain, double p)
 {
     int rival = -1;

@@ -25,8 +25,8 @@
  * after every quiet window (no drift strike) down to an eighth; when any
  * rank's own time looks like a strike, the next window is the shortest. On T1 at
  * 64-256 KiB the agreement (50-230 us with the wait for the slowest rank)
- * against 1.6-6.4 ms calls had cost `auto` 0.4-1%; a quiet bucket now pays
- * about 0.2%. Drift shows in the first long window after it, and the
+ * against 1.6-6.4 ms calls costs `auto` 0.4-1% at a fixed share; halved,
+ * a quiet bucket pays about 0.2%. Drift shows in the first long window after it, and the
  * second strike comes 4 calls later, the order to measure the links 4
  * calls after that.
  *
@@ -340,7 +340,7 @@ static void kb_ready(tuner *t, const ai_comm *c)
 /* Rank 0: the changed buckets and the waiting windows, one transaction.
  * Writing takes 0.3-0.6 ms (and 20 ms when SQLite checkpoints its WAL),
  * and the other ranks wait for it in the next call: on T1 at 64 KiB a
- * write per window had cost `auto` 2.5%. So a job writes at most every
+ * write per window costs `auto` 2.5%. So a job writes at most every
  * save_s (1 s) and when the communicator is released; a crash loses at
  * most that much of its learning, never the KB's consistency. */
 static void kb_flush(tuner *t)
@@ -359,9 +359,9 @@ static void kb_flush(tuner *t)
             /* Only the arms this job measured: an arm known from the KB
              * that it did not run has this job's level in its posterior
              * (bandit_update), a guess, not a measurement. Written back,
-             * a warm job on T1 (session 11) had moved every other arm of
-             * each bucket by 0.4-2.5%, their sample counts unchanged, for
-             * the jobs after it to take as knowledge. */
+             * a warm job on T1 would move every other arm of each bucket
+             * by 0.4-2.5%, their sample counts unchanged, for the jobs
+             * after it to take as knowledge. */
             tune_arm_stat ran[TUNE_MAX_ARMS];
             int nran = 0;
             for (int a = 0; a < b->s.narms; a++)
@@ -448,8 +448,8 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         /* Warm: the arm the last job ran, as that job would have gone on,
          * unless another is expected TUNE_SWITCH faster. The KB's best
          * estimate can be a near tie the job did not take: on T3 at 4 MiB
-         * (session 9) a learned job ran hierarchical on 2 channels, the
-         * oracle's arm, and the next one a ring 5% slower. */
+         * a learned job runs hierarchical on 2 channels, the oracle's arm,
+         * where the KB's best estimate is a ring 5% slower. */
         int last = b->warm && b->info.algo[0]
                        ? find_arm(b, b->info.algo, b->info.chunk, b->info.channels)
                        : -1;
@@ -560,10 +560,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     /* Every rank's vote: when its own time of this window looks like a
      * strike, the next window is the shortest, so that a drift is
      * confirmed or not within a few calls. Deciding it on rank 0's time
-     * alone missed drifts the slowest rank saw: on T4 at 64 KiB, g1000-0
-     * at a quarter, the agreed windows were 1.25-1.7x slower, rank 0's
-     * own less, and the windows after the first slow one stayed 18-32
-     * calls long (session 10). The votes only shorten a window; strikes
+     * alone misses drifts the slowest rank sees: on T4 at 64 KiB, g1000-0
+     * at a quarter, the agreed windows are 1.25-1.7x slower, rank 0's own
+     * less, and the windows after the first slow one would stay 18-32
+     * calls long. The votes only shorten a window; strikes
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
     double msg[6] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
@@ -711,19 +711,20 @@ ai_status_t tune_learner_attach(ai_comm *c)
     if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
         (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, &t->refine)) != AI_OK ||
         (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK) {
-        free(t);
-        return st;
-    }
+        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK)
+        goto err_tuner;
     if (t->budget < 0 || t->refine < 0 || bound < 1 || !(t->save_s >= 0)) {
-        free(t);
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
-                                       "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
-                                       "AUTOINFRA_TUNE_BOUND >= 1");
+        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
+                                     "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
+                                     "AUTOINFRA_TUNE_BOUND >= 1");
+        goto err_tuner;
     }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
     return AI_OK;
+err_tuner:
+    free(t);
+    return st;
 }
 
 /* ------------------------------------------------ introspection (autoinfra.h) */

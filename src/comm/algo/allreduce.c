@@ -27,30 +27,21 @@ ai_status_t comm_ring_allreduce(ai_comm *c, const coll_args *a)
 
 ai_status_t comm_recursive_doubling_allreduce(ai_comm *c, const coll_args *a)
 {
-    int n = c->size;
-    size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
-    if (n == 1) {
-        copy_if(a->recvbuf, a->sendbuf, bytes);
-        return AI_OK;
-    }
+    size_t bytes = a->count * ai_dtype_size(a->dt);
     comm_group g = group_world(c);
     comm_fold f = fold_of(&g);
-    int nv = f.nv;
-    ai_status_t st;
-
-    if (nv < 0) /* folded out: hand my data over, get the result back */
-        return comm_core_fold_leave(c, &g, a->sendbuf, bytes, a->recvbuf, bytes);
-
+    int nv = f.nv, done;
+    const void *cur;
+    ai_status_t st = comm_core_fold_allreduce_in(c, &g, &f, a->sendbuf, a->recvbuf, a->count,
+                                                 a->dt, a->op, &cur, &done);
+    if (st != AI_OK || done)
+        return st;
     void *tmp;
     if ((st = comm_scratch(c, ALGO_SLOT_WORK, bytes, &tmp)) != AI_OK)
         return st;
     /* Each exchange sends the whole current buffer while the partner's
      * data is reduced into the other one: sending and reducing into the
      * same buffer would race. cur ping-pongs between recvbuf and tmp. */
-    const void *cur = a->sendbuf;
-    st = comm_core_fold_join_reduce(c, &g, &f, a->recvbuf, &cur, a->count, a->dt, a->op);
-    if (st != AI_OK)
-        return st;
     for (int mask = 1; mask < f.pp; mask <<= 1) {
         int peer = fold_real(nv ^ mask, f.rem);
         void *dst = (cur == a->recvbuf) ? tmp : a->recvbuf;
@@ -67,23 +58,15 @@ ai_status_t comm_recursive_doubling_allreduce(ai_comm *c, const coll_args *a)
 
 ai_status_t comm_rabenseifner_allreduce(ai_comm *c, const coll_args *a)
 {
-    int n = c->size;
     size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
-    if (n == 1) {
-        copy_if(a->recvbuf, a->sendbuf, bytes);
-        return AI_OK;
-    }
     comm_group g = group_world(c);
     comm_fold f = fold_of(&g);
-    int nv = f.nv;
+    int nv = f.nv, done;
     vlayout L = {VL_EVEN, a->count, f.pp, f.rem};
-    ai_status_t st;
-
-    if (nv < 0)
-        return comm_core_fold_leave(c, &g, a->sendbuf, bytes, a->recvbuf, bytes);
-    const void *in = a->sendbuf; /* absorb the folded neighbour's data */
-    st = comm_core_fold_join_reduce(c, &g, &f, a->recvbuf, &in, a->count, a->dt, a->op);
-    if (st != AI_OK)
+    const void *in; /* after the fold: my data and the folded neighbour's */
+    ai_status_t st = comm_core_fold_allreduce_in(c, &g, &f, a->sendbuf, a->recvbuf, a->count,
+                                                 a->dt, a->op, &in, &done);
+    if (st != AI_OK || done)
         return st;
     if ((st = comm_core_halving(c, &g, &L, nv, in, a->recvbuf, a->dt, a->op)) != AI_OK)
         return st;

@@ -251,6 +251,14 @@ ai_status_t comm_core_fold_join_recv(ai_comm *c, const comm_group *g, const comm
 /* Partner: send bytes of buf back to the member that sat out. */
 ai_status_t comm_core_fold_return(ai_comm *c, const comm_group *g, const comm_fold *f,
                                   const void *buf, size_t bytes);
+/* The way in for an allreduce-shaped call (count elements in and out on
+ * every rank): a single member copies in to out, a member that sits out
+ * hands in over and receives the result in out, both with *done = 1; a
+ * partner reduces its partner's data with in into out (*cur = out), any
+ * other member only sets *cur = in. */
+ai_status_t comm_core_fold_allreduce_in(ai_comm *c, const comm_group *g, const comm_fold *f,
+                                        const void *in, void *out, size_t count, ai_dtype dt,
+                                        ai_op op, const void **cur, int *done);
 
 /* ------------------------------------------------- ring and tree cores (core_ring.c, core_tree.c)
  * All run on group g (me >= 0) with the root at index 0 where rooted.

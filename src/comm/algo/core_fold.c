@@ -47,3 +47,20 @@ ai_status_t comm_core_fold_return(ai_comm *c, const comm_group *g, const comm_fo
         return AI_OK;
     return comm_send(c, g_rank(g, g->me - 1), buf, bytes);
 }
+
+ai_status_t comm_core_fold_allreduce_in(ai_comm *c, const comm_group *g, const comm_fold *f,
+                                        const void *in, void *out, size_t count, ai_dtype dt,
+                                        ai_op op, const void **cur, int *done)
+{
+    size_t bytes = count * ai_dtype_size(dt);
+    *done = 1;
+    if (g->n == 1) {
+        copy_if(out, in, bytes);
+        return AI_OK;
+    }
+    if (f->nv < 0) /* folded out: hand my data over, get the result back */
+        return comm_core_fold_leave(c, g, in, bytes, out, bytes);
+    *done = 0;
+    *cur = in;
+    return comm_core_fold_join_reduce(c, g, f, out, cur, count, dt, op);
+}

@@ -67,8 +67,8 @@ static int try_port(uint32_t addr, int port)
 
 /* A port the kernel hands out for bind(0) comes from the ephemeral range
  * (net.ipv4.ip_local_port_range), where any process's outgoing connect may
- * take it as its source port before rank 0 binds it: test_bench once lost
- * that race to a concurrent job's ranks. So draw at random from [10000, low
+ * take it as its source port before rank 0 binds it (a concurrent job's
+ * ranks, connecting, win that race). So draw at random from [10000, low
  * end of that range), or above it if that span is small: ports the kernel
  * never assigns on its own, where only an explicit bind can collide. */
 int comm_tcp_free_port(const char *host)

@@ -102,14 +102,15 @@ ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what,
         st = ai_fail(AI_ERR_NOMEM, "%s: reading the knowledge base", what);
     if (st == AI_OK && v->n == 0)
         st = ai_fail(AI_ERR_NOTFOUND, "%s: no measurements for fingerprint '%s'", what, chosen);
-    if (st != AI_OK) {
-        free(v->arm);
-        v->arm = NULL;
-        return st;
-    }
+    if (st != AI_OK)
+        goto err_arms;
     snprintf(v->fp, sizeof v->fp, "%s", chosen);
     qsort(v->arm, v->n, sizeof *v->arm, arm_cmp);
     return AI_OK;
+err_arms:
+    free(v->arm);
+    v->arm = NULL;
+    return st;
 }
 
 int tune_view_next_bucket(const kb_view *v, ai_coll coll, size_t *i, size_t *end)

@@ -1,0 +1,114 @@
+#!/bin/sh
+# The layering of docs/architecture.md, checked on the #include lines and
+# calls of the sources (grep only: well under a second).
+#
+#  1. src/<layer> includes headers of its own layer or of layers below it,
+#     in the order util <- topo <- model <- comm <- tune <- plan <- cli.
+#  2. Layers above comm reach comm through its narrow headers only
+#     (comm/comm.h, comm/algo_registry.h, comm/select/*.h), never the
+#     algorithm, transport or kernel rooms.
+#  3. Inside comm, transport/ and kernel/ include nothing of algo/ or select/.
+#  4. src/cli and plugins/ include autoinfra.h and their own headers only.
+#  5. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
+#     registry.c) calls an algorithm another per-collective file defines:
+#     shared steps live in the cores.
+#
+# Usage: check_layers.sh SOURCE_DIR. Exit 1 listing every violation.
+root=${1:-.}
+cd "$root" || exit 2
+order="util topo model comm tune plan sim cli"
+bad=0
+
+rank_of() {
+    i=0
+    for l in $order; do
+        [ "$l" = "$1" ] && { echo $i; return; }
+        i=$((i + 1))
+    done
+    echo -1
+}
+
+fail() {
+    echo "check_layers: $*" >&2
+    bad=1
+}
+
+# file:line:header for every quoted include under $1.
+includes() {
+    grep -rn --include='*.c' --include='*.h' --include='*.cc' --include='*.cpp' \
+        '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$@" 2>/dev/null |
+        sed 's/^\([^:]*:[0-9]*\):.*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1:\2/'
+}
+
+for layer in $order; do
+    [ -d "src/$layer" ] || continue
+    me=$(rank_of "$layer")
+    for hit in $(includes "src/$layer"); do
+        where=${hit%:*}
+        hdr=${hit##*:}
+        case "$hdr" in
+        */*) ;;
+        *) # a header next to the file (cli.h) or the public one
+            continue ;;
+        esac
+        dep=${hdr%%/*}
+        them=$(rank_of "$dep")
+        if [ "$them" -lt 0 ]; then
+            fail "$where: includes \"$hdr\", not a layer's header"
+            continue
+        fi
+        if [ "$them" -gt "$me" ]; then
+            fail "$where: layer $layer includes \"$hdr\" of $dep, a layer above it"
+        fi
+        if [ "$dep" = comm ] && [ "$me" -gt "$(rank_of comm)" ]; then
+            case "$hdr" in
+            comm/comm.h | comm/algo_registry.h | comm/select/*.h) ;;
+            *) fail "$where: $layer includes comm's private \"$hdr\"" ;;
+            esac
+        fi
+    done
+done
+
+for hit in $(includes src/comm/transport src/comm/kernel); do
+    case "${hit##*:}" in
+    comm/algo/* | comm/select/*) fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
+    esac
+done
+
+for hit in $(includes src/cli plugins); do
+    case "${hit##*:}" in
+    */*) fail "${hit%:*}: includes \"${hit##*:}\"; cli and plugins use autoinfra.h only" ;;
+    esac
+done
+
+algos=src/comm/algo/algos.h
+if [ -f "$algos" ]; then
+    files=$(ls src/comm/algo/*.c | grep -v -e '/core_[^/]*\.c$' -e '/registry\.c$')
+    # One awk over algos.h and the files: an algos.h name called in a file
+    # that does not define it.
+    out=$(awk '
+        FNR == 1 { nfile++ }
+        nfile == 1 { if (match($0, /^ai_status_t comm_[a-z0-9_]*\(/))
+                         algo[substr($0, 13, RLENGTH - 13)] = 1
+                     next }
+        match($0, /^ai_status_t comm_[a-z0-9_]*\(/) { def[FILENAME, substr($0, 13, RLENGTH - 13)] = 1 }
+        { line = $0
+          while (match(line, /comm_[a-z0-9_]*\(/)) {
+              n = substr(line, RSTART, RLENGTH - 1)
+              if (n in algo) use[FILENAME, n] = 1
+              line = substr(line, RSTART + RLENGTH)
+          } }
+        END { for (k in use) if (!(k in def)) { split(k, a, SUBSEP); print a[1] ": calls " a[2] } }
+    ' "$algos" $files)
+    if [ -n "$out" ]; then
+        echo "$out" | while read -r l; do
+            echo "check_layers: $l, an algorithm of another per-collective file (use a core)" >&2
+        done
+        bad=1
+    fi
+else
+    fail "$algos: missing"
+fi
+
+[ $bad -eq 0 ] && echo "check_layers: ok"
+exit $bad
