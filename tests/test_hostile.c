@@ -15,6 +15,7 @@
 
 #include "autoinfra.h"
 #include "comm/wire.h"
+#include "support/ranks.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,18 +43,6 @@ static void sleep_ms(int ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
 }
 
 /* A non-blocking connect to ip:port; the fd or -1. */
@@ -258,7 +247,8 @@ static int reap(pid_t pid, double deadline_s)
 static void test_job_forms_under_flood(void **state)
 {
     (void)state;
-    int port = free_port();
+    int port = ranks_free_port();
+    assert_true(port > 0);
     pid_t pids[NRANKS], flooder;
     fflush(NULL);
     pids[0] = fork();

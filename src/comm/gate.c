@@ -9,8 +9,11 @@
  * new one refused. A rank sends its first frame right after connecting, so
  * its bytes are read in the same pass that accepts it: a flood of idle
  * connections can at worst evict a rank before it is read, and the rank
- * retries. Refusals are logged individually only for the first few, then
- * counted, so a flood cannot fill the log either.
+ * retries. A connection that runs out of time is closed without an
+ * answer, like an evicted one: a rank slowed down on the way retries,
+ * while a frame that is wrong gets its reason back. Refusals are logged
+ * individually only for the first few, then counted, so a flood cannot
+ * fill the log either.
  */
 #include "comm/transport.h"
 
@@ -58,7 +61,7 @@ static void drop(comm_gate *g, int i, const char *why)
         ai_log(g->refused <= GATE_LOGGED ? AI_LOG_WARN : AI_LOG_DEBUG,
                "%s refused a connection from %s: %s", g->what, ip, why);
     } else {
-        g->evicted++;
+        g->dropped++;
     }
     close(cn->fd);
     g->conns[i] = g->conns[--g->n];
@@ -113,10 +116,10 @@ ai_status_t comm_gate_pass(comm_gate *g, int ms)
             if (verdict < 0)
                 why = ai_last_error();
         }
-        if (!why && now - cn->since > COMM_GATE_DEADLINE_S)
-            why = "no complete first frame within 1 s of connecting";
         if (why)
             drop(g, i--, why);
+        else if (now - cn->since > COMM_GATE_DEADLINE_S)
+            drop(g, i--, NULL); /* no whole first frame in time */
     }
     return AI_OK;
 }
@@ -128,7 +131,8 @@ void comm_gate_close(comm_gate *g)
     if (g->refused > GATE_LOGGED)
         ai_log(AI_LOG_WARN, "%s refused %u connections in all (the first %d logged)", g->what,
                g->refused, GATE_LOGGED);
-    if (g->evicted)
-        ai_log(AI_LOG_WARN, "%s dropped %u silent connections to make room for newer ones",
-               g->what, g->evicted);
+    if (g->dropped)
+        ai_log(AI_LOG_WARN, "%s dropped %u connections that sent no whole first frame within "
+               "%.0f s or were the oldest when %d were waiting", g->what, g->dropped,
+               COMM_GATE_DEADLINE_S, COMM_GATE_MAX);
 }

@@ -150,7 +150,7 @@ typedef struct comm_gate {
     comm_gate_check check;
     void (*answer)(int fd, const char *why); /* tell a refused peer, or NULL */
     void *arg;
-    unsigned refused, evicted;
+    unsigned refused, dropped;
     comm_gate_conn conns[COMM_GATE_MAX];
 } comm_gate;
 void comm_gate_init(comm_gate *g, int lfd, const char *what, comm_gate_check check,

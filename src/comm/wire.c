@@ -48,6 +48,20 @@ static ai_status_t more(size_t have, size_t want, size_t *need)
     return AI_OK;
 }
 
+/* The magic and version that open every frame, judged as their bytes
+ * arrive; *need > 0 until the first hdr bytes are in. */
+static ai_status_t lead_parse(const unsigned char *b, size_t len, uint32_t magic, size_t hdr,
+                              const char *not_magic, size_t *need)
+{
+    *need = 0;
+    if (!magic_prefix_ok(b, len, magic))
+        return ai_fail(AI_ERR_PROTO, "%s", not_magic);
+    if (len >= 6 && rd16(b + 4) != COMM_PROTO_VERSION)
+        return ai_fail(AI_ERR_PROTO, "wrong protocol version %u (this build speaks %d)",
+                       (unsigned)rd16(b + 4), COMM_PROTO_VERSION);
+    return len < hdr ? more(len, hdr, need) : AI_OK;
+}
+
 void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
 {
     uint32_t magic = COMM_WIRE_STORE_MAGIC;
@@ -61,15 +75,10 @@ void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
 ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
                                 uint32_t *body_len, size_t *need)
 {
-    if (!magic_prefix_ok(b, len, COMM_WIRE_STORE_MAGIC))
-        return ai_fail(AI_ERR_PROTO, "not an autoinfra peer (malformed frame)");
-    if (len < 6)
-        return more(len, COMM_WIRE_HDR, need);
-    if (rd16(b + 4) != COMM_PROTO_VERSION)
-        return ai_fail(AI_ERR_PROTO, "wrong protocol version %u (this build speaks %d)",
-                       (unsigned)rd16(b + 4), COMM_PROTO_VERSION);
-    if (len < COMM_WIRE_HDR)
-        return more(len, COMM_WIRE_HDR, need);
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_STORE_MAGIC, COMM_WIRE_HDR,
+                                "not an autoinfra peer (malformed frame)", need);
+    if (st != AI_OK || *need)
+        return st;
     *type = rd16(b + 6);
     *body_len = rd32(b + 8);
     *need = 0;
@@ -181,14 +190,10 @@ ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint6
                                        uint32_t *from, uint32_t *to, uint16_t *chan,
                                        size_t *need)
 {
-    if (!magic_prefix_ok(b, len, COMM_WIRE_DATA_MAGIC))
-        return ai_fail(AI_ERR_PROTO, "not an autoinfra peer (bad magic)");
-    if (len < 6)
-        return more(len, COMM_WIRE_DATA_HELLO, need);
-    if (rd16(b + 4) != COMM_PROTO_VERSION)
-        return ai_fail(AI_ERR_PROTO, "wrong protocol version");
-    if (len < COMM_WIRE_DATA_HELLO)
-        return more(len, COMM_WIRE_DATA_HELLO, need);
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_DATA_MAGIC, COMM_WIRE_DATA_HELLO,
+                                "not an autoinfra peer (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
     if (!comm_wire_token_equal(rd64(b + 16), token))
         return ai_fail(AI_ERR_PROTO, "wrong job token");
     *chan = rd16(b + 6);
@@ -217,14 +222,10 @@ size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason
 ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *origin,
                                   char *reason, size_t *need)
 {
-    if (!magic_prefix_ok(b, len, COMM_WIRE_ABORT_MAGIC))
-        return ai_fail(AI_ERR_PROTO, "malformed abort notice (bad magic)");
-    if (len < 6)
-        return more(len, COMM_WIRE_ABORT_HDR, need);
-    if (rd16(b + 4) != COMM_PROTO_VERSION)
-        return ai_fail(AI_ERR_PROTO, "abort notice of another protocol version");
-    if (len < COMM_WIRE_ABORT_HDR)
-        return more(len, COMM_WIRE_ABORT_HDR, need);
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_ABORT_MAGIC, COMM_WIRE_ABORT_HDR,
+                                "malformed abort notice (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
     size_t n = rd16(b + 6);
     if (n > COMM_WIRE_ABORT_REASON_MAX)
         return ai_fail(AI_ERR_PROTO, "abort notice with a %zu-byte reason (at most %d)", n,
