@@ -255,7 +255,7 @@ static ai_status_t chan_open(comm_peer *p, int k, int fd)
 static ai_status_t chan_connect(ai_comm *c, int j, uint16_t chan, double deadline, int *fd_out)
 {
     comm_peer *p = &c->tp->peers[j];
-    unsigned char hello[COMM_WIRE_DATA_HELLO], ack[COMM_WIRE_ACK];
+    unsigned char hello[COMM_WIRE_DATA_HELLO], ack[COMM_WIRE_ACK] = {0};
     comm_wire_data_hello_pack(hello, c->tp->token_hash, (uint32_t)c->rank, (uint32_t)j, chan);
     for (int attempt = 0;; attempt++) {
         int fd;
