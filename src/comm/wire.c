@@ -62,6 +62,20 @@ static ai_status_t lead_parse(const unsigned char *b, size_t len, uint32_t magic
     return len < hdr ? more(len, hdr, need) : AI_OK;
 }
 
+/* n bytes of text at b + at, at most max: into out, NUL-terminated. */
+static ai_status_t text_parse(const unsigned char *b, size_t len, size_t at, size_t n, size_t max,
+                              const char *what, char *out, size_t *need)
+{
+    if (n > max)
+        return ai_fail(AI_ERR_PROTO, "%s of %zu bytes (at most %zu)", what, n, max);
+    if (len < at + n)
+        return more(len, at + n, need);
+    memcpy(out, b + at, n);
+    out[n] = '\0';
+    *need = 0;
+    return AI_OK;
+}
+
 void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
 {
     uint32_t magic = COMM_WIRE_STORE_MAGIC;
@@ -150,16 +164,9 @@ ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t s
     if (st != AI_OK || *need)
         return st;
     if (type == COMM_WIRE_REJECT) {
-        if (body > COMM_WIRE_REASON_MAX)
-            return ai_fail(AI_ERR_PROTO, "refusal of %u bytes (at most %d)", (unsigned)body,
-                           COMM_WIRE_REASON_MAX);
-        if (len < COMM_WIRE_HDR + body)
-            return more(len, COMM_WIRE_HDR + body, need);
-        memcpy(why, b + COMM_WIRE_HDR, body);
-        why[body] = '\0';
-        *rejected = 1;
-        *need = 0;
-        return AI_OK;
+        st = text_parse(b, len, COMM_WIRE_HDR, body, COMM_WIRE_REASON_MAX, "refusal", why, need);
+        *rejected = st == AI_OK && !*need;
+        return st;
     }
     if (type != COMM_WIRE_TABLE || size == 0 || size > COMM_WIRE_MAX_RANKS ||
         body != size * (uint32_t)COMM_WIRE_ENTRY)
@@ -226,15 +233,9 @@ ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *o
                                 "malformed abort notice (bad magic)", need);
     if (st != AI_OK || *need)
         return st;
-    size_t n = rd16(b + 6);
-    if (n > COMM_WIRE_ABORT_REASON_MAX)
-        return ai_fail(AI_ERR_PROTO, "abort notice with a %zu-byte reason (at most %d)", n,
-                       COMM_WIRE_ABORT_REASON_MAX);
-    if (len < COMM_WIRE_ABORT_HDR + n)
-        return more(len, COMM_WIRE_ABORT_HDR + n, need);
-    *origin = (int32_t)rd32(b + 8);
-    memcpy(reason, b + COMM_WIRE_ABORT_HDR, n);
-    reason[n] = '\0';
-    *need = 0;
-    return AI_OK;
+    st = text_parse(b, len, COMM_WIRE_ABORT_HDR, rd16(b + 6), COMM_WIRE_ABORT_REASON_MAX,
+                    "abort notice reason", reason, need);
+    if (st == AI_OK && !*need)
+        *origin = (int32_t)rd32(b + 8);
+    return st;
 }
