@@ -115,9 +115,13 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
     tp->no_shm = cfg->no_shm;
     const char *token = cfg->token ? cfg->token : "";
     tp->token_hash = ai_hash64(token, strlen(token), 0x6175746f696e6672ULL);
-    for (int j = 0; j < c->size; j++)
+    tp->blame = -1;
+    tp->abort_origin = -1;
+    for (int j = 0; j < c->size; j++) {
+        tp->peers[j].ctl_fd = -1;
         for (int k = 0; k < COMM_MAX_CHANNELS; k++)
             tp->peers[j].tx[k].fd = tp->peers[j].rx[k].fd = -1;
+    }
 
     comm_rank_info self = {.pid = (int32_t)getpid(), .machine = machine_id()};
     if (cfg->host_id)
@@ -126,9 +130,18 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
         snprintf(self.host, sizeof self.host, "localhost");
 
     if (c->size > 1) {
-        /* Listen for data connections on every interface; peers learn our
-         * address from the interface we reached rank 0 through. */
-        st = comm_tcp_listen(htonl(INADDR_ANY), &tp->listen_fd, &self.port);
+        /* Listen for data connections only on the address this rank
+         * reaches rank 0 from (rank 0: the store's own), which is the one
+         * peers learn from the rank table: loopback for a job on
+         * loopback, one interface's address otherwise. */
+        uint32_t store_addr;
+        if ((st = comm_resolve_ipv4(cfg->store_host, &store_addr)) != AI_OK)
+            goto err;
+        if (cfg->rank == 0 || store_addr == htonl(INADDR_ANY))
+            self.addr = store_addr;
+        else if ((st = comm_local_addr_towards(store_addr, &self.addr)) != AI_OK)
+            goto err;
+        st = comm_tcp_listen(self.addr, &tp->listen_fd, &self.port);
         if (st != AI_OK)
             goto err;
         ai_comm_config eff = *cfg; /* with the defaults resolved */

@@ -32,7 +32,7 @@ static int decode(int wstatus)
 
 /* A port nobody listens on right now (another process may still take it
  * before rank 0 binds; that shows up as a failed create, not a hang). */
-static int free_port(void)
+int ranks_free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0)
@@ -99,7 +99,7 @@ int ranks_run(int n, const ranks_opts *o, int (*fn)(ai_comm *c, void *arg), void
         o = &defaults;
     if (n <= 0 || !fn)
         return -1;
-    int port = free_port();
+    int port = ranks_free_port();
     if (port < 0) {
         perror("ranks_run: free port");
         return -1;

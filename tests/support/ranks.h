@@ -50,4 +50,7 @@ typedef struct ranks_opts {
 
 int ranks_run(int n, const ranks_opts *o, int (*fn)(ai_comm *c, void *arg), void *arg);
 
+/* A TCP port on 127.0.0.1 nobody listens on right now, or -1. */
+int ranks_free_port(void);
+
 #endif

@@ -4,312 +4,191 @@
  * job token hash, its data address, pid, host id) and receives the table of
  * all ranks once everybody has joined.
  *
- * Frames: magic "AIBS" | version u16 | type u16 | body length u32 | body.
- * Rank 0 validates every hello and refuses (with a reason, sent back in a
- * REJECT frame and logged) wrong tokens, wrong versions, bad sizes,
- * duplicate ranks and bytes that are not a frame at all. A refused
- * connection never joins and never stops the rendezvous; a connection that
- * says nothing is dropped after a few seconds.
+ * Frames: wire.h. Rank 0 validates every hello and refuses (with a
+ * reason, sent back in a REJECT frame and logged) wrong tokens, wrong
+ * versions, bad sizes, duplicate ranks and bytes that are not a frame at
+ * all. Untrusted connections pass through a gate (gate.c): a second to
+ * present the hello, a bounded table that drops its oldest entry when a
+ * new connection arrives while it is full. A rank whose connection is
+ * closed unanswered (dropped from a full gate, or rank 0 not up yet) tries
+ * again with backoff until its timeout; a refusal with a reason is final.
  */
 #include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define BS_MAGIC 0x53424941u /* "AIBS" */
-#define BS_HELLO 1
-#define BS_TABLE 2
-#define BS_REJECT 3
-#define BS_FRAME_HDR 12
-#define BS_ENTRY (4 + 2 + 2 + 4 + 8 + COMM_HOST_MAX)
-#define BS_HELLO_BODY (4 + 4 + 8 + BS_ENTRY)
-#define BS_MAX_PENDING 128
-#define BS_HELLO_GRACE_S 5.0
-
-static void put(unsigned char **p, const void *v, size_t n)
-{
-    memcpy(*p, v, n);
-    *p += n;
-}
-
-static void get(const unsigned char **p, void *v, size_t n)
-{
-    memcpy(v, *p, n);
-    *p += n;
-}
-
-static void frame_hdr(unsigned char *b, uint16_t type, uint32_t len)
-{
-    uint32_t magic = BS_MAGIC;
-    uint16_t version = COMM_PROTO_VERSION;
-    memcpy(b, &magic, 4);
-    memcpy(b + 4, &version, 2);
-    memcpy(b + 6, &type, 2);
-    memcpy(b + 8, &len, 4);
-}
-
-static void entry_pack(unsigned char **p, const comm_rank_info *e)
-{
-    uint16_t pad = 0;
-    put(p, &e->addr, 4);
-    put(p, &e->port, 2);
-    put(p, &pad, 2);
-    put(p, &e->pid, 4);
-    put(p, &e->machine, 8);
-    put(p, e->host, COMM_HOST_MAX);
-}
-
-static void entry_unpack(const unsigned char **p, comm_rank_info *e)
-{
-    uint16_t pad;
-    get(p, &e->addr, 4);
-    get(p, &e->port, 2);
-    get(p, &pad, 2);
-    get(p, &e->pid, 4);
-    get(p, &e->machine, 8);
-    get(p, e->host, COMM_HOST_MAX);
-    e->host[COMM_HOST_MAX - 1] = '\0';
-}
-
 /* ------------------------------------------------------------- rank 0 */
 
-typedef struct bs_conn {
-    int fd;
-    int rank; /* -1 until its hello was accepted */
-    size_t got;
-    double since;
-    unsigned char buf[BS_FRAME_HDR + BS_HELLO_BODY];
-} bs_conn;
+typedef struct bs_store {
+    const ai_comm_config *cfg;
+    uint64_t token_hash;
+    comm_rank_info *table;
+    int *fd;       /* [size] each joined rank's connection, -1 until then */
+    int njoined;
+} bs_store;
 
-static void reject(bs_conn *cn, const char *why)
+static void bs_answer(int fd, const char *why)
 {
-    unsigned char b[BS_FRAME_HDR + 200];
-    size_t n = strlen(why) < 200 ? strlen(why) : 200;
-    frame_hdr(b, BS_REJECT, (uint32_t)n);
-    memcpy(b + BS_FRAME_HDR, why, n);
+    unsigned char b[COMM_WIRE_HDR + COMM_WIRE_REASON_MAX];
+    size_t n = strlen(why) < COMM_WIRE_REASON_MAX ? strlen(why) : COMM_WIRE_REASON_MAX;
+    comm_wire_hdr_pack(b, COMM_WIRE_REJECT, (uint32_t)n);
+    memcpy(b + COMM_WIRE_HDR, why, n);
     /* Best effort: the socket is fresh, a short frame fits its buffer. */
-    (void)!send(cn->fd, b, BS_FRAME_HDR + n, MSG_DONTWAIT | MSG_NOSIGNAL);
-    struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
-    char ip[INET_ADDRSTRLEN] = "?";
-    if (getpeername(cn->fd, (struct sockaddr *)&sa, &len) == 0)
-        inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
-    ai_log(AI_LOG_WARN, "rendezvous refused a connection from %s: %s", ip, why);
-    close(cn->fd);
-    cn->fd = -1;
+    (void)!send(fd, b, COMM_WIRE_HDR + n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-/* Check the first bytes as soon as they arrive, so garbage is refused
- * without waiting for a whole frame. Returns a reason or NULL. */
-static const char *hello_check(const ai_comm_config *cfg, uint64_t token_hash, bs_conn *cn,
-                               const comm_rank_info *table, const int *joined,
-                               comm_rank_info *e_out)
+static int bs_check(void *arg, int fd, const unsigned char *b, size_t len)
 {
-    uint32_t magic, len, rank, size;
-    uint16_t version, type;
-    uint64_t token;
-    if (cn->got >= 4) {
-        memcpy(&magic, cn->buf, 4);
-        if (magic != BS_MAGIC)
-            return "not an autoinfra peer (malformed frame)";
-    }
-    if (cn->got < BS_FRAME_HDR)
-        return NULL;
-    memcpy(&version, cn->buf + 4, 2);
-    memcpy(&type, cn->buf + 6, 2);
-    memcpy(&len, cn->buf + 8, 4);
-    if (version != COMM_PROTO_VERSION)
-        return "wrong protocol version";
-    if (type != BS_HELLO || len != BS_HELLO_BODY)
-        return "malformed hello frame";
-    if (cn->got < sizeof cn->buf)
-        return NULL;
-    const unsigned char *p = cn->buf + BS_FRAME_HDR;
-    get(&p, &rank, 4);
-    get(&p, &size, 4);
-    get(&p, &token, 8);
-    if (token != token_hash)
-        return "wrong job token";
-    if (size != (uint32_t)cfg->size)
-        return "job size differs from rank 0's";
-    if (rank == 0 || rank >= size)
-        return "rank out of range";
-    if (joined[rank])
-        return "rank already joined";
-    comm_rank_info e;
-    entry_unpack(&p, &e);
-    (void)table;
-    cn->rank = (int)rank;
-    *e_out = e;
-    return NULL;
+    bs_store *s = arg;
+    comm_wire_hello h;
+    size_t need;
+    if (comm_wire_hello_parse(b, len, s->token_hash, &h, &need) != AI_OK)
+        return -1;
+    if (need)
+        return 0;
+    if (h.size != (uint32_t)s->cfg->size)
+        return ai_fail(AI_ERR_PROTO, "job size differs from rank 0's"), -1;
+    if (h.rank == 0 || h.rank >= h.size)
+        return ai_fail(AI_ERR_PROTO, "rank out of range"), -1;
+    if (s->fd[h.rank] >= 0)
+        return ai_fail(AI_ERR_PROTO, "rank already joined"), -1;
+    s->table[h.rank] = h.entry;
+    s->fd[h.rank] = fd;
+    s->njoined++;
+    return 1;
 }
 
 static ai_status_t store_serve(const ai_comm_config *cfg, uint64_t token_hash, int lfd,
                                comm_rank_info *table, double deadline)
 {
-    bs_conn conns[BS_MAX_PENDING];
-    int nconn = 0, njoined = 1;
     ai_status_t st = AI_OK;
-    int *joined = calloc((size_t)cfg->size, sizeof *joined);
-    if (!joined)
+    bs_store s = {.cfg = cfg, .token_hash = token_hash, .table = table, .njoined = 1};
+    comm_gate *g = malloc(sizeof *g);
+    s.fd = malloc((size_t)cfg->size * sizeof *s.fd);
+    if (!g || !s.fd) {
+        free(g);
+        free(s.fd);
         return ai_fail(AI_ERR_NOMEM, "rendezvous table");
-    joined[0] = 1;
-    while (njoined < cfg->size) {
+    }
+    for (int r = 0; r < cfg->size; r++)
+        s.fd[r] = -1;
+    comm_gate_init(g, lfd, "rendezvous", bs_check, bs_answer, &s);
+    while (s.njoined < cfg->size) {
         double now = ai_now();
         if (now >= deadline) {
             char missing[200] = "";
             size_t len = 0;
             for (int r = 1; r < cfg->size && len < sizeof missing - 12; r++)
-                if (!joined[r])
+                if (s.fd[r] < 0)
                     len += (size_t)snprintf(missing + len, sizeof missing - len, " %d", r);
             st = ai_fail(AI_ERR_TIMEOUT, "rendezvous timed out after %.1f s: %d of %d ranks joined (missing:%s)",
-                         cfg->timeout_s, njoined, cfg->size, missing);
+                         cfg->timeout_s, s.njoined, cfg->size, missing);
             goto out;
         }
-        struct pollfd fds[BS_MAX_PENDING + 1];
-        fds[0] = (struct pollfd){.fd = lfd, .events = POLLIN};
-        for (int i = 0; i < nconn; i++)
-            fds[i + 1] = (struct pollfd){.fd = conns[i].rank < 0 ? conns[i].fd : -1, .events = POLLIN};
         int ms = (int)((deadline - now) * 1000) + 1;
-        if (poll(fds, (nfds_t)nconn + 1, AI_MIN(ms, 200)) < 0 && errno != EINTR) {
-            st = ai_fail(AI_ERR_IO, "poll: %s", strerror(errno));
+        if ((st = comm_gate_pass(g, AI_MIN(ms, 200))) != AI_OK)
             goto out;
-        }
-        if (fds[0].revents & POLLIN) {
-            int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0 && nconn < BS_MAX_PENDING)
-                conns[nconn++] = (bs_conn){.fd = fd, .rank = -1, .got = 0, .since = ai_now()};
-            else if (fd >= 0)
-                close(fd);
-        }
-        for (int i = 0; i < nconn; i++) {
-            bs_conn *cn = &conns[i];
-            if (cn->rank >= 0)
-                continue;
-            ssize_t n = recv(cn->fd, cn->buf + cn->got, sizeof cn->buf - cn->got, MSG_DONTWAIT);
-            const char *why = NULL;
-            if (n > 0)
-                cn->got += (size_t)n;
-            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                why = "closed before completing its hello";
-            comm_rank_info e;
-            if (!why)
-                why = hello_check(cfg, token_hash, cn, table, joined, &e);
-            if (!why && cn->rank >= 0) {
-                table[cn->rank] = e;
-                joined[cn->rank] = 1;
-                njoined++;
-            } else if (!why && ai_now() - cn->since > BS_HELLO_GRACE_S) {
-                why = "no complete hello within 5 s";
-            }
-            if (why) {
-                reject(cn, why);
-                conns[i--] = conns[--nconn];
-            }
-        }
     }
     /* Everyone is here: send the table to each joined rank. */
-    size_t body = (size_t)cfg->size * BS_ENTRY;
-    unsigned char *msg = malloc(BS_FRAME_HDR + body);
+    size_t body = (size_t)cfg->size * COMM_WIRE_ENTRY;
+    unsigned char *msg = malloc(COMM_WIRE_HDR + body);
     if (!msg) {
         st = ai_fail(AI_ERR_NOMEM, "rendezvous table");
         goto out;
     }
-    frame_hdr(msg, BS_TABLE, (uint32_t)body);
-    unsigned char *p = msg + BS_FRAME_HDR;
+    comm_wire_hdr_pack(msg, COMM_WIRE_TABLE, (uint32_t)body);
     for (int r = 0; r < cfg->size; r++)
-        entry_pack(&p, &table[r]);
-    for (int i = 0; i < nconn && st == AI_OK; i++) {
-        st = comm_sock_write_full(conns[i].fd, msg, BS_FRAME_HDR + body, deadline);
+        comm_wire_entry_pack(msg + COMM_WIRE_HDR + (size_t)r * COMM_WIRE_ENTRY, &table[r]);
+    for (int r = 1; r < cfg->size && st == AI_OK; r++) {
+        st = comm_sock_write_full(s.fd[r], msg, COMM_WIRE_HDR + body, deadline);
         if (st != AI_OK)
-            ai_fail_prefix(st, "sending the rank table to rank %d", conns[i].rank);
+            ai_fail_prefix(st, "sending the rank table to rank %d", r);
     }
     free(msg);
 out:
-    for (int i = 0; i < nconn; i++)
-        close(conns[i].fd);
-    free(joined);
+    comm_gate_close(g);
+    for (int r = 1; r < cfg->size; r++)
+        if (s.fd[r] >= 0)
+            close(s.fd[r]);
+    free(s.fd);
+    free(g);
     return st;
 }
 
 /* ------------------------------------------------------- other ranks */
 
-static ai_status_t store_join(const ai_comm_config *cfg, uint64_t token_hash, uint32_t store_addr,
-                              comm_rank_info *self, comm_rank_info *table, double deadline)
+/* One attempt: connect, say hello, read the answer. *retry is set when the
+ * store closed the connection without an answer (it was full, or it is
+ * not up yet): worth another try; a refusal with a reason is final. */
+static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hello,
+                             uint32_t store_addr, comm_rank_info *table, double deadline,
+                             int *retry)
 {
     int fd;
+    *retry = 0;
     ai_status_t st = comm_sock_connect(store_addr, (uint16_t)cfg->store_port, deadline, &fd);
     if (st != AI_OK)
         return ai_fail_prefix(st, "cannot reach the rendezvous store (rank 0) at %s:%d",
                               cfg->store_host, cfg->store_port);
-    if (self->addr == 0) {
-        struct sockaddr_in sa;
-        socklen_t len = sizeof sa;
-        if (getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-            self->addr = sa.sin_addr.s_addr;
+    st = comm_sock_write_full(fd, hello, COMM_WIRE_HELLO_FRAME, deadline);
+    size_t want = COMM_WIRE_HDR, got = 0, need = 0;
+    unsigned char *ans = NULL;
+    char why[COMM_WIRE_REASON_MAX + 1];
+    int rejected = 0;
+    while (st == AI_OK) {
+        unsigned char *more = realloc(ans, want);
+        if (!more) {
+            st = ai_fail(AI_ERR_NOMEM, "rank table");
+            break;
+        }
+        ans = more;
+        if ((st = comm_sock_read_full(fd, ans + got, want - got, deadline)) != AI_OK)
+            break;
+        got = want;
+        if ((st = comm_wire_reply_parse(ans, got, (uint32_t)cfg->size, table, why, &rejected,
+                                        &need)) != AI_OK) {
+            ai_fail_prefix(st, "rendezvous at %s:%d answered with something that is not an "
+                           "autoinfra store of protocol version %d", cfg->store_host,
+                           cfg->store_port, COMM_PROTO_VERSION);
+            break;
+        }
+        if (!need)
+            break;
+        want = got + need;
     }
-    unsigned char hello[BS_FRAME_HDR + BS_HELLO_BODY], *p = hello + BS_FRAME_HDR;
-    uint32_t rank = (uint32_t)cfg->rank, size = (uint32_t)cfg->size;
-    frame_hdr(hello, BS_HELLO, BS_HELLO_BODY);
-    put(&p, &rank, 4);
-    put(&p, &size, 4);
-    put(&p, &token_hash, 8);
-    entry_pack(&p, self);
-    st = comm_sock_write_full(fd, hello, sizeof hello, deadline);
-    unsigned char hdr[BS_FRAME_HDR];
-    if (st == AI_OK)
-        st = comm_sock_read_full(fd, hdr, sizeof hdr, deadline);
-    if (st != AI_OK) {
-        close(fd);
-        return ai_fail_prefix(st, "rendezvous with rank 0 at %s:%d", cfg->store_host, cfg->store_port);
-    }
-    uint32_t magic, len;
-    uint16_t version, type;
-    memcpy(&magic, hdr, 4);
-    memcpy(&version, hdr + 4, 2);
-    memcpy(&type, hdr + 6, 2);
-    memcpy(&len, hdr + 8, 4);
-    if (magic != BS_MAGIC || version != COMM_PROTO_VERSION) {
-        close(fd);
-        return ai_fail(AI_ERR_PROTO, "rendezvous at %s:%d answered with something that is not an "
-                       "autoinfra store of protocol version %d", cfg->store_host, cfg->store_port,
-                       COMM_PROTO_VERSION);
-    }
-    if (type == BS_REJECT && len <= 200) {
-        char why[201] = "";
-        comm_sock_read_full(fd, why, len, deadline);
-        why[len] = '\0';
-        close(fd);
-        return ai_fail(AI_ERR_PROTO, "rendezvous at %s:%d refused rank %d: %s", cfg->store_host,
-                       cfg->store_port, cfg->rank, why);
-    }
-    if (type != BS_TABLE || len != (uint32_t)cfg->size * BS_ENTRY) {
-        close(fd);
-        return ai_fail(AI_ERR_PROTO, "malformed rank table from rank 0");
-    }
-    unsigned char *body = malloc(len);
-    if (!body) {
-        close(fd);
-        return ai_fail(AI_ERR_NOMEM, "rank table");
-    }
-    st = comm_sock_read_full(fd, body, len, deadline);
+    free(ans);
     close(fd);
-    if (st == AI_OK) {
-        const unsigned char *q = body;
-        for (int r = 0; r < cfg->size; r++)
-            entry_unpack(&q, &table[r]);
-    } else {
-        ai_fail_prefix(st, "receiving the rank table from rank 0");
-    }
-    free(body);
+    if (st == AI_ERR_PEER && got == 0)
+        *retry = 1; /* closed unanswered */
+    if (st == AI_OK && rejected)
+        st = ai_fail(AI_ERR_PROTO, "rendezvous at %s:%d refused rank %d: %s", cfg->store_host,
+                     cfg->store_port, cfg->rank, why);
     return st;
+}
+
+static ai_status_t store_join(const ai_comm_config *cfg, uint64_t token_hash, uint32_t store_addr,
+                              comm_rank_info *self, comm_rank_info *table, double deadline)
+{
+    unsigned char hello[COMM_WIRE_HELLO_FRAME];
+    comm_wire_hello_pack(hello, (uint32_t)cfg->rank, (uint32_t)cfg->size, token_hash, self);
+    for (int attempt = 0;; attempt++) {
+        int retry;
+        ai_status_t st = join_once(cfg, hello, store_addr, table, deadline, &retry);
+        if (st == AI_OK || !retry || ai_now() >= deadline)
+            return st == AI_OK ? AI_OK
+                               : ai_fail_prefix(st, "rendezvous with rank 0 at %s:%d (attempt %d)",
+                                                cfg->store_host, cfg->store_port, attempt + 1);
+        ai_log(AI_LOG_DEBUG, "rendezvous store closed the connection unanswered; retrying");
+        comm_backoff(attempt, deadline);
+    }
 }
 
 ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_rank_info *self,

@@ -11,6 +11,7 @@
  * it was waiting on.
  */
 #include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -25,6 +26,10 @@
  * costs more in per-message overhead than it gains in parallelism. */
 #define COMM_CHAN_MIN_BYTES (64 * 1024)
 #define LIVENESS_PERIOD_S 0.05
+/* How long a rank whose peer's connection ended waits for that peer's
+ * abort notice (sent before the peer shut its data connections down, so
+ * on one machine it is already there). */
+#define NOTICE_GRACE_S 0.25
 
 static const unsigned char zero_pad[8];
 
@@ -229,13 +234,61 @@ static ai_status_t shm_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *mo
 
 /* ----------------------------------------------------------------- TCP */
 
-static ai_status_t tcp_error(const ai_comm *c, const comm_req *r, ssize_t n, const char *what)
+/* The abort notice peer p left on its control connection: waits up to
+ * NOTICE_GRACE_S for it or for the connection's end. 1 with origin and
+ * reason filled, 0 if there is none. */
+static int notice_read(const comm_peer *p, int32_t *origin, char *reason)
 {
+    unsigned char buf[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
+    size_t got = 0, need = COMM_WIRE_ABORT_HDR;
+    double end = ai_now() + NOTICE_GRACE_S;
+    if (p->ctl_fd < 0)
+        return 0;
+    while (need > 0) {
+        ssize_t k = recv(p->ctl_fd, buf + got, need, MSG_DONTWAIT);
+        if (k > 0) {
+            got += (size_t)k;
+            if (comm_wire_abort_parse(buf, got, origin, reason, &need) != AI_OK)
+                return 0;
+            continue;
+        }
+        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+            return 0;
+        int ms = (int)((end - ai_now()) * 1000);
+        struct pollfd pfd = {.fd = p->ctl_fd, .events = POLLIN};
+        if (ms <= 0 || poll(&pfd, 1, ms) == 0)
+            return 0;
+    }
+    return 1;
+}
+
+/* This rank learned from rank `via` that rank `origin` failed first. */
+static ai_status_t adopt(ai_comm *c, int32_t origin, const char *reason, int via, const char *how)
+{
+    struct comm_transport *tp = c->tp;
+    if (origin < 0 || origin >= c->size)
+        origin = via; /* a notice from a trusted peer, but keep names real */
+    tp->abort_origin = origin;
+    snprintf(tp->abort_reason, sizeof tp->abort_reason, "%s", reason);
+    tp->blame = origin;
+    return ai_fail(AI_ERR_PEER, "rank %d (host %s) failed first: %s [rank %d %s]", origin,
+                   peer_host(c, origin), reason, via, how);
+}
+
+static ai_status_t tcp_error(ai_comm *c, const comm_req *r, ssize_t n, const char *what)
+{
+    int err = errno, peer = r->peer;
+    int32_t origin;
+    char reason[COMM_WIRE_ABORT_REASON_MAX + 1];
+    if (notice_read(&c->tp->peers[peer], &origin, reason))
+        return adopt(c, origin, reason, peer, "aborted because of it and closed its connections");
+    c->tp->blame = peer;
     if (n == 0)
-        return ai_fail(AI_ERR_PEER, "rank %d (host %s) closed its connection during %s (it died or aborted)",
-                       r->peer, peer_host(c, r->peer), what);
-    return ai_fail(AI_ERR_PEER, "connection to rank %d (host %s) failed during %s: %s", r->peer,
-                   peer_host(c, r->peer), what, strerror(errno));
+        return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
+                       "closed during %s with no abort notice", peer, peer_host(c, peer), what);
+    return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: connection failed "
+                   "during %s (%s) with no abort notice", peer, peer_host(c, peer), what,
+                   strerror(err));
 }
 
 static ai_status_t tcp_tx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
@@ -407,14 +460,21 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
     struct comm_transport *tp = c->tp;
     if (tp->shm) {
         int who = atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire);
-        if (who > 0 && who - 1 != c->rank)
-            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+        if (who > 0 && who - 1 != c->rank) {
+            char reason[COMM_ABORT_REASON_MAX + 1];
+            memcpy(reason, tp->shm->abort_reason, sizeof reason);
+            reason[COMM_ABORT_REASON_MAX] = '\0';
+            return adopt(c, tp->shm->abort_origin, reason, who - 1,
+                         "on this host aborted because of it");
+        }
     }
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
-        if (!reqs[i].done && p->kind == CHAN_SHM && proc_is_dead(p->pid))
-            return ai_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", reqs[i].peer,
-                           (int)p->pid);
+        if (!reqs[i].done && p->kind == CHAN_SHM && proc_is_dead(p->pid)) {
+            tp->blame = reqs[i].peer;
+            return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", reqs[i].peer,
+                           p->host, (int)p->pid);
+        }
     }
     return AI_OK;
 }
@@ -599,12 +659,27 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     struct comm_transport *tp = c->tp;
     if (!tp)
         return status;
+    /* Tell everyone who failed first and how: a rank that learned it from
+     * a peer passes the original on; one that found it names the peer its
+     * error blamed (or itself). */
+    int32_t origin = tp->abort_origin >= 0 ? tp->abort_origin : tp->blame >= 0 ? tp->blame : c->rank;
+    const char *reason = tp->abort_origin >= 0 ? tp->abort_reason : c->failure;
     if (tp->shm) {
         int32_t expected = 0;
-        atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, c->rank + 1);
+        if (atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, -1)) {
+            tp->shm->abort_origin = origin;
+            snprintf(tp->shm->abort_reason, sizeof tp->shm->abort_reason, "%s", reason);
+            atomic_store_explicit(&tp->shm->abort_rank, c->rank + 1, memory_order_release);
+        }
     }
-    /* Shut TCP connections down so peers blocked on us fail now instead of
-     * at their timeout. */
+    unsigned char notice[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
+    size_t len = comm_wire_abort_pack(notice, origin, reason);
+    /* The notice goes out before the data connections close: a peer that
+     * sees them close finds it waiting. Then shut TCP connections down so
+     * peers blocked on us fail now instead of at their timeout. */
+    for (int i = 0; i < c->size; i++)
+        if (tp->peers[i].kind == CHAN_TCP && tp->peers[i].ctl_fd >= 0)
+            (void)!send(tp->peers[i].ctl_fd, notice, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     for (int i = 0; i < c->size; i++) {
         comm_peer *p = &tp->peers[i];
         if (p->kind == CHAN_TCP)

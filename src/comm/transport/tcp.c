@@ -1,14 +1,19 @@
 /*
  * TCP: socket helpers (bounded by deadlines) and the data-plane mesh.
  *
- * Mesh set-up: every rank listens before rendezvous. For each pair of ranks
- * on different hosts the higher rank opens `channels` connections to the
+ * Mesh set-up: every rank listens before rendezvous, on the address it
+ * reaches rank 0 from (the one the job knows it by), not on every
+ * interface. For each pair of ranks on different hosts the higher rank
+ * opens `channels` data connections and one control connection to the
  * lower one and introduces each with a hello frame (job token hash, ranks,
- * channel). The listener accepts until it has every connection it expects;
- * anything else that connects (wrong token, garbage, a stranger) is logged
- * and dropped without disturbing the job.
+ * channel; wire.h). The listener takes connections through a gate
+ * (gate.c): a stranger, garbage or a wrong token is refused within a
+ * second, a full table drops its oldest untrusted entry, and an accepted
+ * hello is acknowledged; a connection closed without the acknowledgement is
+ * retried with backoff until the timeout.
  */
 #include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,10 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DATA_HELLO_MAGIC 0x50444941u /* "AIDP" */
-#define DATA_HELLO_BYTES 24
 #define BOUNCE_BYTES (256 * 1024)
-#define MAX_PENDING_ACCEPTS 64
 
 static int comm_sock_nonblock(int fd)
 {
@@ -51,6 +53,39 @@ ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out)
     *addr_out = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
     freeaddrinfo(res);
     return AI_OK;
+}
+
+ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out)
+{
+    /* connect() on a datagram socket only picks the route: no packet. */
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = addr, .sin_port = htons(9)};
+    socklen_t len = sizeof sa;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ai_fail(AI_ERR_IO, "socket: %s", strerror(errno));
+    int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+             getsockname(fd, (struct sockaddr *)&sa, &len) == 0;
+    int err = errno;
+    close(fd);
+    if (!ok) {
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &addr, ip, sizeof ip);
+        return ai_fail(AI_ERR_IO, "no route to %s: %s", ip, strerror(err));
+    }
+    *out = sa.sin_addr.s_addr;
+    return AI_OK;
+}
+
+void comm_backoff(int attempt, double deadline)
+{
+    double base = 0.01 * (double)(1u << (attempt < 6 ? attempt : 6));
+    uint64_t h = ai_hash64(&attempt, sizeof attempt, (uint64_t)getpid() ^ (uint64_t)(ai_now() * 1e9));
+    double s = AI_MIN(base, 0.5) * (0.5 + (double)(h % 1000) / 1000.0);
+    double left = deadline - ai_now();
+    if (s > left)
+        s = left;
+    if (s > 0)
+        ai_sleep_us((long)(s * 1e6));
 }
 
 /* Can `port` (0: the kernel picks) be listened on at `addr`, as rank 0
@@ -198,18 +233,6 @@ ai_status_t comm_sock_write_full(int fd, const void *buf, size_t n, double deadl
 
 /* ---------------------------------------------------------------- mesh */
 
-static void hello_pack(unsigned char *b, uint64_t token_hash, uint32_t from, uint32_t to, uint16_t chan)
-{
-    uint32_t magic = DATA_HELLO_MAGIC;
-    uint16_t version = COMM_PROTO_VERSION;
-    memcpy(b, &magic, 4);
-    memcpy(b + 4, &version, 2);
-    memcpy(b + 6, &chan, 2);
-    memcpy(b + 8, &from, 4);
-    memcpy(b + 12, &to, 4);
-    memcpy(b + 16, &token_hash, 8);
-}
-
 static ai_status_t chan_open(comm_peer *p, int k, int fd)
 {
     int one = 1;
@@ -227,133 +250,125 @@ static ai_status_t chan_open(comm_peer *p, int k, int fd)
     return AI_OK;
 }
 
-typedef struct pending_conn {
-    int fd;
-    size_t got;
-    double since;
-    unsigned char buf[DATA_HELLO_BYTES];
-} pending_conn;
-
-/* Validate a complete data hello; on success attach the connection. */
-static const char *hello_accept(ai_comm *c, pending_conn *pc)
+/* Open channel `chan` (or the control connection) to lower rank j: hello,
+ * then wait for the listener's acknowledgement; a connection closed
+ * without one was dropped by a full gate and is tried again. */
+static ai_status_t chan_connect(ai_comm *c, int j, uint16_t chan, double deadline, int *fd_out)
 {
-    uint32_t magic, from, to;
-    uint16_t version, chan;
-    uint64_t token;
-    memcpy(&magic, pc->buf, 4);
-    memcpy(&version, pc->buf + 4, 2);
-    memcpy(&chan, pc->buf + 6, 2);
-    memcpy(&from, pc->buf + 8, 4);
-    memcpy(&to, pc->buf + 12, 4);
-    memcpy(&token, pc->buf + 16, 8);
-    if (magic != DATA_HELLO_MAGIC)
-        return "not an autoinfra peer (bad magic)";
-    if (version != COMM_PROTO_VERSION)
-        return "wrong protocol version";
-    if (token != c->tp->token_hash)
-        return "wrong job token";
+    comm_peer *p = &c->tp->peers[j];
+    unsigned char hello[COMM_WIRE_DATA_HELLO], ack[COMM_WIRE_ACK] = {0};
+    comm_wire_data_hello_pack(hello, c->tp->token_hash, (uint32_t)c->rank, (uint32_t)j, chan);
+    for (int attempt = 0;; attempt++) {
+        int fd;
+        ai_status_t st = comm_sock_connect(p->addr, p->port, deadline, &fd);
+        if (st != AI_OK)
+            return st;
+        st = comm_sock_write_full(fd, hello, sizeof hello, deadline);
+        if (st == AI_OK)
+            st = comm_sock_read_full(fd, ack, sizeof ack, deadline);
+        uint32_t magic;
+        memcpy(&magic, ack, 4);
+        if (st == AI_OK && magic == COMM_WIRE_ACK_MAGIC) {
+            *fd_out = fd;
+            return AI_OK;
+        }
+        close(fd);
+        if (st == AI_OK)
+            return ai_fail(AI_ERR_PROTO, "rank %d answered a data hello with something else", j);
+        if (st != AI_ERR_PEER || ai_now() >= deadline)
+            return st;
+        comm_backoff(attempt, deadline);
+    }
+}
+
+typedef struct mesh_accept {
+    ai_comm *c;
+    int expected;
+} mesh_accept;
+
+/* Gate check for the data listener: a valid hello from a higher rank for a
+ * channel not yet open is acknowledged and attached. */
+static int mesh_check(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    mesh_accept *m = arg;
+    ai_comm *c = m->c;
+    uint32_t from, to;
+    uint16_t chan;
+    size_t need;
+    if (comm_wire_data_hello_parse(b, len, c->tp->token_hash, &from, &to, &chan, &need) != AI_OK)
+        return -1;
+    if (need)
+        return 0;
     if (to != (uint32_t)c->rank || from >= (uint32_t)c->size || (int)from <= c->rank)
-        return "unexpected rank numbers";
+        return ai_fail(AI_ERR_PROTO, "unexpected rank numbers"), -1;
     comm_peer *p = &c->tp->peers[from];
-    if (p->kind != CHAN_TCP || chan >= p->nchan || p->tx[chan].fd >= 0)
-        return "unexpected or duplicate channel";
-    if (chan_open(p, chan, pc->fd) != AI_OK)
-        return "out of memory";
-    return NULL;
+    int ctl = chan == COMM_WIRE_CTL_CHAN;
+    if (p->kind != CHAN_TCP || (ctl ? p->ctl_fd >= 0 : chan >= p->nchan || p->tx[chan].fd >= 0))
+        return ai_fail(AI_ERR_PROTO, "unexpected or duplicate channel"), -1;
+    uint32_t magic = COMM_WIRE_ACK_MAGIC;
+    if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
+        return ai_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
+    if (ctl)
+        p->ctl_fd = fd;
+    else
+        (void)chan_open(p, chan, fd); /* without its buffer, the check after the loop fails */
+    m->expected--;
+    return 1;
 }
 
 ai_status_t comm_tcp_mesh(ai_comm *c)
 {
     struct comm_transport *tp = c->tp;
     double deadline = ai_now() + c->timeout_s;
-    int expected = 0;
+    mesh_accept m = {.c = c};
     for (int j = 0; j < c->size; j++) {
         comm_peer *p = &tp->peers[j];
         if (p->kind != CHAN_TCP)
             continue;
         p->nchan = c->channels;
         if (j > c->rank) {
-            expected += c->channels;
+            m.expected += c->channels + 1;
             continue;
         }
-        for (int k = 0; k < c->channels; k++) {
-            int fd;
-            unsigned char hello[DATA_HELLO_BYTES];
-            ai_status_t st = comm_sock_connect(p->addr, p->port, deadline, &fd);
+        for (int k = 0; k <= c->channels; k++) {
+            int fd = -1, ctl = k == c->channels;
+            ai_status_t st = chan_connect(c, j, ctl ? COMM_WIRE_CTL_CHAN : (uint16_t)k, deadline, &fd);
+            if (st == AI_OK && ctl)
+                p->ctl_fd = fd;
+            else if (st == AI_OK && (st = chan_open(p, k, fd)) != AI_OK && p->tx[k].fd != fd)
+                close(fd);
             if (st != AI_OK)
                 return ai_fail_prefix(st, "connecting to rank %d (host %s)", j, p->host);
-            hello_pack(hello, tp->token_hash, (uint32_t)c->rank, (uint32_t)j, (uint16_t)k);
-            st = comm_sock_write_full(fd, hello, sizeof hello, deadline);
-            if (st == AI_OK)
-                st = chan_open(p, k, fd);
-            if (st != AI_OK) {
-                if (p->tx[k].fd != fd)
-                    close(fd);
-                return ai_fail_prefix(st, "connecting to rank %d (host %s)", j, p->host);
-            }
         }
     }
 
-    pending_conn pend[MAX_PENDING_ACCEPTS];
-    int npend = 0;
-    while (expected > 0) {
-        struct pollfd fds[MAX_PENDING_ACCEPTS + 1];
-        fds[0].fd = tp->listen_fd;
-        fds[0].events = POLLIN;
-        for (int i = 0; i < npend; i++) {
-            fds[i + 1].fd = pend[i].fd;
-            fds[i + 1].events = POLLIN;
-        }
+    comm_gate *g = malloc(sizeof *g);
+    if (!g)
+        return ai_fail(AI_ERR_NOMEM, "data listener");
+    comm_gate_init(g, tp->listen_fd, "data listener", mesh_check, NULL, &m);
+    ai_status_t st = AI_OK;
+    while (m.expected > 0 && st == AI_OK) {
         int ms = remaining_ms(deadline);
         if (ms == 0) {
-            for (int i = 0; i < npend; i++)
-                close(pend[i].fd);
             char missing[256] = "";
             size_t len = 0;
             for (int j = c->rank + 1; j < c->size && len < sizeof missing - 16; j++)
-                if (tp->peers[j].kind == CHAN_TCP && tp->peers[j].tx[tp->peers[j].nchan - 1].fd < 0)
+                if (tp->peers[j].kind == CHAN_TCP &&
+                    (tp->peers[j].tx[tp->peers[j].nchan - 1].fd < 0 || tp->peers[j].ctl_fd < 0))
                     len += (size_t)snprintf(missing + len, sizeof missing - len, " %d", j);
-            return ai_fail(AI_ERR_TIMEOUT, "timed out after %.1f s waiting for connections from ranks%s",
-                           c->timeout_s, missing);
+            st = ai_fail(AI_ERR_TIMEOUT, "timed out after %.1f s waiting for connections from ranks%s",
+                         c->timeout_s, missing);
+            break;
         }
-        if (poll(fds, (nfds_t)npend + 1, AI_MIN(ms, 100)) < 0 && errno != EINTR)
-            return ai_fail(AI_ERR_IO, "poll: %s", strerror(errno));
-        if (fds[0].revents & POLLIN) {
-            int fd = accept4(tp->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0 && npend < MAX_PENDING_ACCEPTS)
-                pend[npend++] = (pending_conn){.fd = fd, .got = 0, .since = ai_now()};
-            else if (fd >= 0)
-                close(fd);
-        }
-        double now = ai_now();
-        for (int i = 0; i < npend; i++) {
-            pending_conn *pc = &pend[i];
-            const char *why = NULL;
-            ssize_t n = recv(pc->fd, pc->buf + pc->got, DATA_HELLO_BYTES - pc->got, MSG_DONTWAIT);
-            if (n > 0)
-                pc->got += (size_t)n;
-            else if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-                why = "connection closed before its hello";
-            if (!why && pc->got == DATA_HELLO_BYTES) {
-                why = hello_accept(c, pc);
-                if (!why) {
-                    expected--;
-                    pend[i--] = pend[--npend];
-                    continue;
-                }
-            }
-            if (!why && now - pc->since > 5.0)
-                why = "no hello within 5 s";
-            if (why) {
-                ai_log(AI_LOG_WARN, "refused a data connection: %s", why);
-                close(pc->fd);
-                pend[i--] = pend[--npend];
-            }
-        }
+        st = comm_gate_pass(g, AI_MIN(ms, 100));
     }
-    for (int i = 0; i < npend; i++)
-        close(pend[i].fd);
-    return AI_OK;
+    comm_gate_close(g);
+    free(g);
+    for (int j = c->rank + 1; j < c->size && st == AI_OK; j++)
+        for (int k = 0; k < c->channels && tp->peers[j].kind == CHAN_TCP; k++)
+            if (!tp->peers[j].rx[k].bounce)
+                st = ai_fail(AI_ERR_NOMEM, "receive buffer");
+    return st;
 }
 
 void comm_tcp_close(ai_comm *c)
@@ -369,5 +384,14 @@ void comm_tcp_close(ai_comm *c)
             free(p->rx[k].bounce);
             p->rx[k].bounce = NULL;
         }
+        if (p->ctl_fd >= 0) {
+            /* Read what is left first: closing with unread bytes sends a
+             * reset, which could overtake our own abort notice. */
+            unsigned char sink[512];
+            while (recv(p->ctl_fd, sink, sizeof sink, MSG_DONTWAIT) > 0)
+                ;
+            close(p->ctl_fd);
+        }
+        p->ctl_fd = -1;
     }
 }

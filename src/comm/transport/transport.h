@@ -22,8 +22,9 @@
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
 #define COMM_HDR_BYTES 16
-#define COMM_PROTO_VERSION 2
+#define COMM_PROTO_VERSION 3
 #define COMM_HOST_MAX 64
+#define COMM_ABORT_REASON_MAX 400
 
 typedef enum { CHAN_NONE, CHAN_SHM, CHAN_TCP } comm_chan_kind;
 
@@ -60,6 +61,8 @@ typedef struct comm_peer {
     char host[COMM_HOST_MAX];
     uint32_t addr;                    /* IPv4, network order */
     uint16_t port;                    /* data listen port, host order */
+    int ctl_fd;                       /* TCP peers: the control connection
+                                       * (abort notices), -1 for others */
     /* Posting order per direction: requests take places at posting, and
      * only the request whose place is next may move. */
     uint64_t tx_posted, tx_next, rx_posted, rx_next;
@@ -71,8 +74,12 @@ typedef struct comm_shm_header {
     uint64_t ring_bytes;
     int32_t nlocal;
     _Atomic int32_t attached; /* ranks that mapped it (leader included) */
-    _Atomic int32_t abort_rank; /* 0: running; r + 1: rank r aborted */
+    _Atomic int32_t abort_rank; /* 0: running; -1: a notice is being
+                                 * written; r + 1: rank r aborted and the
+                                 * notice below is complete */
     _Atomic int32_t ready;
+    int32_t abort_origin;       /* the rank that failed first */
+    char abort_reason[COMM_ABORT_REASON_MAX + 1]; /* and how */
 } comm_shm_header;
 
 struct comm_transport {
@@ -87,6 +94,12 @@ struct comm_transport {
     char token_hash_hex[17];
     uint64_t token_hash;
     int no_shm;
+    /* What this rank tells its peers when it aborts: the rank that failed
+     * first (as far as this rank knows) and the cause. An error naming a
+     * peer sets blame before it returns; comm_abort takes it. */
+    int blame;              /* -1: this rank itself */
+    int abort_origin;
+    char abort_reason[COMM_ABORT_REASON_MAX + 1];
 };
 
 /* What rank 0's store tells every rank about every rank. */
@@ -116,6 +129,41 @@ ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int
 ai_status_t comm_sock_read_full(int fd, void *buf, size_t n, double deadline);
 ai_status_t comm_sock_write_full(int fd, const void *buf, size_t n, double deadline);
 ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out);
+
+/* gate.c: a listener's untrusted connections (see there). */
+#define COMM_GATE_MAX 128
+#define COMM_GATE_BUF 128
+#define COMM_GATE_DEADLINE_S 1.0
+/* Judge the bytes a connection has sent so far: 1 accepted (the callback
+ * now owns fd), 0 a valid beginning (wait for more), -1 refused with the
+ * reason in ai_last_error(). */
+typedef int (*comm_gate_check)(void *arg, int fd, const unsigned char *b, size_t len);
+typedef struct comm_gate_conn {
+    int fd, ready;
+    size_t got;
+    double since;
+    unsigned char buf[COMM_GATE_BUF];
+} comm_gate_conn;
+typedef struct comm_gate {
+    int lfd, n;
+    const char *what;
+    comm_gate_check check;
+    void (*answer)(int fd, const char *why); /* tell a refused peer, or NULL */
+    void *arg;
+    unsigned refused, dropped;
+    comm_gate_conn conns[COMM_GATE_MAX];
+} comm_gate;
+void comm_gate_init(comm_gate *g, int lfd, const char *what, comm_gate_check check,
+                    void (*answer)(int fd, const char *why), void *arg);
+/* Wait up to ms for the listener or a pending connection, then accept,
+ * read and judge what arrived. */
+ai_status_t comm_gate_pass(comm_gate *g, int ms);
+/* Close what is still pending; log a count of what was refused. */
+void comm_gate_close(comm_gate *g);
+/* The address this host would use to reach addr (network order). */
+ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out);
+/* A short pause before the attempt-th retry, growing to 0.5 s, jittered. */
+void comm_backoff(int attempt, double deadline);
 
 /* shm.c */
 ai_status_t comm_shm_setup(ai_comm *c);

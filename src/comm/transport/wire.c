@@ -1,0 +1,241 @@
+/*
+ * Parsers and packers of the frames in wire.h. No I/O here: the callers
+ * read sockets, these judge bytes, so a fuzzer and unit tests can feed
+ * them anything.
+ */
+#include "comm/transport/wire.h"
+
+#include <string.h>
+
+int comm_wire_token_equal(uint64_t a, uint64_t b)
+{
+    volatile uint64_t d = a ^ b;
+    return d == 0;
+}
+
+static uint32_t rd32(const unsigned char *b)
+{
+    uint32_t v;
+    memcpy(&v, b, 4);
+    return v;
+}
+
+static uint16_t rd16(const unsigned char *b)
+{
+    uint16_t v;
+    memcpy(&v, b, 2);
+    return v;
+}
+
+static uint64_t rd64(const unsigned char *b)
+{
+    uint64_t v;
+    memcpy(&v, b, 8);
+    return v;
+}
+
+/* The first min(len, 4) bytes must be a prefix of `magic`. */
+static int magic_prefix_ok(const unsigned char *b, size_t len, uint32_t magic)
+{
+    unsigned char m[4];
+    memcpy(m, &magic, 4);
+    return memcmp(b, m, len < 4 ? len : 4) == 0;
+}
+
+static ai_status_t more(size_t have, size_t want, size_t *need)
+{
+    *need = want - have;
+    return AI_OK;
+}
+
+/* The magic and version that open every frame, judged as their bytes
+ * arrive; *need > 0 until the first hdr bytes are in. */
+static ai_status_t lead_parse(const unsigned char *b, size_t len, uint32_t magic, size_t hdr,
+                              const char *not_magic, size_t *need)
+{
+    *need = 0;
+    if (!magic_prefix_ok(b, len, magic))
+        return ai_fail(AI_ERR_PROTO, "%s", not_magic);
+    if (len >= 6 && rd16(b + 4) != COMM_PROTO_VERSION)
+        return ai_fail(AI_ERR_PROTO, "wrong protocol version %u (this build speaks %d)",
+                       (unsigned)rd16(b + 4), COMM_PROTO_VERSION);
+    return len < hdr ? more(len, hdr, need) : AI_OK;
+}
+
+/* n bytes of text at b + at, at most max: into out, NUL-terminated. */
+static ai_status_t text_parse(const unsigned char *b, size_t len, size_t at, size_t n, size_t max,
+                              const char *what, char *out, size_t *need)
+{
+    if (n > max)
+        return ai_fail(AI_ERR_PROTO, "%s of %zu bytes (at most %zu)", what, n, max);
+    if (len < at + n)
+        return more(len, at + n, need);
+    memcpy(out, b + at, n);
+    out[n] = '\0';
+    *need = 0;
+    return AI_OK;
+}
+
+void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
+{
+    uint32_t magic = COMM_WIRE_STORE_MAGIC;
+    uint16_t version = COMM_PROTO_VERSION;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 2);
+    memcpy(b + 6, &type, 2);
+    memcpy(b + 8, &len, 4);
+}
+
+ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
+                                uint32_t *body_len, size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_STORE_MAGIC, COMM_WIRE_HDR,
+                                "not an autoinfra peer (malformed frame)", need);
+    if (st != AI_OK || *need)
+        return st;
+    *type = rd16(b + 6);
+    *body_len = rd32(b + 8);
+    *need = 0;
+    return AI_OK;
+}
+
+void comm_wire_entry_pack(unsigned char *b, const comm_rank_info *e)
+{
+    uint16_t pad = 0;
+    memcpy(b, &e->addr, 4);
+    memcpy(b + 4, &e->port, 2);
+    memcpy(b + 6, &pad, 2);
+    memcpy(b + 8, &e->pid, 4);
+    memcpy(b + 12, &e->machine, 8);
+    memcpy(b + 20, e->host, COMM_HOST_MAX);
+}
+
+void comm_wire_entry_unpack(const unsigned char *b, comm_rank_info *e)
+{
+    memcpy(&e->addr, b, 4);
+    memcpy(&e->port, b + 4, 2);
+    memcpy(&e->pid, b + 8, 4);
+    memcpy(&e->machine, b + 12, 8);
+    memcpy(e->host, b + 20, COMM_HOST_MAX);
+    e->host[COMM_HOST_MAX - 1] = '\0';
+}
+
+void comm_wire_hello_pack(unsigned char *b, uint32_t rank, uint32_t size, uint64_t token,
+                          const comm_rank_info *self)
+{
+    comm_wire_hdr_pack(b, COMM_WIRE_HELLO, COMM_WIRE_HELLO_BODY);
+    memcpy(b + COMM_WIRE_HDR, &rank, 4);
+    memcpy(b + COMM_WIRE_HDR + 4, &size, 4);
+    memcpy(b + COMM_WIRE_HDR + 8, &token, 8);
+    comm_wire_entry_pack(b + COMM_WIRE_HDR + 16, self);
+}
+
+ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, uint64_t token,
+                                  comm_wire_hello *out, size_t *need)
+{
+    uint16_t type;
+    uint32_t body;
+    ai_status_t st = comm_wire_hdr_parse(b, len, &type, &body, need);
+    if (st != AI_OK || *need)
+        return st;
+    if (type != COMM_WIRE_HELLO || body != COMM_WIRE_HELLO_BODY)
+        return ai_fail(AI_ERR_PROTO, "malformed hello frame");
+    /* The token before anything it vouches for. */
+    if (len < COMM_WIRE_HDR + 16)
+        return more(len, COMM_WIRE_HELLO_FRAME, need);
+    if (!comm_wire_token_equal(rd64(b + COMM_WIRE_HDR + 8), token))
+        return ai_fail(AI_ERR_PROTO, "wrong job token");
+    if (len < COMM_WIRE_HELLO_FRAME)
+        return more(len, COMM_WIRE_HELLO_FRAME, need);
+    out->rank = rd32(b + COMM_WIRE_HDR);
+    out->size = rd32(b + COMM_WIRE_HDR + 4);
+    comm_wire_entry_unpack(b + COMM_WIRE_HDR + 16, &out->entry);
+    *need = 0;
+    return AI_OK;
+}
+
+ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t size,
+                                  comm_rank_info *table, char *why, int *rejected, size_t *need)
+{
+    uint16_t type;
+    uint32_t body;
+    *rejected = 0;
+    ai_status_t st = comm_wire_hdr_parse(b, len, &type, &body, need);
+    if (st != AI_OK || *need)
+        return st;
+    if (type == COMM_WIRE_REJECT) {
+        st = text_parse(b, len, COMM_WIRE_HDR, body, COMM_WIRE_REASON_MAX, "refusal", why, need);
+        *rejected = st == AI_OK && !*need;
+        return st;
+    }
+    if (type != COMM_WIRE_TABLE || size == 0 || size > COMM_WIRE_MAX_RANKS ||
+        body != size * (uint32_t)COMM_WIRE_ENTRY)
+        return ai_fail(AI_ERR_PROTO, "malformed rank table (type %u, %u bytes for %u ranks)",
+                       (unsigned)type, (unsigned)body, (unsigned)size);
+    if (len < COMM_WIRE_HDR + (size_t)body)
+        return more(len, COMM_WIRE_HDR + (size_t)body, need);
+    for (uint32_t r = 0; r < size; r++)
+        comm_wire_entry_unpack(b + COMM_WIRE_HDR + (size_t)r * COMM_WIRE_ENTRY, &table[r]);
+    *need = 0;
+    return AI_OK;
+}
+
+void comm_wire_data_hello_pack(unsigned char *b, uint64_t token, uint32_t from, uint32_t to,
+                               uint16_t chan)
+{
+    uint32_t magic = COMM_WIRE_DATA_MAGIC;
+    uint16_t version = COMM_PROTO_VERSION;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 2);
+    memcpy(b + 6, &chan, 2);
+    memcpy(b + 8, &from, 4);
+    memcpy(b + 12, &to, 4);
+    memcpy(b + 16, &token, 8);
+}
+
+ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint64_t token,
+                                       uint32_t *from, uint32_t *to, uint16_t *chan,
+                                       size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_DATA_MAGIC, COMM_WIRE_DATA_HELLO,
+                                "not an autoinfra peer (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
+    if (!comm_wire_token_equal(rd64(b + 16), token))
+        return ai_fail(AI_ERR_PROTO, "wrong job token");
+    *chan = rd16(b + 6);
+    *from = rd32(b + 8);
+    *to = rd32(b + 12);
+    *need = 0;
+    return AI_OK;
+}
+
+size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason)
+{
+    uint32_t magic = COMM_WIRE_ABORT_MAGIC;
+    uint16_t version = COMM_PROTO_VERSION;
+    size_t n = strlen(reason);
+    if (n > COMM_WIRE_ABORT_REASON_MAX)
+        n = COMM_WIRE_ABORT_REASON_MAX;
+    uint16_t len = (uint16_t)n;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 2);
+    memcpy(b + 6, &len, 2);
+    memcpy(b + 8, &origin, 4);
+    memcpy(b + COMM_WIRE_ABORT_HDR, reason, n);
+    return COMM_WIRE_ABORT_HDR + n;
+}
+
+ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *origin,
+                                  char *reason, size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_ABORT_MAGIC, COMM_WIRE_ABORT_HDR,
+                                "malformed abort notice (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
+    st = text_parse(b, len, COMM_WIRE_ABORT_HDR, rd16(b + 6), COMM_WIRE_ABORT_REASON_MAX,
+                    "abort notice reason", reason, need);
+    if (st == AI_OK && !*need)
+        *origin = (int32_t)rd32(b + 8);
+    return st;
+}

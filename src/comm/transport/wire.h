@@ -1,0 +1,103 @@
+/*
+ * The byte layouts that arrive from the network before a peer is trusted,
+ * and their parsers. Every parser takes (bytes, len) of what has arrived so
+ * far and returns AI_OK with *need = 0 when a whole valid frame is there,
+ * AI_OK with *need > 0 (the bytes still missing) when what is there is a
+ * valid beginning, or AI_ERR_PROTO with the reason (ai_last_error) as soon
+ * as a byte is wrong. The job token is checked as soon as its bytes are in,
+ * before anything after it is looked at: a peer without it is refused on
+ * its first frame. Integers are in the sender's byte order (every rank of a
+ * job runs on little-endian x86-64 or arm64).
+ *
+ * Rendezvous store frames: magic "AIBS" | version u16 | type u16 |
+ * body length u32 | body.
+ *   HELLO  rank u32 | size u32 | token hash u64 | entry
+ *   TABLE  size entries
+ *   REJECT reason text (at most COMM_WIRE_REASON_MAX bytes)
+ * entry: addr u32 | port u16 | pad u16 | pid i32 | machine u64 | host[64].
+ *
+ * Data hello (24 bytes): magic "AIDP" | version u16 | channel u16 |
+ * from u32 | to u32 | token hash u64; channel COMM_WIRE_CTL_CHAN opens the
+ * pair's control connection. The listener answers an accepted hello with
+ * the 4 bytes "AIOK"; a connection closed without them was not accepted and
+ * is retried.
+ *
+ * Abort notice (control connection): magic "AIAB" | version u16 |
+ * reason length u16 | origin rank i32 | reason.
+ */
+#ifndef AI_COMM_WIRE_H
+#define AI_COMM_WIRE_H
+
+#include "comm/transport/transport.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COMM_WIRE_STORE_MAGIC 0x53424941u /* "AIBS" */
+#define COMM_WIRE_DATA_MAGIC 0x50444941u  /* "AIDP" */
+#define COMM_WIRE_ACK_MAGIC 0x4b4f4941u   /* "AIOK" */
+#define COMM_WIRE_ABORT_MAGIC 0x42414941u /* "AIAB" */
+
+#define COMM_WIRE_HELLO 1
+#define COMM_WIRE_TABLE 2
+#define COMM_WIRE_REJECT 3
+
+#define COMM_WIRE_HDR 12
+#define COMM_WIRE_ENTRY (4 + 2 + 2 + 4 + 8 + COMM_HOST_MAX)
+#define COMM_WIRE_HELLO_BODY (4 + 4 + 8 + COMM_WIRE_ENTRY)
+#define COMM_WIRE_HELLO_FRAME (COMM_WIRE_HDR + COMM_WIRE_HELLO_BODY)
+#define COMM_WIRE_REASON_MAX 200
+#define COMM_WIRE_DATA_HELLO 24
+#define COMM_WIRE_ACK 4
+#define COMM_WIRE_CTL_CHAN 0xffffu
+#define COMM_WIRE_ABORT_HDR 12
+#define COMM_WIRE_ABORT_REASON_MAX COMM_ABORT_REASON_MAX
+/* The largest table a store sends: bounded so a malformed header cannot
+ * make a rank allocate gigabytes. */
+#define COMM_WIRE_MAX_RANKS (1 << 20)
+
+typedef struct comm_wire_hello {
+    uint32_t rank, size;
+    comm_rank_info entry;
+} comm_wire_hello;
+
+/* Equal in time independent of where the values differ. */
+int comm_wire_token_equal(uint64_t a, uint64_t b);
+
+/* Frame header at b; writes type and body length. */
+void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len);
+/* A store frame header: magic and version checked, type and length out. */
+ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
+                                uint32_t *body_len, size_t *need);
+
+void comm_wire_entry_pack(unsigned char *b, const comm_rank_info *e);
+void comm_wire_entry_unpack(const unsigned char *b, comm_rank_info *e);
+
+/* A whole hello frame (COMM_WIRE_HELLO_FRAME bytes) into b. */
+void comm_wire_hello_pack(unsigned char *b, uint32_t rank, uint32_t size, uint64_t token,
+                          const comm_rank_info *self);
+/* A rank's hello as the store reads it; token is the job's. Checks the
+ * layout and the token; rank and size against the job are the store's. */
+ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, uint64_t token,
+                                  comm_wire_hello *out, size_t *need);
+
+/* The store's answer as a joining rank reads it: a table of `size`
+ * entries into table[size], or a REJECT whose reason goes into
+ * why[COMM_WIRE_REASON_MAX + 1] (then *rejected = 1, AI_OK). */
+ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t size,
+                                  comm_rank_info *table, char *why, int *rejected, size_t *need);
+
+void comm_wire_data_hello_pack(unsigned char *b, uint64_t token, uint32_t from, uint32_t to,
+                               uint16_t chan);
+ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint64_t token,
+                                       uint32_t *from, uint32_t *to, uint16_t *chan,
+                                       size_t *need);
+
+/* An abort notice into b (at least COMM_WIRE_ABORT_HDR +
+ * COMM_WIRE_ABORT_REASON_MAX bytes); returns its length. */
+size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason);
+/* reason: COMM_WIRE_ABORT_REASON_MAX + 1 bytes, NUL-terminated. */
+ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *origin,
+                                  char *reason, size_t *need);
+
+#endif

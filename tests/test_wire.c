@@ -1,0 +1,164 @@
+/*
+ * The wire-frame parsers (src/comm/wire.h) fed malformed and partial
+ * frames directly: each must ask for exactly the bytes it still needs,
+ * refuse a wrong byte as soon as it is in (the token before what it
+ * vouches for), and never accept lengths beyond their bounds.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "comm/transport/wire.h"
+
+#include <string.h>
+
+#define TOKEN 0x1122334455667788ULL
+
+static void test_store_hello(void **state)
+{
+    (void)state;
+    comm_rank_info self = {.addr = 0x0100007f, .port = 4242, .pid = 77, .machine = 5};
+    strcpy(self.host, "node-a");
+    unsigned char b[COMM_WIRE_HELLO_FRAME];
+    comm_wire_hello_pack(b, 3, 8, TOKEN, &self);
+    comm_wire_hello h;
+    size_t need;
+    /* Whole: every field back. */
+    assert_int_equal(comm_wire_hello_parse(b, sizeof b, TOKEN, &h, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_int_equal(h.rank, 3);
+    assert_int_equal(h.size, 8);
+    assert_int_equal(h.entry.port, 4242);
+    assert_int_equal(h.entry.pid, 77);
+    assert_string_equal(h.entry.host, "node-a");
+    /* Every prefix is a valid beginning asking for no more than the rest. */
+    for (size_t n = 1; n < sizeof b; n++) {
+        assert_int_equal(comm_wire_hello_parse(b, n, TOKEN, &h, &need), AI_OK);
+        assert_true(need > 0 && n + need <= sizeof b);
+    }
+    /* The token is judged as soon as its 8 bytes are in, before the rest. */
+    assert_int_equal(comm_wire_hello_parse(b, COMM_WIRE_HDR + 16, TOKEN + 1, &h, &need),
+                     AI_ERR_PROTO);
+    assert_non_null(strstr(ai_last_error(), "wrong job token"));
+    assert_int_equal(comm_wire_hello_parse(b, COMM_WIRE_HDR + 15, TOKEN + 1, &h, &need), AI_OK);
+    assert_true(need > 0);
+    /* A wrong first byte is refused at once. */
+    assert_int_equal(comm_wire_hello_parse((const unsigned char *)"G", 1, TOKEN, &h, &need),
+                     AI_ERR_PROTO);
+    assert_non_null(strstr(ai_last_error(), "not an autoinfra peer"));
+    /* Another version, another type, another body length. */
+    unsigned char bad[COMM_WIRE_HELLO_FRAME];
+    memcpy(bad, b, sizeof b);
+    bad[4] = 99;
+    assert_int_equal(comm_wire_hello_parse(bad, 6, TOKEN, &h, &need), AI_ERR_PROTO);
+    assert_non_null(strstr(ai_last_error(), "wrong protocol version"));
+    memcpy(bad, b, sizeof b);
+    bad[6] = COMM_WIRE_TABLE;
+    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_ERR_PROTO);
+    memcpy(bad, b, sizeof b);
+    bad[8] ^= 1;
+    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_ERR_PROTO);
+    /* A host name without its NUL comes back terminated. */
+    memcpy(bad, b, sizeof b);
+    memset(bad + COMM_WIRE_HDR + 16 + 20, 'x', COMM_HOST_MAX);
+    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_OK);
+    assert_int_equal(strlen(h.entry.host), COMM_HOST_MAX - 1);
+}
+
+static void test_store_reply(void **state)
+{
+    (void)state;
+    comm_rank_info table[2], in[2] = {{.port = 1}, {.port = 2}};
+    strcpy(in[1].host, "node-b");
+    unsigned char b[COMM_WIRE_HDR + 2 * COMM_WIRE_ENTRY];
+    comm_wire_hdr_pack(b, COMM_WIRE_TABLE, 2 * COMM_WIRE_ENTRY);
+    comm_wire_entry_pack(b + COMM_WIRE_HDR, &in[0]);
+    comm_wire_entry_pack(b + COMM_WIRE_HDR + COMM_WIRE_ENTRY, &in[1]);
+    char why[COMM_WIRE_REASON_MAX + 1];
+    int rejected;
+    size_t need;
+    assert_int_equal(comm_wire_reply_parse(b, COMM_WIRE_HDR, 2, table, why, &rejected, &need), AI_OK);
+    assert_int_equal(need, 2 * COMM_WIRE_ENTRY);
+    assert_int_equal(comm_wire_reply_parse(b, sizeof b, 2, table, why, &rejected, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_false(rejected);
+    assert_int_equal(table[1].port, 2);
+    assert_string_equal(table[1].host, "node-b");
+    /* A table for another job size is refused, whatever its length. */
+    assert_int_equal(comm_wire_reply_parse(b, sizeof b, 3, table, why, &rejected, &need),
+                     AI_ERR_PROTO);
+    /* A refusal carries its reason; one longer than the bound is refused. */
+    unsigned char r[COMM_WIRE_HDR + 5];
+    comm_wire_hdr_pack(r, COMM_WIRE_REJECT, 5);
+    memcpy(r + COMM_WIRE_HDR, "nope!", 5);
+    assert_int_equal(comm_wire_reply_parse(r, sizeof r, 2, table, why, &rejected, &need), AI_OK);
+    assert_true(rejected);
+    assert_string_equal(why, "nope!");
+    comm_wire_hdr_pack(r, COMM_WIRE_REJECT, COMM_WIRE_REASON_MAX + 1);
+    assert_int_equal(comm_wire_reply_parse(r, COMM_WIRE_HDR, 2, table, why, &rejected, &need),
+                     AI_ERR_PROTO);
+}
+
+static void test_data_hello(void **state)
+{
+    (void)state;
+    unsigned char b[COMM_WIRE_DATA_HELLO];
+    comm_wire_data_hello_pack(b, TOKEN, 5, 2, COMM_WIRE_CTL_CHAN);
+    uint32_t from, to;
+    uint16_t chan;
+    size_t need;
+    assert_int_equal(comm_wire_data_hello_parse(b, 10, TOKEN, &from, &to, &chan, &need), AI_OK);
+    assert_int_equal(need, COMM_WIRE_DATA_HELLO - 10);
+    assert_int_equal(comm_wire_data_hello_parse(b, sizeof b, TOKEN, &from, &to, &chan, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_int_equal(from, 5);
+    assert_int_equal(to, 2);
+    assert_int_equal(chan, COMM_WIRE_CTL_CHAN);
+    assert_int_equal(comm_wire_data_hello_parse(b, sizeof b, ~TOKEN, &from, &to, &chan, &need),
+                     AI_ERR_PROTO);
+    assert_non_null(strstr(ai_last_error(), "wrong job token"));
+    /* A store hello sent to a data port is not a data hello. */
+    assert_int_equal(comm_wire_data_hello_parse((const unsigned char *)"AIBS", 4, TOKEN, &from,
+                                                &to, &chan, &need), AI_ERR_PROTO);
+}
+
+static void test_abort_notice(void **state)
+{
+    (void)state;
+    unsigned char b[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
+    char reason[COMM_WIRE_ABORT_REASON_MAX + 1], longer[COMM_WIRE_ABORT_REASON_MAX + 50];
+    int32_t origin;
+    size_t need;
+    size_t n = comm_wire_abort_pack(b, 4, "rank 4 died");
+    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, reason, &need), AI_OK);
+    assert_int_equal(need, strlen("rank 4 died"));
+    assert_int_equal(comm_wire_abort_parse(b, n, &origin, reason, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_int_equal(origin, 4);
+    assert_string_equal(reason, "rank 4 died");
+    /* A reason past the bound is cut when packed ... */
+    memset(longer, 'z', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    n = comm_wire_abort_pack(b, 1, longer);
+    assert_int_equal(n, sizeof b);
+    assert_int_equal(comm_wire_abort_parse(b, n, &origin, reason, &need), AI_OK);
+    assert_int_equal(strlen(reason), COMM_WIRE_ABORT_REASON_MAX);
+    /* ... and refused when a peer claims one. */
+    uint16_t len = COMM_WIRE_ABORT_REASON_MAX + 1;
+    memcpy(b + 6, &len, 2);
+    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, reason, &need),
+                     AI_ERR_PROTO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_store_hello),
+        cmocka_unit_test(test_store_reply),
+        cmocka_unit_test(test_data_hello),
+        cmocka_unit_test(test_abort_notice),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
