@@ -54,9 +54,13 @@ static const char *built(const char *name, char *buf, size_t len)
 }
 
 /* Open MPI's mpirun, 3 ranks, the shim preloaded (unless shim is NULL),
- * extra -x settings, then the check program's arguments. */
-static int mpirun(const char *shim, const char *const *xvars, const char *const *args)
+ * extra -x settings, then the check program's arguments; killed after
+ * limit_s seconds. */
+static int mpirun_for(int limit_s, const char *shim, const char *const *xvars,
+                      const char *const *args)
 {
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", limit_s);
     char check[PATH_MAX], preload[PATH_MAX + 16];
     char *argv[48];
     int n = 0;
@@ -69,7 +73,7 @@ static int mpirun(const char *shim, const char *const *xvars, const char *const 
     argv[n++] = "timeout";
     argv[n++] = "-k";
     argv[n++] = "5";
-    argv[n++] = "80";
+    argv[n++] = limit;
     argv[n++] = "mpirun";
     argv[n++] = "--oversubscribe";
     argv[n++] = "-np";
@@ -87,10 +91,16 @@ static int mpirun(const char *shim, const char *const *xvars, const char *const 
     for (; args && *args && n < 47; args++)
         argv[n++] = (char *)*args;
     argv[n] = NULL;
-    int rc = proc_run(argv, RUN_LIMIT_S, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
-    if (rc == PROC_TIMEOUT)
-        fail_msg("mpirun still running after %d s; stderr: %s", RUN_LIMIT_S, errbuf);
+    int rc = proc_run(argv, limit_s + 10, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT || rc == 124 || rc == 137)
+        fail_msg("mpirun still running after %d s (exit %d); stdout:\n%s\nstderr:\n%s", limit_s,
+                 rc, outbuf, errbuf);
     return rc;
+}
+
+static int mpirun(const char *shim, const char *const *xvars, const char *const *args)
+{
+    return mpirun_for(RUN_LIMIT_S - 10, shim, xvars, args);
 }
 
 /* The shim, or skip the test. */
@@ -152,6 +162,24 @@ static void test_results_over_tcp(void **state)
     long calls, falls;
     summary(&calls, &falls);
     assert_true(calls > 0);
+}
+
+/* Correct MPI, every rank describing the same ints with its own datatype
+ * (MPI_INT x 4, a contiguous and a vector derived type): every rank must
+ * take the same path. A rank falling back to MPI while another runs
+ * autoinfra hangs both; the time limit turns that into a failure. */
+static void test_mixed_datatypes(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_TIMEOUT=5", NULL};
+    const char *a[] = {"--expect", "shim", "--mixed-types", NULL};
+    expect_ok(mpirun_for(20, shim, x, a), "mpi_shim_check --expect shim --mixed-types");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_int_equal(calls, 3 * (3 + 2));
+    assert_int_equal(falls, 0);
 }
 
 static void test_disabled(void **state)
@@ -229,6 +257,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_results_through_autoinfra, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_results_over_tcp, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_datatypes, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_disabled, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, cmdtest_setup, cmdtest_teardown),
