@@ -617,6 +617,13 @@ static void shim_setup(void)
             fprintf(stderr, SHIM_TAG ": disabled (AUTOINFRA_SHIM=0): every collective runs in MPI\n");
         return;
     }
+    if (on && *on && strcmp(on, "1")) {
+        /* "off", "no", "false": whoever wrote it did not mean "on" */
+        if (g_rank == 0)
+            fprintf(stderr, SHIM_TAG ": WARNING: AUTOINFRA_SHIM='%.60s' is not 0 or 1; every "
+                            "collective runs in MPI\n", on);
+        return;
+    }
     int provided = MPI_THREAD_SINGLE;
     PMPI_Query_thread(&provided);
     g_world_only = provided == MPI_THREAD_MULTIPLE;

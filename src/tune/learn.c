@@ -730,29 +730,22 @@ static ai_status_t attach(ai_comm *c)
     double bound;
     ai_status_t st;
     size_t min = (size_t)64 << 10;
-    const char *mv = ai_env_str("AUTOINFRA_TUNE_MIN", NULL);
-    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, &on)) != AI_OK)
+    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, 0, 1, &on)) != AI_OK)
         return st;
     if (!on)
         return AI_OK;
-    if (mv && ai_parse_size(mv, &min) != AI_OK)
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_MIN='%s' is not a size", mv);
+    if ((st = ai_env_size("AUTOINFRA_TUNE_MIN", min, 0, (size_t)1 << 40, &min)) != AI_OK)
+        return st;
     tuner *t = calloc(1, sizeof *t);
     if (!t)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
-    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, &t->refine)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK) {
+    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, 0, 1000000, &t->budget)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, 0, 1000000, &t->refine)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, 1, 1000, &bound)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, 0, 86400, &t->save_s)) != AI_OK) {
         free(t);
         return st;
-    }
-    if (t->budget < 0 || t->refine < 0 || bound < 1 || !(t->save_s >= 0)) {
-        free(t);
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
-                                       "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
-                                       "AUTOINFRA_TUNE_BOUND >= 1");
     }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
