@@ -10,8 +10,11 @@ JOBS       ?= 2
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
               openmpi-bin libopenmpi-dev mpich libmpich-dev
 BENCH_DEPS :=
+# The spec-loader fuzzer (fuzz/spec): clang's libFuzzer with ASan + UBSan.
+FUZZ_DEPS  := clang
+FUZZ_S     ?= 60
 
-.PHONY: all deps bench-deps build asan demo test bench-vs-ompi clean
+.PHONY: all deps bench-deps build asan demo test bench-vs-ompi fuzz-spec clean
 
 all: build
 
@@ -41,6 +44,11 @@ test: asan
 # Side-by-side benchmark against Open MPI (docs/runtime.md).
 bench-vs-ompi: bench-deps build
 	./bench/vs-ompi $(BUILD)
+
+# FUZZ_S seconds of fuzzing the spec loader (docs/planner.md, "Fuzzing").
+fuzz-spec: deps
+	@./scripts/install-deps $(FUZZ_DEPS)
+	./fuzz/spec/run $(FUZZ_S) build-fuzz
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

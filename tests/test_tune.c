@@ -661,6 +661,18 @@ static char *slurp(const char *path, long *len)
     return buf;
 }
 
+/* The file still holds exactly `before` (n bytes); frees it. */
+static void expect_unchanged(const char *path, char *before, long n)
+{
+    long n1 = 0;
+    char *after = slurp(path, &n1);
+    assert_non_null(after);
+    assert_int_equal(n, n1);
+    assert_memory_equal(before, after, (size_t)n);
+    free(before);
+    free(after);
+}
+
 /* 40 calls of one bucket; rank 0 fails if they took longer than 1.5 s. */
 static int run_bucket_fast(ai_comm *c, void *arg)
 {
@@ -742,7 +754,7 @@ static void test_foreign_db(void **state)
         assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
         assert_int_equal(sqlite3_exec(db, foreign[i], NULL, NULL, NULL), SQLITE_OK);
         sqlite3_close(db);
-        long n0 = 0, n1 = 0;
+        long n0 = 0;
         char *before = slurp(p, &n0);
         assert_non_null(before);
         ai_kb *kb = NULL;
@@ -751,12 +763,7 @@ static void test_foreign_db(void **state)
             assert_non_null(strstr(ai_last_error(), p));
             assert_non_null(strstr(ai_last_error(), "not an autoinfra knowledge base"));
         }
-        char *after = slurp(p, &n1);
-        assert_non_null(after);
-        assert_int_equal(n0, n1);
-        assert_memory_equal(before, after, (size_t)n0);
-        free(before);
-        free(after);
+        expect_unchanged(p, before, n0);
     }
     char p[300];
     path_in(p, sizeof p, "stamped.sqlite");
@@ -796,17 +803,12 @@ static void test_readonly_kb(void **state)
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     assert_int_equal(chmod(kbp, 0444), 0);
     assert_int_equal(chmod(dir, 0755), 0);
-    long n0 = 0, n1 = 0;
+    long n0 = 0;
     char *before = slurp(kbp, &n0);
     assert_non_null(before);
     o.before_create = drop_to_nobody;
     assert_int_equal(ranks_run(2, &o, run_bucket, &warm), 0);
-    char *after = slurp(kbp, &n1);
-    assert_non_null(after);
-    assert_int_equal(n0, n1);
-    assert_memory_equal(before, after, (size_t)n0);
-    free(before);
-    free(after);
+    expect_unchanged(kbp, before, n0);
     chmod(dir, 0700);
 }
 
