@@ -218,6 +218,27 @@ static void test_failed_setup_falls_back(void **state)
         fail_msg("more than one warning; stderr:\n%s", errbuf);
 }
 
+/* Settings it cannot take are refused by name, the program runs on MPI:
+ * AUTOINFRA_SHIM=off had meant "on", AUTOINFRA_LOG=verbose and
+ * AUTOINFRA_CHANNELS=-3 were taken silently. */
+static void test_bad_settings_refused(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    static const char *const bad[][2] = {
+        {"AUTOINFRA_SHIM=off", "AUTOINFRA_SHIM='off' is not 0 or 1"},
+        {"AUTOINFRA_LOG=verbose", "AUTOINFRA_LOG='verbose' is not one of error, warn, info, debug"},
+        {"AUTOINFRA_CHANNELS=-3", "AUTOINFRA_CHANNELS='-3' is not an integer in 0..8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *x[] = {bad[i][0], NULL}, *a[] = {"--expect", "mpi", "--quick", NULL};
+        expect_ok(mpirun(shim, x, a), bad[i][0]);
+        if (!strstr(errbuf, bad[i][1]))
+            fail_msg("%s: no '%s' in stderr:\n%s", bad[i][0], bad[i][1], errbuf);
+    }
+}
+
 static void test_runtime_failure_aborts(void **state)
 {
     (void)state;
@@ -260,6 +281,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_mixed_datatypes, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_disabled, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_settings_refused, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_flavour, cmdtest_setup, cmdtest_teardown),
     };

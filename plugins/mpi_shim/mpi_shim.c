@@ -568,15 +568,19 @@ static void host_id(char *out, size_t len)
     }
 }
 
-static int env_num(const char *name, double lo, double hi, double *out, char *err, size_t errlen)
+/* The variable as a number in lo..hi (a whole one if integer), as the
+ * library's own parsers check it (src/util). */
+static int env_num(const char *name, double lo, double hi, int integer, double *out, char *err,
+                   size_t errlen)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return 1;
     char *end;
     double d = strtod(v, &end);
-    if (*end || d < lo || d > hi) {
-        snprintf(err, errlen, "%s='%.60s' is not a number in %g..%g", name, v, lo, hi);
+    if (*end || !(d >= lo && d <= hi) || (integer && d != (double)(long)d)) {
+        snprintf(err, errlen, "%s='%.60s' is not %s in %g..%g", name, v,
+                 integer ? "an integer" : "a number", lo, hi);
         return 0;
     }
     *out = d;
@@ -650,9 +654,9 @@ static void shim_setup(void)
         ok = 0;
     }
     double timeout = 0, channels = 0, no_shm = 0;
-    if (ok && (!env_num("AUTOINFRA_TIMEOUT", 0, 1e6, &timeout, err, sizeof err) ||
-               !env_num("AUTOINFRA_CHANNELS", 0, 64, &channels, err, sizeof err) ||
-               !env_num("AUTOINFRA_NO_SHM", 0, 1, &no_shm, err, sizeof err)))
+    if (ok && (!env_num("AUTOINFRA_TIMEOUT", 0, 1e6, 0, &timeout, err, sizeof err) ||
+               !env_num("AUTOINFRA_CHANNELS", 0, 8, 1, &channels, err, sizeof err) ||
+               !env_num("AUTOINFRA_NO_SHM", 0, 1, 1, &no_shm, err, sizeof err)))
         ok = 0;
     host_id(self, sizeof self);
     first = first_failed(ok, &nfailed);
