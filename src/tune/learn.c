@@ -350,8 +350,11 @@ static void kb_ready(tuner *t, const ai_comm *c)
  * and the other ranks wait for it in the next call: on T1 at 64 KiB a
  * write per window had cost `auto` 2.5%. So a job writes at most every
  * save_s (1 s) and when the communicator is released; a crash loses at
- * most that much of its learning, never the KB's consistency. */
-static void kb_flush_at(tuner *t, int final)
+ * most that much of its learning, never the KB's consistency. `final`:
+ * why what cannot be written now is dropped (the end of the job, a new
+ * fingerprint its windows would be filed under); NULL: a KB locked by
+ * another process keeps it all for the next save. */
+static void kb_flush_at(tuner *t, const char *final)
 {
     t->saved_at = ai_now();
     if (!t->kb || !t->nlog || kb_is_readonly(t->kb)) /* every changed bucket has a window waiting */
@@ -396,8 +399,8 @@ static void kb_flush_at(tuner *t, int final)
         return;
     }
     if (st != AI_OK)
-        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved%s: %s", nb,
-               t->nlog, final ? " (at the end of the job)" : "", ai_last_error());
+        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved%s%s%s: %s", nb,
+               t->nlog, final ? " (" : "", final ? final : "", final ? ")" : "", ai_last_error());
     else if (t->kb_busy_said)
         ai_log(AI_LOG_INFO, "learner: saved %d buckets and %d measurements kept while %s was "
                             "locked", nb, t->nlog, kb_path(t->kb));
@@ -414,7 +417,7 @@ static void kb_flush_at(tuner *t, int final)
 
 static void kb_flush(tuner *t)
 {
-    kb_flush_at(t, 0);
+    kb_flush_at(t, NULL);
 }
 
 /* Rank 0: note an agreed window for the KB, and write when it is time. */
@@ -536,7 +539,7 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
             return st;
     }
     if (!t->have_fp || t->links_gen != c->links_gen || t->reprobe) {
-        kb_flush(t); /* what this job learned under the old fingerprint */
+        kb_flush_at(t, "the fingerprint changed"); /* learned under the old one */
         char old[17];
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
@@ -713,7 +716,7 @@ static void tune_release(void *ctx)
      * another process is waited for, a bounded time. */
     if (t->kb)
         kb_set_wait(t->kb, TUNE_KB_CLOSE_MS);
-    kb_flush_at(t, 1);
+    kb_flush_at(t, "at the end of the job");
     free(t->log);
     for (int k = 0; k < AI_COLL_COUNT; k++)
         for (int b = 0; b < TUNE_BUCKETS; b++)
