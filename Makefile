@@ -17,7 +17,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 
-.PHONY: all deps bench-deps fuzz-deps build asan demo test bench-vs-ompi fuzz fuzz-wire clean
+.PHONY: all deps bench-deps fuzz-deps build asan demo test bench-vs-ompi fuzz fuzz-wire fuzz-spec clean
 
 all: build
 
@@ -52,7 +52,7 @@ bench-vs-ompi: bench-deps build
 	./bench/vs-ompi $(BUILD)
 
 # The wire-frame parsers (src/comm/transport/wire.c) under libFuzzer for
-# FUZZ_SECONDS, from the seeds in fuzz/corpus/wire (new inputs go to
+# FUZZ_SECONDS, from the seeds in fuzz/wire/corpus (new inputs go to
 # $(FUZZ_BUILD)/corpus-wire, the repo's seeds stay as they are). A crash,
 # a broken invariant or an input slower than 5 s fails the target and
 # leaves the input in $(FUZZ_BUILD)/.
@@ -61,9 +61,14 @@ fuzz-wire: fuzz-deps
 	clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/fuzz_wire fuzz/wire/fuzz_wire.c src/comm/transport/wire.c \
 	      src/util/status.c
 	$(FUZZ_BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -timeout=5 -print_final_stats=1 \
-	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-wire fuzz/corpus/wire
+	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-wire fuzz/wire/corpus
 
-fuzz: fuzz-wire
+# The spec loader (cluster, model, training JSON) under libFuzzer for
+# FUZZ_SECONDS, from fuzz/spec/corpus and every spec under examples/.
+fuzz-spec: fuzz-deps
+	./fuzz/spec/run $(FUZZ_SECONDS) $(FUZZ_BUILD)
+
+fuzz: fuzz-wire fuzz-spec
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

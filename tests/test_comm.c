@@ -347,6 +347,60 @@ static void test_env_parsing(void **state)
     ai_comm_destroy(NULL);
 }
 
+/* Every variable out of its range or set alone is refused by name, with
+ * what is accepted; none of them may silently mean something else. */
+static void test_env_ranges(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *name, *value, *says;
+    } bad[] = {
+        {"AUTOINFRA_SIZE", "2", "AUTOINFRA_RANK is not"},   /* a job of one, silently */
+        {"AUTOINFRA_RANK", "1", "AUTOINFRA_SIZE is not"},
+        {"AUTOINFRA_CHANNELS", "-3", "0..8"},
+        {"AUTOINFRA_CHANNELS", "9", "0..8"},
+        {"AUTOINFRA_LOG", "verbose", "error, warn, info, debug"},
+        {"AUTOINFRA_LOG", "inf", "did you mean 'info'"},
+        {"AUTOINFRA_TIMEOUT", "1e300", "0..1e+06"},
+        {"AUTOINFRA_TIMEOUT", "-1", "0..1e+06"},
+        {"AUTOINFRA_NO_SHM", "2", "0..1"},
+        {"AUTOINFRA_TUNE", "yes", "0..1"},
+        {"AUTOINFRA_TUNE_BOUND", "0.5", "1..1000"},
+        {"AUTOINFRA_TUNE_MIN", "64X", "AUTOINFRA_TUNE_MIN"},
+        {"AUTOINFRA_TUNE_SAVE_S", "1e9", "0..86400"},
+    };
+    unsetenv("OMPI_COMM_WORLD_RANK");
+    unsetenv("PMI_RANK");
+    unsetenv("SLURM_PROCID");
+    unsetenv("AUTOINFRA_RANK");
+    unsetenv("AUTOINFRA_SIZE");
+    int wrong = 0;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ai_comm *c = NULL;
+        setenv(bad[i].name, bad[i].value, 1);
+        ai_status_t st = ai_comm_create_env(&c);
+        unsetenv(bad[i].name);
+        if (st == AI_OK)
+            ai_comm_destroy(c);
+        if (st != AI_ERR_INVALID || !strstr(ai_last_error(), bad[i].name) ||
+            !strstr(ai_last_error(), bad[i].says))
+        {
+            print_error("%s=%s: status %d, message '%s'; want it refused by name with '%s'\n",
+                        bad[i].name, bad[i].value, st, st == AI_OK ? "" : ai_last_error(),
+                        bad[i].says);
+            wrong++;
+        }
+    }
+    assert_int_equal(wrong, 0);
+    ai_comm *c = NULL;
+    setenv("AUTOINFRA_LOG", "DEBUG", 1);
+    setenv("AUTOINFRA_CHANNELS", "8", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_OK);
+    ai_comm_destroy(c);
+    unsetenv("AUTOINFRA_LOG");
+    unsetenv("AUTOINFRA_CHANNELS");
+}
+
 /* Host grouping as the runtime reports it. */
 static int hosts_body(ai_comm *c, void *arg)
 {
@@ -405,6 +459,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_env_parsing),
+        cmocka_unit_test(test_env_ranges),
         cmocka_unit_test(test_host_grouping),
         cmocka_unit_test(test_link_probe),
         cmocka_unit_test(test_rendezvous_timeout),

@@ -44,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define RUN_LIMIT_S 60
@@ -585,6 +586,14 @@ static void test_kb_usage_errors(void **state)
     assert_int_equal(kbcmd("export-ompi", p, "--fingerprint", "ffffffffffffffff", "--kb", kb, NULL),
                      1);
     assert_non_null(strstr(errbuf, "no measurements for fingerprint ffffffffffffffff"));
+
+    /* A FIFO (or any file that is not regular) is refused before it is
+     * opened: opening it blocked `kb show` forever. */
+    in_dir("fifo.sqlite", p, sizeof p);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    char *show[] = {(char *)proc_bin(), "kb", "show", "--kb", p, NULL};
+    assert_int_equal(run(show, 5), 1); /* it used to block forever */
+    assert_non_null(strstr(errbuf, "is not a regular file"));
 
     /* path: --kb, else AUTOINFRA_KB. */
     assert_int_equal(kbcmd("path", "--kb", kb, NULL), 0);

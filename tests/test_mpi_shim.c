@@ -54,9 +54,13 @@ static const char *built(const char *name, char *buf, size_t len)
 }
 
 /* Open MPI's mpirun, 3 ranks, the shim preloaded (unless shim is NULL),
- * extra -x settings, then the check program's arguments. */
-static int mpirun(const char *shim, const char *const *xvars, const char *const *args)
+ * extra -x settings, then the check program's arguments; killed after
+ * limit_s seconds. */
+static int mpirun_for(int limit_s, const char *shim, const char *const *xvars,
+                      const char *const *args)
 {
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", limit_s);
     char check[PATH_MAX], preload[PATH_MAX + 16];
     char *argv[48];
     int n = 0;
@@ -69,7 +73,7 @@ static int mpirun(const char *shim, const char *const *xvars, const char *const 
     argv[n++] = "timeout";
     argv[n++] = "-k";
     argv[n++] = "5";
-    argv[n++] = "80";
+    argv[n++] = limit;
     argv[n++] = "mpirun";
     argv[n++] = "--oversubscribe";
     argv[n++] = "-np";
@@ -87,10 +91,16 @@ static int mpirun(const char *shim, const char *const *xvars, const char *const 
     for (; args && *args && n < 47; args++)
         argv[n++] = (char *)*args;
     argv[n] = NULL;
-    int rc = proc_run(argv, RUN_LIMIT_S, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
-    if (rc == PROC_TIMEOUT)
-        fail_msg("mpirun still running after %d s; stderr: %s", RUN_LIMIT_S, errbuf);
+    int rc = proc_run(argv, limit_s + 10, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (rc == PROC_TIMEOUT || rc == 124 || rc == 137)
+        fail_msg("mpirun still running after %d s (exit %d); stdout:\n%s\nstderr:\n%s", limit_s,
+                 rc, outbuf, errbuf);
     return rc;
+}
+
+static int mpirun(const char *shim, const char *const *xvars, const char *const *args)
+{
+    return mpirun_for(RUN_LIMIT_S - 10, shim, xvars, args);
 }
 
 /* The shim, or skip the test. */
@@ -154,6 +164,24 @@ static void test_results_over_tcp(void **state)
     assert_true(calls > 0);
 }
 
+/* Correct MPI, every rank describing the same ints with its own datatype
+ * (MPI_INT x 4, a contiguous and a vector derived type): every rank must
+ * take the same path. A rank falling back to MPI while another runs
+ * autoinfra hangs both; the time limit turns that into a failure. */
+static void test_mixed_datatypes(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    const char *x[] = {"AUTOINFRA_TIMEOUT=5", NULL};
+    const char *a[] = {"--expect", "shim", "--mixed-types", NULL};
+    expect_ok(mpirun_for(20, shim, x, a), "mpi_shim_check --expect shim --mixed-types");
+    long calls, falls;
+    summary(&calls, &falls);
+    assert_int_equal(calls, 3 * (3 + 2));
+    assert_int_equal(falls, 0);
+}
+
 static void test_disabled(void **state)
 {
     (void)state;
@@ -188,6 +216,27 @@ static void test_failed_setup_falls_back(void **state)
         fail_msg("no set-up warning; stderr:\n%s", errbuf);
     if (strstr(w + 1, "autoinfra-mpi: WARNING"))
         fail_msg("more than one warning; stderr:\n%s", errbuf);
+}
+
+/* Settings it cannot take are refused by name, the program runs on MPI:
+ * AUTOINFRA_SHIM=off had meant "on", AUTOINFRA_LOG=verbose and
+ * AUTOINFRA_CHANNELS=-3 were taken silently. */
+static void test_bad_settings_refused(void **state)
+{
+    (void)state;
+    char buf[PATH_MAX];
+    const char *shim = need_shim(buf, sizeof buf);
+    static const char *const bad[][2] = {
+        {"AUTOINFRA_SHIM=off", "AUTOINFRA_SHIM='off' is not 0 or 1"},
+        {"AUTOINFRA_LOG=verbose", "AUTOINFRA_LOG='verbose' is not one of error, warn, info, debug"},
+        {"AUTOINFRA_CHANNELS=-3", "AUTOINFRA_CHANNELS='-3' is not an integer in 0..8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *x[] = {bad[i][0], NULL}, *a[] = {"--expect", "mpi", "--quick", NULL};
+        expect_ok(mpirun(shim, x, a), bad[i][0]);
+        if (!strstr(errbuf, bad[i][1]))
+            fail_msg("%s: no '%s' in stderr:\n%s", bad[i][0], bad[i][1], errbuf);
+    }
 }
 
 static void test_runtime_failure_aborts(void **state)
@@ -229,8 +278,10 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_results_through_autoinfra, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_results_over_tcp, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_mixed_datatypes, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_disabled, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_failed_setup_falls_back, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_settings_refused, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_flavour, cmdtest_setup, cmdtest_teardown),
     };

@@ -181,6 +181,75 @@ static void test_pools_overrides_racks_inline(void **state)
     topo_cluster_free(c);
 }
 
+/* Misspelled or unknown keys anywhere are refused with the path and the
+ * nearest known key (they used to be ignored: "overides" dropped the
+ * overrides, "bw_gbps" the slow NIC's rate). */
+static void test_unknown_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *device, *extra, *path, *says;
+    } bad[] = {
+        {"\"A100\"", ", \"overides\": [{\"node\": \"a100-3\", \"nic\": {\"bw_Gbps\": 50}}]",
+         "overides", "did you mean 'overrides'"},
+        {"\"A100\"", ", \"overrides\": [{\"node\": \"a100-3\", \"nic\": {\"bw_gbps\": 50}}]",
+         "overrides[0].nic.bw_gbps", "did you mean 'bw_Gbps'"},
+        {"\"A100\"", ", \"overrides\": [{\"nod\": \"a100-3\"}]", "overrides[0].nod",
+         "did you mean 'node'"},
+        {"\"A100\"", ", \"racks\": [{\"nodes\": [\"h100-0\"], \"uplink_gbps\": 800}]",
+         "racks[0].uplink_gbps", "did you mean 'uplink_Gbps'"},
+        {"{\"name\": \"A100-SXM4-80GB\", \"memory_gb\": 40}", "", "node_groups[1].device.memory_gb",
+         "did you mean 'memory_GB'"},
+        {"\"A100\"", ", \"colour\": 1", "colour", "known here: name, node_groups, racks, overrides"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        topo_cluster *c = NULL;
+        const char *p;
+        char want[600];
+        assert_int_equal(load_variant(bad[i].device, "200", bad[i].extra, &c, &p), AI_ERR_INVALID);
+        assert_null(c);
+        snprintf(want, sizeof want, "%s: %s: unknown key", p, bad[i].path);
+        if (!strstr(ai_last_error(), want) || !strstr(ai_last_error(), bad[i].says))
+            fail_msg("case %zu: '%s'; want '%s' and '%s'", i, ai_last_error(), want, bad[i].says);
+    }
+    topo_model m;
+    const char *p = write_tmp("mk.json", "{\"layers\": 4, \"hiden\": 256, \"heads\": 8, \"vocab\": 1000}");
+    assert_int_equal(topo_model_load(p, &m), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "hiden: unknown key; did you mean 'hidden'"));
+    topo_training t;
+    p = write_tmp("tk.json", "{\"seq_len\": 2048, \"global_batch\": 64, \"optimiser\": \"sgd\"}");
+    assert_int_equal(topo_training_load(p, &t), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "optimiser: unknown key; did you mean 'optimizer'"));
+}
+
+/* Numbers outside their ranges are refused with the path and the range:
+ * a zero NIC count in an override gave a step time of -1 s, node and
+ * device counts whose product overflows an int a negative device count. */
+static void test_numeric_ranges(void **state)
+{
+    (void)state;
+    topo_cluster *c = NULL;
+    const char *p;
+    char want[600];
+    assert_int_equal(load_variant("\"A100\"", "200",
+                                  ", \"overrides\": [{\"node\": \"a100-1\", \"nic\": {\"count\": 0}}]",
+                                  &c, &p),
+                     AI_ERR_INVALID);
+    snprintf(want, sizeof want, "%s: overrides[0].nic.count: 0 is out of range 1..64", p);
+    if (!strstr(ai_last_error(), want))
+        fail_msg("'%s'; want '%s'", ai_last_error(), want);
+    p = write_tmp("big.json",
+                  "{\"node_groups\": [{\"name\": \"g\", \"count\": 1000000, \"device\": \"H100\","
+                  " \"devices_per_node\": 4096, \"intra\": {\"bw_GBps\": 450},"
+                  " \"nic\": {\"bw_Gbps\": 400}}]}");
+    assert_int_equal(topo_cluster_load(p, &c), AI_ERR_INVALID);
+    snprintf(want, sizeof want, "%s: node_groups[0]: 1000000 nodes x 4096 devices per node: more than", p);
+    if (!strstr(ai_last_error(), want))
+        fail_msg("'%s'; want '%s'", ai_last_error(), want);
+    assert_int_equal(load_variant("\"A100\"", "1e9", "", &c, &p), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "node_groups[1].nic.bw_Gbps: 1e+09 is out of range 0.001..1e+07"));
+}
+
 static void test_model_and_training(void **state)
 {
     (void)state;
@@ -228,6 +297,8 @@ int main(void)
         cmocka_unit_test(test_error_names_file_and_path),
         cmocka_unit_test(test_pools_overrides_racks_inline),
         cmocka_unit_test(test_model_and_training),
+        cmocka_unit_test(test_unknown_keys),
+        cmocka_unit_test(test_numeric_ranges),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

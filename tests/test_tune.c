@@ -16,6 +16,10 @@
  *    nothing during the job and all of it when the communicator goes;
  *    with 0, after every agreement;
  *  - the KB survives kill -9 in the middle of its writes, consistent;
+ *  - a KB another process holds locked stalls no collective and loses
+ *    nothing (saved when the lock goes); another application's SQLite
+ *    file is refused and left byte-identical; a read-only KB is read; a
+ *    FIFO is refused at once;
  *  - JSON export / import round trip and clear errors on bad files.
  */
 #include <setjmp.h>
@@ -35,6 +39,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[256];
@@ -632,6 +637,210 @@ static void test_json_exchange(void **state)
     assert_int_equal(ai_kb_open(bad, 1, &kb), AI_ERR_NOTFOUND);
 }
 
+/* ------------------------------------------- a KB shared by processes */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The whole file, for byte-for-byte comparisons; NULL if unreadable. */
+static char *slurp(const char *path, long *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    if (f && fseek(f, 0, SEEK_END) == 0 && (*len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)*len + 1)) && fread(buf, 1, (size_t)*len, f) != (size_t)*len) {
+        free(buf);
+        buf = NULL;
+    }
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* The file still holds exactly `before` (n bytes); frees it. */
+static void expect_unchanged(const char *path, char *before, long n)
+{
+    long n1 = 0;
+    char *after = slurp(path, &n1);
+    assert_non_null(after);
+    assert_int_equal(n, n1);
+    assert_memory_equal(before, after, (size_t)n);
+    free(before);
+    free(after);
+}
+
+/* 40 calls of one bucket; rank 0 fails if they took longer than 1.5 s. */
+static int run_bucket_fast(ai_comm *c, void *arg)
+{
+    double t0 = now_s();
+    if (run_bucket(c, arg))
+        return 1;
+    double took = now_s() - t0;
+    if (ai_comm_rank(c) == 0 && took > 1.5) {
+        fprintf(stderr, "rank 0: the calls took %.1f s with the KB locked elsewhere\n", took);
+        return 1;
+    }
+    return 0;
+}
+
+/* Another process holds the KB's write lock (BEGIN EXCLUSIVE) for 3 s
+ * while a 2-rank job with a 2 s timeout saves after every agreement: the
+ * job must neither stall nor fail, and what it learned is saved when the
+ * lock is gone (at the end, waited for a bounded time). */
+static void test_busy_kb(void **state)
+{
+    (void)state;
+    char kbp[300];
+    path_in(kbp, sizeof kbp, "busy.sqlite");
+    ai_kb *kb;
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    ai_kb_close(kb);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        sqlite3 *db;
+        char ok = sqlite3_open(kbp, &db) == SQLITE_OK &&
+                  sqlite3_exec(db, "BEGIN EXCLUSIVE", NULL, NULL, NULL) == SQLITE_OK;
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        usleep(3000 * 1000);
+        sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+        sqlite3_close(db);
+        _exit(0);
+    }
+    char ok = 0;
+    assert_int_equal(read(ready[0], &ok, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    assert_true(ok);
+    setenv("AUTOINFRA_KB", kbp, 1);
+    setenv("AUTOINFRA_TUNE_SAVE_S", "0", 1);
+    ranks_opts o = {.timeout_s = 2, .deadline_s = 60};
+    warm_arg w = {40, 0, 64 << 10};
+    double t0 = now_s();
+    int rc = ranks_run(2, &o, run_bucket_fast, &w);
+    double took = now_s() - t0;
+    unsetenv("AUTOINFRA_TUNE_SAVE_S");
+    int hs = -1;
+    waitpid(holder, &hs, 0);
+    assert_int_equal(rc, 0);
+    assert_true(WIFEXITED(hs) && WEXITSTATUS(hs) == 0);
+    assert_true(took < 15);
+    assert_true(count_rows(kbp, "SELECT count(*) FROM measurements") >= 5);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM buckets WHERE settled = 1"), 1);
+}
+
+/* Another application's SQLite files are refused, named, and left
+ * byte-identical; a new KB is stamped as autoinfra's. */
+static void test_foreign_db(void **state)
+{
+    (void)state;
+    static const char *const foreign[] = {
+        "PRAGMA application_id=1234; CREATE TABLE users(name TEXT); INSERT INTO users VALUES('a');",
+        "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT); CREATE TABLE users(name TEXT);",
+        "PRAGMA application_id=1234;",
+    };
+    for (int i = 0; i < 3; i++) {
+        char p[300], name[32];
+        snprintf(name, sizeof name, "foreign%d.sqlite", i);
+        path_in(p, sizeof p, name);
+        sqlite3 *db;
+        assert_int_equal(sqlite3_open(p, &db), SQLITE_OK);
+        assert_int_equal(sqlite3_exec(db, foreign[i], NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+        long n0 = 0;
+        char *before = slurp(p, &n0);
+        assert_non_null(before);
+        ai_kb *kb = NULL;
+        for (int ro = 0; ro < 2; ro++) {
+            assert_int_not_equal(ro ? ai_kb_open(p, 1, &kb) : kb_open_writer(p, &kb), AI_OK);
+            assert_non_null(strstr(ai_last_error(), p));
+            assert_non_null(strstr(ai_last_error(), "not an autoinfra knowledge base"));
+        }
+        expect_unchanged(p, before, n0);
+    }
+    char p[300];
+    path_in(p, sizeof p, "stamped.sqlite");
+    ai_kb *kb;
+    assert_int_equal(kb_open_writer(p, &kb), AI_OK);
+    ai_kb_close(kb);
+    assert_int_equal(count_rows(p, "PRAGMA application_id"), 0x41494b42);
+    assert_int_equal(count_rows(p, "PRAGMA user_version"), 1);
+    assert_int_equal(ai_kb_open(p, 0, &kb), AI_OK);
+    ai_kb_close(kb);
+}
+
+static void drop_to_nobody(int rank, void *arg)
+{
+    (void)arg;
+    if (rank == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        _exit(77);
+}
+
+/* A KB this process cannot write (0444 in a directory it cannot write):
+ * read, the job starts warm from it, the file is not changed. Rank 0
+ * runs as nobody (root writes any file). */
+static void test_readonly_kb(void **state)
+{
+    (void)state;
+    if (geteuid() != 0) {
+        print_message("not root: cannot drop to another user; skipping\n");
+        skip();
+    }
+    char sub[300], kbp[320];
+    path_in(sub, sizeof sub, "ro");
+    assert_int_equal(mkdir(sub, 0755), 0);
+    snprintf(kbp, sizeof kbp, "%s/kb.sqlite", sub);
+    setenv("AUTOINFRA_KB", kbp, 1);
+    ranks_opts o = {.deadline_s = 120, .no_shm = 1};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    assert_int_equal(chmod(kbp, 0444), 0);
+    assert_int_equal(chmod(dir, 0755), 0);
+    long n0 = 0;
+    char *before = slurp(kbp, &n0);
+    assert_non_null(before);
+    o.before_create = drop_to_nobody;
+    assert_int_equal(ranks_run(2, &o, run_bucket, &warm), 0);
+    expect_unchanged(kbp, before, n0);
+    chmod(dir, 0700);
+}
+
+/* A FIFO (or any non-regular file) is refused at once, not opened. */
+static void test_kb_fifo(void **state)
+{
+    (void)state;
+    char p[300];
+    path_in(p, sizeof p, "fifo.sqlite");
+    assert_int_equal(mkfifo(p, 0600), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        ai_kb *kb = NULL;
+        int bad = 0;
+        for (int ro = 0; ro < 2; ro++)
+            bad |= ai_kb_open(p, ro, &kb) == AI_OK ||
+                   !strstr(ai_last_error(), "is not a regular file");
+        _exit(bad);
+    }
+    int st = -1;
+    double t0 = now_s();
+    while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 1)
+        usleep(10000);
+    if (now_s() - t0 >= 1) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        fail_msg("opening a FIFO as the knowledge base still blocks after 1 s");
+    }
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 /* -------------------------------------------------- fingerprint by rates */
 
 /* Closing empties the write-ahead log; a writer opening the KB again
@@ -740,6 +949,10 @@ int main(void)
         cmocka_unit_test(test_settings),
         cmocka_unit_test(test_fingerprint_match),
         cmocka_unit_test(test_writer_starts_wal),
+        cmocka_unit_test(test_busy_kb),
+        cmocka_unit_test(test_foreign_db),
+        cmocka_unit_test(test_readonly_kb),
+        cmocka_unit_test(test_kb_fifo),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

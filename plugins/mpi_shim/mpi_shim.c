@@ -15,11 +15,14 @@
  *    with it (same ranks in the same order: MPI_Comm_dup of the world; the
  *    answer is cached on the communicator as an attribute) unless the
  *    thread level is MPI_THREAD_MULTIPLE (then only MPI_COMM_WORLD);
- *  - the datatypes are predefined and contiguous: for the reductions
- *    MPI_FLOAT, MPI_DOUBLE, MPI_INT / MPI_INT32_T, MPI_LONG / MPI_LONG_LONG /
- *    MPI_INT64_T, MPI_UINT8_T / MPI_UNSIGNED_CHAR with MPI_SUM, MPI_PROD,
- *    MPI_MIN, MPI_MAX; for the others (which only move bytes) also
- *    MPI_BYTE, MPI_CHAR and the other fixed-size integer types, as bytes;
+ *  - for the reductions the datatype is MPI_FLOAT, MPI_DOUBLE, MPI_INT /
+ *    MPI_INT32_T, MPI_LONG / MPI_LONG_LONG / MPI_INT64_T, MPI_UINT8_T /
+ *    MPI_UNSIGNED_CHAR with MPI_SUM, MPI_PROD, MPI_MIN, MPI_MAX (MPI
+ *    defines predefined ops on predefined types only, so every rank of a
+ *    correct call passes the same one); the others only move bytes and
+ *    take any datatype (shim_data): ranks may describe the same data with
+ *    different types of one signature, and each must still take the path
+ *    the others take;
  *  - the arguments are valid (non-negative counts, root in range, no NULL
  *    buffer with a non-zero count, no aliased send and receive buffers,
  *    equal send and receive sizes), so that MPI's own error handling
@@ -41,6 +44,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,14 +169,107 @@ static int reduction_ok(MPI_Datatype t, MPI_Op op, ai_dtype *dt, ai_op *aop)
     return 1;
 }
 
-/* Bytes of `count` elements of a byte-movable type; 0 if unsupported. */
-static int bytes_of(int count, MPI_Datatype t, size_t *out)
+/* ------------------------------------------------- data of any datatype */
+
+/* One rank's side of a data-moving call (broadcast, allgather, alltoall):
+ * `count` elements of `type` at `user`. MPI lets ranks describe the same
+ * data with different datatypes as long as the type signatures match (one
+ * rank MPI_INT x 4, another one contiguous or vector type of 4 ints), and
+ * matching signatures have equal byte counts. So every rank of a correct
+ * call serves it in autoinfra whatever its datatype, as `bytes` bytes:
+ * read in place when the type is a predefined one of g_types or a
+ * contiguous/dup chain of one (`direct`), else packed to and unpacked
+ * from `tmp` with MPI_Pack/MPI_Unpack in type-map order (the order the
+ * signature describes). The choice depends only on the byte count, which
+ * all ranks share; a rank never falls back on its own. */
+typedef struct shim_data {
+    void *user;
+    int count;
+    MPI_Datatype type;
+    size_t bytes;
+    int direct;
+    char *tmp;
+} shim_data;
+
+/* 1 if t is predefined and in g_types, or built of such a type by
+ * MPI_Type_contiguous / MPI_Type_dup only: its bytes lie in type-map order
+ * from the buffer's address, extent equal to size. */
+static int type_direct(MPI_Datatype t, int depth)
 {
-    const shim_type *e = type_find(t);
-    if (!e || count < 0)
+    if (type_find(t))
+        return 1;
+    int ni = 0, na = 0, nd = 0, comb = 0, ints[1];
+    MPI_Aint addrs[1];
+    MPI_Datatype inner;
+    if (depth > 32 || PMPI_Type_get_envelope(t, &ni, &na, &nd, &comb) != MPI_SUCCESS ||
+        (comb != MPI_COMBINER_CONTIGUOUS && comb != MPI_COMBINER_DUP) || nd != 1 || ni > 1 ||
+        na != 0 || PMPI_Type_get_contents(t, ni, na, nd, ints, addrs, &inner) != MPI_SUCCESS)
         return 0;
-    *out = (size_t)count * (size_t)e->size;
+    int ok = type_direct(inner, depth + 1);
+    /* get_contents returns a new handle for a derived inner type */
+    if (PMPI_Type_get_envelope(inner, &ni, &na, &nd, &comb) == MPI_SUCCESS &&
+        comb != MPI_COMBINER_NAMED)
+        PMPI_Type_free(&inner);
+    return ok;
+}
+
+/* Describe count x type at buf; 0 if its size is unknown (MPI's own error
+ * handling then reports the call). */
+static int data_init(shim_data *d, const void *buf, int count, MPI_Datatype type)
+{
+    MPI_Count size = 0;
+    memset(d, 0, sizeof *d);
+    if (count < 0 || type == MPI_DATATYPE_NULL || PMPI_Type_size_x(type, &size) != MPI_SUCCESS ||
+        size < 0)
+        return 0;
+    d->user = (void *)(uintptr_t)buf;
+    d->count = count;
+    d->type = type;
+    d->bytes = (size_t)count * (size_t)size;
+    d->direct = type_direct(type, 0);
     return 1;
+}
+
+/* The bytes of a call's buffer in *out: the user's buffer when direct,
+ * else a scratch buffer of `room` bytes. 0 if out of memory. */
+static int data_buf(shim_data *d, size_t room, char **out)
+{
+    if (!d->direct && !d->tmp)
+        d->tmp = malloc(room ? room : 1);
+    *out = d->direct ? d->user : d->tmp;
+    return d->direct || d->tmp;
+}
+
+/* MPI_Pack (unpack 0) or MPI_Unpack (1) of the user's elements
+ * [first, first + n) to or from the scratch buffer at byte `at`, in pieces
+ * below 2 GiB (MPI's sizes are ints). Nothing to do when direct. */
+static int data_move(const shim_data *d, int unpack, size_t first, size_t n, size_t at)
+{
+    MPI_Aint lb = 0, extent = 0;
+    size_t esize = d->count ? d->bytes / (size_t)d->count : 0;
+    if (d->direct)
+        return 1;
+    if (!d->tmp || PMPI_Type_get_extent(d->type, &lb, &extent) != MPI_SUCCESS || esize > INT_MAX)
+        return 0;
+    size_t per = esize ? INT_MAX / esize : INT_MAX;
+    for (size_t i = 0; i < n;) {
+        size_t k = n - i < per ? n - i : per;
+        int pos = 0, len = (int)(k * esize);
+        char *user = (char *)d->user + (MPI_Aint)(first + i) * extent, *tmp = d->tmp + at;
+        int rc = unpack ? PMPI_Unpack(tmp, len, &pos, user, (int)k, d->type, MPI_COMM_WORLD)
+                        : PMPI_Pack(user, (int)k, d->type, tmp, len, &pos, MPI_COMM_WORLD);
+        if (rc != MPI_SUCCESS || pos != len)
+            return 0;
+        at += (size_t)len;
+        i += k;
+    }
+    return 1;
+}
+
+static void data_free(shim_data *d)
+{
+    free(d->tmp);
+    d->tmp = NULL;
 }
 
 /* ------------------------------------------------------- communicators */
@@ -208,21 +306,43 @@ static void count_call(unsigned long long *c)
 /* Pass the call to MPI, counted. */
 #define FALLBACK(call) (count_call(&autoinfra_shim_fallbacks), (call))
 
-/* An autoinfra call failed: say so and abort the job (see the top). */
+/* A call failed on this rank: say why and abort the job (see the top). */
+static int fail_call(const char *fn, size_t count, const char *what, const char *why)
+{
+    fprintf(stderr,
+            SHIM_TAG ": rank %d: %s (%zu %s) failed %s\n" SHIM_TAG
+            ": aborting the job, the result is missing and the ranks may disagree "
+            "(AUTOINFRA_SHIM=0 runs the program without autoinfra)\n",
+            g_rank, fn, count, what, why);
+    fflush(stderr);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+    return MPI_ERR_INTERN;
+}
+
 static int finish(ai_status_t st, const char *fn, size_t count, const char *what)
 {
     if (st == AI_OK) {
         count_call(&autoinfra_shim_calls);
         return MPI_SUCCESS;
     }
-    fprintf(stderr,
-            SHIM_TAG ": rank %d: %s (%zu %s) failed in autoinfra: %s: %s\n" SHIM_TAG
-            ": aborting the job, the result is missing and the ranks may disagree "
-            "(AUTOINFRA_SHIM=0 runs the program without autoinfra)\n",
-            g_rank, fn, count, what, ai_strerror(st), ai_last_error());
-    fflush(stderr);
-    PMPI_Abort(MPI_COMM_WORLD, 1);
-    return MPI_ERR_INTERN;
+    char why[600];
+    snprintf(why, sizeof why, "in autoinfra: %s: %s", ai_strerror(st), ai_last_error());
+    return fail_call(fn, count, what, why);
+}
+
+/* The end of a data-moving call: `moved` is 0 if its scratch buffer could
+ * not be allocated, packed or unpacked on this rank. */
+static int finish_data(ai_status_t st, int moved, shim_data *a, shim_data *b, const char *fn,
+                       size_t bytes)
+{
+    data_free(a);
+    if (b)
+        data_free(b);
+    if (st == AI_OK && !moved)
+        return fail_call(fn, bytes, "bytes",
+                         "in the shim: no memory for a scratch buffer, or MPI_Pack/MPI_Unpack "
+                         "refused the datatype");
+    return finish(st, fn, bytes, "bytes");
 }
 
 /* ---------------------------------------------------------- collectives */
@@ -272,56 +392,86 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     return finish(st, "MPI_Reduce_scatter_block", n, ai_dtype_name(dt));
 }
 
+/* Invalid arguments (MPI reports them), decided as the other rules on
+ * what every rank of a correct call passes alike. A NULL buffer is invalid
+ * only for a direct type: a derived type may address from MPI_BOTTOM. */
+static int data_bad(const shim_data *d, const void *buf)
+{
+    return buf == MPI_IN_PLACE || (d->bytes > 0 && !buf && d->direct);
+}
+
+/* Allgather (a2a 0) or alltoall (1): both move `block` bytes per pair of
+ * ranks; in place, the input is in the receive buffer. */
+static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
+                         void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    shim_data s, r;
+    int in_place = sendbuf == MPI_IN_PLACE;
+    memset(&s, 0, sizeof s);
+    if (!comm_ok(comm) || !data_init(&r, recvbuf, recvcount, recvtype) || data_bad(&r, recvbuf) ||
+        (!in_place && (!data_init(&s, sendbuf, sendcount, sendtype) || data_bad(&s, sendbuf) ||
+                       s.bytes != r.bytes || (r.bytes > 0 && sendbuf == recvbuf))))
+        return FALLBACK(a2a ? PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                            recvtype, comm)
+                            : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                                             recvtype, comm));
+    size_t block = r.bytes, total = block * (size_t)g_size, n = (size_t)recvcount;
+    size_t all = n * (size_t)g_size, mine = (size_t)g_rank * n;
+    const char *fn = a2a ? "MPI_Alltoall" : "MPI_Allgather";
+    char *rb, *sbytes = NULL;
+    int moved = data_buf(&r, total, &rb) && (in_place || data_buf(&s, a2a ? total : block, &sbytes));
+    const void *sb = in_place ? AI_IN_PLACE : sbytes;
+    /* In place: allgather finds this rank's block at rank x block, alltoall
+     * its whole input in the receive buffer, in MPI and autoinfra alike. */
+    if (moved && in_place && a2a)
+        moved = data_move(&r, 0, 0, all, 0);
+    else if (moved && in_place)
+        moved = data_move(&r, 0, mine, n, (size_t)g_rank * block);
+    else if (moved)
+        moved = data_move(&s, 0, 0, (size_t)sendcount * (a2a ? (size_t)g_size : 1), 0);
+    ai_status_t st = AI_OK;
+    if (moved) {
+        st = a2a ? ai_alltoall(c, sb, rb, block, AI_U8, NULL)
+                 : ai_allgather(c, sb, rb, block, AI_U8, NULL);
+        moved = st != AI_OK || data_move(&r, 1, 0, all, 0);
+    }
+    return finish_data(st, moved, &r, &s, fn, block);
+}
+
 SHIM_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                               void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
-    ai_comm *c = g_comm;
-    size_t rbytes = 0, sbytes = 0;
-    if (!c)
+    if (!g_comm)
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    int in_place = sendbuf == MPI_IN_PLACE;
-    if (!comm_ok(comm) || !bytes_of(recvcount, recvtype, &rbytes) || recvbuf == MPI_IN_PLACE ||
-        (rbytes > 0 && !recvbuf) ||
-        (!in_place && (!bytes_of(sendcount, sendtype, &sbytes) || sbytes != rbytes ||
-                       (rbytes > 0 && (!sendbuf || sendbuf == recvbuf)))))
-        return FALLBACK(PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                       recvtype, comm));
-    /* In place: this rank's block is already at recvbuf + rank * block in
-     * both MPI and autoinfra. */
-    return finish(ai_allgather(c, in_place ? AI_IN_PLACE : sendbuf, recvbuf, rbytes, AI_U8, NULL),
-                  "MPI_Allgather", rbytes, "bytes per rank");
+    return gather_or_a2a(0, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
 SHIM_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                              void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
-    ai_comm *c = g_comm;
-    size_t rbytes = 0, sbytes = 0;
-    if (!c)
+    if (!g_comm)
         return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    int in_place = sendbuf == MPI_IN_PLACE;
-    if (!comm_ok(comm) || !bytes_of(recvcount, recvtype, &rbytes) || recvbuf == MPI_IN_PLACE ||
-        (rbytes > 0 && !recvbuf) ||
-        (!in_place && (!bytes_of(sendcount, sendtype, &sbytes) || sbytes != rbytes ||
-                       (rbytes > 0 && (!sendbuf || sendbuf == recvbuf)))))
-        return FALLBACK(PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                      recvtype, comm));
-    /* In place: MPI and autoinfra both take the input from recvbuf (MPI
-     * with recvcount and recvtype). */
-    return finish(ai_alltoall(c, in_place ? AI_IN_PLACE : sendbuf, recvbuf, rbytes, AI_U8, NULL),
-                  "MPI_Alltoall", rbytes, "bytes per rank");
+    return gather_or_a2a(1, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
 SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
 {
     ai_comm *c = g_comm;
-    size_t bytes = 0;
+    shim_data d;
     if (!c)
         return PMPI_Bcast(buffer, count, datatype, root, comm);
-    if (!comm_ok(comm) || !bytes_of(count, datatype, &bytes) || root < 0 || root >= g_size ||
-        buffer == MPI_IN_PLACE || (bytes > 0 && !buffer))
+    if (!comm_ok(comm) || !data_init(&d, buffer, count, datatype) || data_bad(&d, buffer) ||
+        root < 0 || root >= g_size)
         return FALLBACK(PMPI_Bcast(buffer, count, datatype, root, comm));
-    return finish(ai_broadcast(c, buffer, bytes, AI_U8, root, NULL), "MPI_Bcast", bytes, "bytes");
+    char *b;
+    int moved = data_buf(&d, d.bytes, &b) && (g_rank != root || data_move(&d, 0, 0, (size_t)count, 0));
+    ai_status_t st = AI_OK;
+    if (moved) {
+        st = ai_broadcast(c, b, d.bytes, AI_U8, root, NULL);
+        moved = st != AI_OK || g_rank == root || data_move(&d, 1, 0, (size_t)count, 0);
+    }
+    return finish_data(st, moved, &d, NULL, "MPI_Bcast", d.bytes);
 }
 
 /* --------------------------------------------------------------- set-up */
@@ -418,15 +568,19 @@ static void host_id(char *out, size_t len)
     }
 }
 
-static int env_num(const char *name, double lo, double hi, double *out, char *err, size_t errlen)
+/* The variable as a number in lo..hi (a whole one if integer), as the
+ * library's own parsers check it (src/util). */
+static int env_num(const char *name, double lo, double hi, int integer, double *out, char *err,
+                   size_t errlen)
 {
     const char *v = getenv(name);
     if (!v || !*v)
         return 1;
     char *end;
     double d = strtod(v, &end);
-    if (*end || d < lo || d > hi) {
-        snprintf(err, errlen, "%s='%.60s' is not a number in %g..%g", name, v, lo, hi);
+    if (*end || !(d >= lo && d <= hi) || (integer && d != (double)(long)d)) {
+        snprintf(err, errlen, "%s='%.60s' is not %s in %g..%g", name, v,
+                 integer ? "an integer" : "a number", lo, hi);
         return 0;
     }
     *out = d;
@@ -467,6 +621,13 @@ static void shim_setup(void)
             fprintf(stderr, SHIM_TAG ": disabled (AUTOINFRA_SHIM=0): every collective runs in MPI\n");
         return;
     }
+    if (on && *on && strcmp(on, "1")) {
+        /* "off", "no", "false": whoever wrote it did not mean "on" */
+        if (g_rank == 0)
+            fprintf(stderr, SHIM_TAG ": WARNING: AUTOINFRA_SHIM='%.60s' is not 0 or 1; every "
+                            "collective runs in MPI\n", on);
+        return;
+    }
     int provided = MPI_THREAD_SINGLE;
     PMPI_Query_thread(&provided);
     g_world_only = provided == MPI_THREAD_MULTIPLE;
@@ -493,9 +654,9 @@ static void shim_setup(void)
         ok = 0;
     }
     double timeout = 0, channels = 0, no_shm = 0;
-    if (ok && (!env_num("AUTOINFRA_TIMEOUT", 0, 1e6, &timeout, err, sizeof err) ||
-               !env_num("AUTOINFRA_CHANNELS", 0, 64, &channels, err, sizeof err) ||
-               !env_num("AUTOINFRA_NO_SHM", 0, 1, &no_shm, err, sizeof err)))
+    if (ok && (!env_num("AUTOINFRA_TIMEOUT", 0, 1e6, 0, &timeout, err, sizeof err) ||
+               !env_num("AUTOINFRA_CHANNELS", 0, 8, 1, &channels, err, sizeof err) ||
+               !env_num("AUTOINFRA_NO_SHM", 0, 1, 1, &no_shm, err, sizeof err)))
         ok = 0;
     host_id(self, sizeof self);
     first = first_failed(ok, &nfailed);

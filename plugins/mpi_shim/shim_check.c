@@ -2,13 +2,15 @@
  * mpi_shim_check: an ordinary MPI program that checks the results of
  * MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block, MPI_Bcast and
  * MPI_Alltoall (several datatypes and ops, in place and not, counts 0, 1,
- * odd and large) plus calls the shim must pass to MPI (user op, MPI_BAND,
- * MPI_SHORT reduction, derived datatypes, MPI_COMM_SELF, a split
- * communicator), and whether each call took the expected path.
+ * odd and large, derived datatypes, a different datatype on each rank for
+ * the same data) plus calls the shim must pass to MPI (user op, MPI_BAND,
+ * MPI_SHORT reduction, MPI_COMM_SELF, a split communicator), and whether
+ * each call took the expected path.
  *
  *   mpirun -np 3 -x LD_PRELOAD=libautoinfra-mpi.so mpi_shim_check --expect shim
  *   mpi_shim_check --expect mpi [--quick] [--thread-multiple]
  *   mpi_shim_check --mismatch   (under the shim: must end in MPI_Abort)
+ *   mpi_shim_check --expect shim --mixed-types   (only the t_mixed calls)
  *
  * The path is read from the shim's exported counters (dlsym of
  * autoinfra_shim_calls / autoinfra_shim_fallbacks / autoinfra_shim_active):
@@ -406,6 +408,10 @@ static void t_fallbacks(void)
     t_alltoall(ti, 10, 0, half, 0);
     MPI_Comm_free(&half);
 
+    /* Derived datatypes in calls that move bytes are served too (packed
+     * when not contiguous), so that every rank takes the same path whatever
+     * datatype it describes its data with; checked here next to the
+     * fallbacks and with a different type on each rank in t_mixed. */
     /* derived, non-contiguous send type: every other int of a buffer */
     {
         const int per = 257;
@@ -420,7 +426,7 @@ static void t_fallbacks(void)
             rb[i] = SENTINEL;
         snap();
         int rc = MPI_Allgather(sb, 1, vec, rb, per, MPI_INT, MPI_COMM_WORLD);
-        path(0, "MPI_Allgather vector(int) -> int");
+        path(1, "MPI_Allgather vector(int) -> int");
         if (rc != MPI_SUCCESS)
             failure("MPI_Allgather vector type: returned %d", rc);
         size_t n = (size_t)per;
@@ -440,13 +446,102 @@ static void t_fallbacks(void)
             b[i] = g_rank == 1 ? (int)v_bc(1, (size_t)i) : SENTINEL;
         snap();
         int rc = MPI_Bcast(b, 32, pair, 1, MPI_COMM_WORLD);
-        path(0, "MPI_Bcast contiguous(2 int) root 1");
+        path(1, "MPI_Bcast contiguous(2 int) root 1");
         if (rc != MPI_SUCCESS)
             failure("MPI_Bcast contiguous type: returned %d", rc);
         int root = 1;
         expect_elems("MPI_Bcast contiguous(2 int) root 1", ti, b, 64, want_bcast, &root);
         MPI_Type_free(&pair);
     }
+}
+
+/* A datatype per rank for the same 4 ints (equal type signatures, as MPI
+ * requires): rank 0 the predefined MPI_INT x 4, rank 1 one contiguous(4
+ * int), rank 2 one vector of 4 ints at every other int (not contiguous);
+ * a rank with no type of its own here uses the predefined one. */
+typedef struct mixed { MPI_Datatype type; int count, stride; const char *name; } mixed;
+
+static mixed mixed_for(int rank, MPI_Datatype quad, MPI_Datatype strided)
+{
+    if (rank == 1)
+        return (mixed){quad, 1, 1, "1 contiguous(4 int)"};
+    if (rank == 2)
+        return (mixed){strided, 1, 2, "1 vector(4 int, stride 2)"};
+    return (mixed){MPI_INT, 4, 1, "4 int"};
+}
+
+/* n blocks of 4 ints in rank m's layout: the k-th int of block b. */
+static int *mixed_at(const mixed *m, int *buf, int b, int k)
+{
+    return buf + (size_t)b * (size_t)(m->stride == 1 ? 4 : 7) + (size_t)(k * m->stride);
+}
+
+/* Correct MPI where ranks describe the same data with different datatypes:
+ * the shim must take the same path on every rank (autoinfra), not hang. */
+static void t_mixed(void)
+{
+    MPI_Datatype quad, strided;
+    MPI_Type_contiguous(4, MPI_INT, &quad);
+    MPI_Type_vector(4, 1, 2, MPI_INT, &strided);
+    MPI_Type_commit(&quad);
+    MPI_Type_commit(&strided);
+    mixed m = mixed_for(g_rank, quad, strided);
+    const size_t room = 7 * (size_t)g_size + 8;
+    int *sb = xmalloc(room * sizeof(int)), *rb = xmalloc(room * sizeof(int));
+    char desc[200];
+
+    /* the broadcast of issue 19: root 0 passes 4 MPI_INT, the others one
+     * derived element; then every root in turn */
+    for (int root = 0; root < g_size; root++) {
+        snprintf(desc, sizeof desc, "MPI_Bcast root %d, rank %d with %s", root, g_rank, m.name);
+        for (size_t i = 0; i < room; i++)
+            rb[i] = SENTINEL;
+        for (int k = 0; k < 4; k++)
+            if (g_rank == root)
+                *mixed_at(&m, rb, 0, k) = (int)v_bc(root, (size_t)k);
+        snap();
+        int rc = MPI_Bcast(rb, m.count, m.type, root, MPI_COMM_WORLD);
+        path(1, desc);
+        if (rc != MPI_SUCCESS)
+            failure("%s: returned %d", desc, rc);
+        g_checks++;
+        for (int k = 0; k < 4; k++)
+            if (*mixed_at(&m, rb, 0, k) != (int)v_bc(root, (size_t)k))
+                failure("%s: int %d is %d, expected %ld", desc, k, *mixed_at(&m, rb, 0, k),
+                        v_bc(root, (size_t)k));
+        if (m.stride == 2 && rb[1] != SENTINEL)
+            failure("%s: the gap between the vector's ints was written", desc);
+    }
+
+    /* allgather and alltoall, each rank sending and receiving in its own type */
+    for (int a2a = 0; a2a < 2; a2a++) {
+        snprintf(desc, sizeof desc, "%s, rank %d with %s", a2a ? "MPI_Alltoall" : "MPI_Allgather",
+                 g_rank, m.name);
+        for (size_t i = 0; i < room; i++)
+            sb[i] = rb[i] = SENTINEL;
+        for (int b = 0; b < (a2a ? g_size : 1); b++)
+            for (int k = 0; k < 4; k++)
+                *mixed_at(&m, sb, b, k) =
+                    (int)(a2a ? v_a2a(g_rank, b, (size_t)k) : v_src(g_rank, (size_t)k));
+        snap();
+        int rc = a2a ? MPI_Alltoall(sb, m.count, m.type, rb, m.count, m.type, MPI_COMM_WORLD)
+                     : MPI_Allgather(sb, m.count, m.type, rb, m.count, m.type, MPI_COMM_WORLD);
+        path(1, desc);
+        if (rc != MPI_SUCCESS)
+            failure("%s: returned %d", desc, rc);
+        g_checks++;
+        for (int b = 0; b < g_size; b++)
+            for (int k = 0; k < 4; k++) {
+                long want = a2a ? v_a2a(b, g_rank, (size_t)k) : v_src(b, (size_t)k);
+                if (*mixed_at(&m, rb, b, k) != (int)want)
+                    failure("%s: block %d int %d is %d, expected %ld", desc, b, k,
+                            *mixed_at(&m, rb, b, k), want);
+            }
+    }
+    free(sb);
+    free(rb);
+    MPI_Type_free(&quad);
+    MPI_Type_free(&strided);
 }
 
 static void t_supported(int quick)
@@ -529,7 +624,7 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     const char *mode = NULL;
-    int quick = 0, mismatch = 0;
+    int quick = 0, mismatch = 0, mixed_only = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--expect") && i + 1 < argc)
             mode = argv[++i];
@@ -537,6 +632,8 @@ int main(int argc, char **argv)
             quick = 1;
         else if (!strcmp(argv[i], "--mismatch"))
             mismatch = 1;
+        else if (!strcmp(argv[i], "--mixed-types"))
+            mixed_only = 1;
         else if (!strcmp(argv[i], "--thread-multiple"))
             continue;
         else
@@ -556,7 +653,7 @@ int main(int argc, char **argv)
     if (!mode || (strcmp(mode, "shim") && strcmp(mode, "mpi"))) {
         if (!g_rank)
             fprintf(stderr, "usage: mpi_shim_check --expect shim|mpi [--quick] "
-                            "[--thread-multiple] | --mismatch\n");
+                            "[--thread-multiple] [--mixed-types] | --mismatch\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     g_expect_shim = !strcmp(mode, "shim");
@@ -573,8 +670,13 @@ int main(int argc, char **argv)
         failure("the shim is active, expected MPI only");
     unsigned long long calls0 = g_calls ? *g_calls : 0, falls0 = g_falls ? *g_falls : 0;
 
-    t_supported(quick);
-    t_fallbacks();
+    if (mixed_only) {
+        t_mixed();
+    } else {
+        t_supported(quick);
+        t_fallbacks();
+        t_mixed();
+    }
 
     long mine[4] = {g_failures, g_checks, (long)((g_calls ? *g_calls : 0) - calls0),
                     (long)((g_falls ? *g_falls : 0) - falls0)};

@@ -77,9 +77,15 @@ static ai_status_t check_config(const ai_comm_config *cfg)
         return ai_fail(AI_ERR_INVALID, "no rendezvous host (set AUTOINFRA_ADDR=host:port)");
     if (cfg->size > 1 && (cfg->store_port < 1 || cfg->store_port > 65535))
         return ai_fail(AI_ERR_INVALID, "rendezvous port %d is not in 1..65535", cfg->store_port);
-    if (cfg->channels > COMM_MAX_CHANNELS)
-        return ai_fail(AI_ERR_INVALID, "%d channels requested; at most %d", cfg->channels,
-                       COMM_MAX_CHANNELS);
+    if (cfg->channels < 0 || cfg->channels > COMM_MAX_CHANNELS)
+        return ai_fail(AI_ERR_INVALID, "%d channels requested; want 0 (default) to %d",
+                       cfg->channels, COMM_MAX_CHANNELS);
+    if (!(cfg->timeout_s >= 0 && cfg->timeout_s <= COMM_MAX_TIMEOUT_S))
+        return ai_fail(AI_ERR_INVALID, "timeout %g s; want 0 (default) to %g s", cfg->timeout_s,
+                       COMM_MAX_TIMEOUT_S);
+    ai_log_level level;
+    if (ai_log_level_env(&level) != AI_OK)
+        return AI_ERR_INVALID;
     if (cfg->host_id && strlen(cfg->host_id) >= COMM_HOST_MAX)
         return ai_fail(AI_ERR_INVALID, "host id '%s' is longer than %d characters", cfg->host_id,
                        COMM_HOST_MAX - 1);
@@ -177,12 +183,8 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
      * poll(): a rank woken from sleep waits for a core, and on a VM for a
      * halted vCPU: measured in docs/runtime.md, "Waiting". */
     double spin_us;
-    if ((st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, &spin_us)) != AI_OK)
+    if ((st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, 0, 1e6, &spin_us)) != AI_OK)
         goto err;
-    if (spin_us < 0 || spin_us > 1e6) {
-        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_SPIN_US=%g: want 0..1000000 microseconds", spin_us);
-        goto err;
-    }
     tp->tcp_spin_s = spin_us * 1e-6;
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;
@@ -247,6 +249,12 @@ ai_status_t comm_create_env(ai_comm **out)
     const char *rv = NULL;
     for (size_t i = 0; i < AI_ARRAY_LEN(rank_vars); i++) {
         const char *r = ai_env_str(rank_vars[i][0], NULL), *s = ai_env_str(rank_vars[i][1], NULL);
+        /* Launchers may set one without the other (PMIX_RANK alone); ours
+         * come as a pair or a job of one is not what was meant. */
+        if (i == 0 && (!r) != (!s))
+            return ai_fail(AI_ERR_INVALID, "%s is set but %s is not: set both (rank 0..size-1, "
+                                           "size 1..%d) or neither", r ? rank_vars[i][0] : rank_vars[i][1],
+                           r ? rank_vars[i][1] : rank_vars[i][0], 1 << 20);
         if (!r || !s)
             continue;
         long lr, ls;
@@ -290,9 +298,9 @@ ai_status_t comm_create_env(ai_comm **out)
     cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
     cfg.host_id = ai_env_str("AUTOINFRA_HOST", NULL);
     ai_status_t st;
-    if ((st = ai_env_double("AUTOINFRA_TIMEOUT", 0, &cfg.timeout_s)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_CHANNELS", 0, &cfg.channels)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_NO_SHM", 0, &cfg.no_shm)) != AI_OK)
+    if ((st = ai_env_double("AUTOINFRA_TIMEOUT", 0, 0, COMM_MAX_TIMEOUT_S, &cfg.timeout_s)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_CHANNELS", 0, 0, COMM_MAX_CHANNELS, &cfg.channels)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_NO_SHM", 0, 0, 1, &cfg.no_shm)) != AI_OK)
         return st;
     return comm_create(&cfg, out);
 }

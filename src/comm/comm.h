@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 
 #define COMM_MAX_CHANNELS 8
+#define COMM_MAX_TIMEOUT_S 1e6 /* AUTOINFRA_TIMEOUT / timeout_s, seconds */
 
 typedef enum { COMM_REQ_SEND, COMM_REQ_RECV, COMM_REQ_RECV_REDUCE } comm_req_kind;
 

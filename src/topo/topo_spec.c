@@ -3,6 +3,20 @@
  * (design/formats.md). Every check reports the first problem with the file
  * name and the JSON path of the offending value, so that a user with a
  * 500-line cluster file can go straight to it.
+ *
+ * Every key of every object must be one this loader reads (a misspelled
+ * "overides" would otherwise drop the overrides silently): an unknown key
+ * is refused with its path and the nearest known key. Every number has a
+ * range, checked, and named in the error ("lo..hi"):
+ *   cluster: node_groups[].count 1..1000000 (nodes in all at most
+ *     1000000), devices_per_node 1..4096, devices in all at most
+ *     TOPO_MAX_DEVICES; nic.count 1..64, nic.bw_Gbps and intra.bw_GBps
+ *     0.001..1e7, latency_us 0..1e7; racks[].uplink_Gbps 0.001..1e9;
+ *     device peak_tflops.<precision> 0..1e6, memory_GB 0.001..1e6,
+ *     memory_bw_GBps 0.001..1e7 (the same in overrides[]);
+ *   model: layers 1..100000, hidden 1..10000000, heads and kv_heads
+ *     1..100000, vocab 1..100000000, ffn_hidden 1..100000000;
+ *   training: seq_len and global_batch 1..100000000, tokens 1..1e20.
  */
 #include "topo/topo.h"
 
@@ -33,6 +47,39 @@ static ai_status_t spec_err(const spec_ctx *sc, const char *path, const char *fm
 static void path_key(char *dst, size_t n, const char *base, const char *key)
 {
     snprintf(dst, n, "%s%s%s", base, base[0] ? "." : "", key);
+}
+
+#define TOPO_MAX_DEVICES (1L << 24)
+#define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+/* Refuse a key of obj that is not in known (NULL-terminated), naming its
+ * path and the nearest known key. */
+static ai_status_t check_keys(const spec_ctx *sc, json_t *obj, const char *base,
+                              const char *const *known)
+{
+    int n = 0;
+    while (known[n])
+        n++;
+    const char *key;
+    json_t *val;
+    json_object_foreach(obj, key, val)
+    {
+        int found = 0;
+        for (int i = 0; i < n && !found; i++)
+            found = !strcmp(key, known[i]);
+        if (found)
+            continue;
+        char path[300], list[300] = "";
+        path_key(path, sizeof path, base, key);
+        for (int i = 0; i < n; i++) {
+            size_t len = strlen(list);
+            snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", known[i]);
+        }
+        const char *near = ai_nearest_name(key, known, n);
+        return spec_err(sc, path, "unknown key%s%s%s (known here: %s)",
+                        near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", list);
+    }
+    return AI_OK;
 }
 
 ai_status_t topo_json_load_file(const char *path, json_t **out)
@@ -66,7 +113,7 @@ static ai_status_t get_number(const spec_ctx *sc, json_t *obj, const char *base,
         return spec_err(sc, path, "expected a number");
     double d = json_number_value(v);
     if (!isfinite(d) || d < lo || d > hi)
-        return spec_err(sc, path, "%g is out of range [%g, %g]", d, lo, hi);
+        return spec_err(sc, path, "%g is out of range %g..%g", d, lo, hi);
     *out = d;
     return AI_OK;
 }
@@ -90,7 +137,7 @@ static ai_status_t get_int(const spec_ctx *sc, json_t *obj, const char *base, co
     else
         return spec_err(sc, path, "expected an integer");
     if (d < (double)lo || d > (double)hi)
-        return spec_err(sc, path, "%.0f is out of range [%ld, %ld]", d, lo, hi);
+        return spec_err(sc, path, "%.0f is out of range %ld..%ld", d, lo, hi);
     *out = (int)d;
     return AI_OK;
 }
@@ -185,7 +232,9 @@ static ai_status_t parse_device(const spec_ctx *sc, json_t *v, const char *path,
     if (!json_is_object(v))
         return spec_err(sc, path, "expected a catalog name or a device object");
     const char *name = NULL;
-    ai_status_t st = get_string(sc, v, path, "name", 0, &name);
+    ai_status_t st = check_keys(sc, v, path, KEYS("name", "peak_tflops", "memory_GB", "memory_bw_GBps"));
+    if (st == AI_OK)
+        st = get_string(sc, v, path, "name", 0, &name);
     if (st != AI_OK)
         return st;
     /* A named inline device starts from its catalog entry, so users can
@@ -263,9 +312,12 @@ static int cluster_node_find(const topo_cluster *c, const char *name)
 static ai_status_t parse_link(const spec_ctx *sc, json_t *obj, const char *path, int nic,
                               topo_node *n)
 {
-    ai_status_t st;
+    ai_status_t st = check_keys(sc, obj, path,
+                                nic ? KEYS("count", "bw_Gbps", "latency_us") : KEYS("bw_GBps", "latency_us"));
+    if (st != AI_OK)
+        return st;
     if (nic) {
-        if ((st = get_int(sc, obj, path, "count", 0, 0, 1024, &n->nic_count)) != AI_OK ||
+        if ((st = get_int(sc, obj, path, "count", 0, 1, 64, &n->nic_count)) != AI_OK ||
             (st = get_number(sc, obj, path, "bw_Gbps", 0, 1e-3, 1e7, &n->nic_bw_Gbps)) != AI_OK ||
             (st = get_number(sc, obj, path, "latency_us", 0, 0, 1e7, &n->nic_latency_us)) != AI_OK)
             return st;
@@ -349,6 +401,9 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         st = spec_err(&sc, "node_groups", "needs a non-empty array of node groups");
         goto err;
     }
+    /* after node_groups: another kind of spec is named as such */
+    if ((st = check_keys(&sc, doc, "", KEYS("name", "node_groups", "racks", "overrides"))) != AI_OK)
+        goto err;
     c->ngroups = (int)json_array_size(groups);
     c->groups = calloc((size_t)c->ngroups, sizeof *c->groups);
     if (!c->groups) {
@@ -356,7 +411,7 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         goto err;
     }
     /* First pass: group sizes (nodes are allocated once). */
-    long total = 0;
+    long total = 0, devices = 0;
     for (int g = 0; g < c->ngroups; g++) {
         json_t *gj = json_array_get(groups, (size_t)g);
         snprintf(p, sizeof p, "node_groups[%d]", g);
@@ -365,7 +420,9 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
             goto err;
         }
         topo_group *gr = &c->groups[g];
-        if ((st = get_name(&sc, gj, p, "name", 1, gr->name)) != AI_OK ||
+        if ((st = check_keys(&sc, gj, p, KEYS("name", "count", "devices_per_node", "device", "intra",
+                                              "nic"))) != AI_OK ||
+            (st = get_name(&sc, gj, p, "name", 1, gr->name)) != AI_OK ||
             (st = get_int(&sc, gj, p, "count", 1, 1, 1000000, &gr->count)) != AI_OK ||
             (st = get_int(&sc, gj, p, "devices_per_node", 1, 1, 4096, &gr->devices_per_node)) != AI_OK)
             goto err;
@@ -381,6 +438,12 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         total += gr->count;
         if (total > 1000000) {
             st = spec_err(&sc, p, "more than 1000000 nodes");
+            goto err;
+        }
+        devices += (long)gr->count * gr->devices_per_node;
+        if (devices > TOPO_MAX_DEVICES) {
+            st = spec_err(&sc, p, "%d nodes x %d devices per node: more than %ld devices in the "
+                                  "cluster", gr->count, gr->devices_per_node, TOPO_MAX_DEVICES);
             goto err;
         }
     }
@@ -430,12 +493,6 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         if ((st = get_number(&sc, nic, nicp, "bw_Gbps", 1, 1e-3, 1e7, &proto.nic_bw_Gbps)) != AI_OK ||
             (st = parse_link(&sc, nic, nicp, 1, &proto)) != AI_OK)
             goto err;
-        if (proto.nic_count < 1) {
-            char cp[320];
-            path_key(cp, sizeof cp, nicp, "count");
-            st = spec_err(&sc, cp, "a node needs at least one NIC");
-            goto err;
-        }
         for (int i = 0; i < gr->count; i++) {
             c->nodes[gr->first_node + i] = proto;
             c->nodes[gr->first_node + i].index = i;
@@ -463,7 +520,8 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
                 goto err;
             }
             snprintf(c->racks[r].name, TOPO_NAME_MAX, "rack%d", r);
-            if ((st = get_name(&sc, rj, p, "name", 0, c->racks[r].name)) != AI_OK ||
+            if ((st = check_keys(&sc, rj, p, KEYS("name", "uplink_Gbps", "nodes"))) != AI_OK ||
+                (st = get_name(&sc, rj, p, "name", 0, c->racks[r].name)) != AI_OK ||
                 (st = get_number(&sc, rj, p, "uplink_Gbps", 1, 1e-3, 1e9, &c->racks[r].uplink_Gbps)) != AI_OK)
                 goto err;
             json_t *nodes = json_object_get(rj, "nodes");
@@ -512,7 +570,8 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
                 goto err;
             }
             const char *nname = NULL;
-            if ((st = get_string(&sc, oj, p, "node", 1, &nname)) != AI_OK)
+            if ((st = check_keys(&sc, oj, p, KEYS("node", "nic", "intra", "device"))) != AI_OK ||
+                (st = get_string(&sc, oj, p, "node", 1, &nname)) != AI_OK)
                 goto err;
             int node = cluster_node_find(c, nname);
             if (node < 0) {
@@ -554,8 +613,8 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
                         /* Custom device: apply the given fields only. */
                         json_t *v;
                         n->device = base;
-                        st = AI_OK;
-                        if ((v = json_object_get(copy, "memory_GB")))
+                        st = check_keys(&sc, copy, sp, KEYS("name", "memory_GB", "memory_bw_GBps"));
+                        if (st == AI_OK && (v = json_object_get(copy, "memory_GB")))
                             st = get_number(&sc, copy, sp, "memory_GB", 1, 1e-3, 1e6, &n->device.memory_GB);
                         if (st == AI_OK && (v = json_object_get(copy, "memory_bw_GBps")))
                             st = get_number(&sc, copy, sp, "memory_bw_GBps", 1, 1e-3, 1e7,
@@ -601,7 +660,9 @@ ai_status_t topo_model_from_json(json_t *doc, const char *path, topo_model *out)
     if (!json_is_object(doc))
         return spec_err(&sc, "", "a model is a JSON object");
     snprintf(m.name, sizeof m.name, "model");
-    if ((st = get_name(&sc, doc, "", "name", 0, m.name)) != AI_OK ||
+    if ((st = check_keys(&sc, doc, "", KEYS("name", "layers", "hidden", "heads", "vocab", "kv_heads",
+                                            "ffn_hidden", "tied_embeddings", "ffn_kind"))) != AI_OK ||
+        (st = get_name(&sc, doc, "", "name", 0, m.name)) != AI_OK ||
         (st = get_int(&sc, doc, "", "layers", 1, 1, 100000, &m.layers)) != AI_OK ||
         (st = get_int(&sc, doc, "", "hidden", 1, 1, 10000000, &m.hidden)) != AI_OK ||
         (st = get_int(&sc, doc, "", "heads", 1, 1, 100000, &m.heads)) != AI_OK ||
@@ -658,7 +719,10 @@ ai_status_t topo_training_from_json(json_t *doc, const char *path, topo_training
     t.optimizer = TOPO_OPT_ADAM;
     t.flash_attention = 1;
     t.grad_fp32 = 1;
-    if ((st = get_int(&sc, doc, "", "seq_len", 1, 1, 100000000, &t.seq_len)) != AI_OK ||
+    if ((st = check_keys(&sc, doc, "", KEYS("seq_len", "global_batch", "tokens", "flash_attention",
+                                            "tp_comm_overlap", "grad_reduce_in_fp32", "precision",
+                                            "optimizer"))) != AI_OK ||
+        (st = get_int(&sc, doc, "", "seq_len", 1, 1, 100000000, &t.seq_len)) != AI_OK ||
         (st = get_int(&sc, doc, "", "global_batch", 1, 1, 100000000, &t.global_batch)) != AI_OK ||
         (st = get_number(&sc, doc, "", "tokens", 0, 1, 1e20, &t.tokens)) != AI_OK ||
         (st = get_bool(&sc, doc, "", "flash_attention", &t.flash_attention)) != AI_OK ||

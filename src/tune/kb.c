@@ -18,8 +18,22 @@
  *
  * Crash safety: WAL journal, every update one transaction; a process
  * killed mid-write leaves the last committed state (SQLite's guarantee).
- * One writer per job (rank 0); several jobs on one file wait for each
- * other's transactions up to the busy timeout.
+ * One writer per job (rank 0). Opened by the learner (kb_open_writer) the
+ * KB never waits for a lock: the learner opens and reads it inside a
+ * collective, where a wait would stall every rank, so a KB another process
+ * holds locked is set up and written later (kb_is_busy; the learner keeps
+ * what it learned and retries). Other users (the CLI) wait up to
+ * KB_BUSY_MS.
+ *
+ * Ownership: a KB is stamped with PRAGMA application_id KB_APP_ID and
+ * user_version KB_SCHEMA_VERSION when it is created. A non-empty database
+ * with another application id is refused and left untouched; one without
+ * an id is taken only when every object in it is one of ours (a KB made
+ * before the stamp), and stamped at its next write.
+ *
+ * Read-only files or directories: the KB is read (immutable when SQLite
+ * cannot create its shared-memory file next to it) and kb_is_readonly
+ * says so; nothing is written.
  */
 #include "tune/tune.h"
 
@@ -32,13 +46,18 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define KB_SCHEMA_VERSION 1
+#define KB_APP_ID 0x41494b42 /* "AIKB" */
 #define KB_BUSY_MS 10000
 
 struct ai_kb {
     sqlite3 *db;
     char path[1024];
+    int readonly;   /* opened read-only: nothing is written */
+    int need_setup; /* schema, stamp or WAL still to be written (was busy) */
+    int busy;       /* the last write found the KB locked by another process */
 };
 
 static const char *const schema =
@@ -113,7 +132,118 @@ static ai_status_t exec_sql(ai_kb *kb, const char *sql)
     return AI_OK;
 }
 
-ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
+/* A lock held by another connection. */
+static int is_busy_rc(int rc)
+{
+    rc &= 0xff;
+    return rc == SQLITE_BUSY || rc == SQLITE_LOCKED;
+}
+
+/* Create the schema, stamp the file as ours and switch it to WAL; all
+ * idempotent. A lock held elsewhere leaves it for the next write. */
+static ai_status_t kb_setup(ai_kb *kb)
+{
+    char sql[160];
+    int rc = sqlite3_exec(kb->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(kb->db, schema, NULL, NULL, NULL);
+    snprintf(sql, sizeof sql, "PRAGMA application_id=%d; PRAGMA user_version=%d; COMMIT;",
+             KB_APP_ID, KB_SCHEMA_VERSION);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(kb->db, sql, NULL, NULL, NULL);
+    if (rc != SQLITE_OK && !sqlite3_get_autocommit(kb->db))
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(kb->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    kb->busy = is_busy_rc(rc);
+    kb->need_setup = rc != SQLITE_OK;
+    if (rc != SQLITE_OK && !kb->busy)
+        return kb_err(kb, "cannot set up");
+    return AI_OK;
+}
+
+/* Every object in the database is one of a knowledge base's. */
+static int only_our_objects(ai_kb *kb)
+{
+    static const char *const ours[] = {"meta", "fingerprints", "arms", "buckets", "measurements",
+                                       "measurements_bucket", "fingerprint_rates"};
+    sqlite3_stmt *q = NULL;
+    int ok = sqlite3_prepare_v2(kb->db, "SELECT name FROM sqlite_master", -1, &q, NULL) ==
+             SQLITE_OK;
+    while (ok && sqlite3_step(q) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        int known = name && !strncmp(name, "sqlite_", 7);
+        for (size_t i = 0; name && !known && i < sizeof ours / sizeof ours[0]; i++)
+            known = !strcmp(name, ours[i]);
+        ok = known;
+    }
+    sqlite3_finalize(q);
+    return ok;
+}
+
+static int pragma_int(ai_kb *kb, const char *sql, int *out)
+{
+    sqlite3_stmt *q = NULL;
+    int ok = sqlite3_prepare_v2(kb->db, sql, -1, &q, NULL) == SQLITE_OK &&
+             sqlite3_step(q) == SQLITE_ROW;
+    if (ok)
+        *out = sqlite3_column_int(q, 0);
+    sqlite3_finalize(q);
+    return ok;
+}
+
+/* Is the open database ours (see the top)? *empty: no objects yet. */
+static ai_status_t kb_check_owner(ai_kb *kb, int *empty)
+{
+    int app = 0, ver = 0, nobj = 0;
+    if (!pragma_int(kb, "PRAGMA application_id", &app) ||
+        !pragma_int(kb, "PRAGMA user_version", &ver) ||
+        !pragma_int(kb, "SELECT count(*) FROM sqlite_master", &nobj))
+        return kb_err(kb, "not a readable SQLite database");
+    *empty = nobj == 0 && app == 0;
+    if (*empty)
+        return AI_OK;
+    if (app != KB_APP_ID && (app != 0 || !only_our_objects(kb)))
+        return ai_fail(AI_ERR_PROTO,
+                       "%s is not an autoinfra knowledge base (SQLite application_id 0x%08x, "
+                       "%d objects, not autoinfra's 0x%08x); refusing to change it: point "
+                       "AUTOINFRA_KB (or --kb) at another file",
+                       kb->path, (unsigned)app, nobj, (unsigned)KB_APP_ID);
+    if (app == KB_APP_ID && ver != KB_SCHEMA_VERSION)
+        return ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this build reads %d",
+                       kb->path, ver, KB_SCHEMA_VERSION);
+    return AI_OK;
+}
+
+/* sqlite3 URI for path with the given query ("mode=ro", "immutable=1"). */
+static void kb_uri(const char *path, const char *query, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "file:");
+    for (const unsigned char *p = (const unsigned char *)path; *p && o + 4 < len; p++)
+        o += (size_t)(strchr("?#%", *p) || *p < 0x20 ? snprintf(buf + o, len - o, "%%%02x", *p)
+                                                    : snprintf(buf + o, len - o, "%c", *p));
+    snprintf(buf + o, len - o, "?%s", query);
+}
+
+/* Open read-only; a WAL file in a directory this process cannot write to
+ * (no shared-memory file can be created) is opened immutable. */
+static int open_readonly(ai_kb *kb)
+{
+    char uri[3200];
+    int fl = SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, dummy;
+    kb_uri(kb->path, "mode=ro", uri, sizeof uri);
+    if (sqlite3_open_v2(uri, &kb->db, fl, NULL) == SQLITE_OK &&
+        pragma_int(kb, "SELECT count(*) FROM sqlite_master", &dummy))
+        return SQLITE_OK;
+    sqlite3_close(kb->db);
+    kb->db = NULL;
+    kb_uri(kb->path, "immutable=1", uri, sizeof uri);
+    return sqlite3_open_v2(uri, &kb->db, fl, NULL);
+}
+
+/* Open path (NULL or "": the default) as a KB; busy_ms: how long a lock
+ * held elsewhere is waited for. */
+static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, ai_kb **out)
 {
     ai_kb *kb = calloc(1, sizeof *kb);
     if (!kb)
@@ -131,8 +261,16 @@ ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
         free(kb);
         return st;
     }
+    /* stat before open: opening a FIFO or a device would block or read
+     * what is not a file */
     struct stat sb;
-    if (readonly && stat(kb->path, &sb) != 0) {
+    int exists = stat(kb->path, &sb) == 0;
+    if (exists && !S_ISREG(sb.st_mode)) {
+        st = ai_fail(AI_ERR_INVALID, "knowledge base %s is not a regular file", kb->path);
+        free(kb);
+        return st;
+    }
+    if (readonly && !exists) {
         st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s does not exist", kb->path);
         free(kb);
         return st;
@@ -141,29 +279,59 @@ ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
         free(kb);
         return st;
     }
-    int flags = readonly ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
-    if (sqlite3_open_v2(kb->path, &kb->db, flags | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
+    /* Writable only if the file (or, to create it and its WAL files, the
+     * directory) can be written: otherwise read what is there. */
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", kb->path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *(slash == dir ? slash + 1 : slash) = '\0';
+    int dir_ok = access(slash ? dir : ".", W_OK) == 0;
+    if (!readonly && exists && (access(kb->path, W_OK) != 0 || !dir_ok))
+        kb->readonly = 1;
+    else if (!readonly && !dir_ok) {
+        st = ai_fail(AI_ERR_IO, "knowledge base %s does not exist and its directory is not "
+                                "writable", kb->path);
+        free(kb);
+        return st;
+    }
+    kb->readonly |= readonly;
+    int rc = kb->readonly ? open_readonly(kb)
+                          : sqlite3_open_v2(kb->path, &kb->db,
+                                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                                SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK) {
         st = kb_err(kb, "cannot open");
         goto fail;
     }
-    sqlite3_busy_timeout(kb->db, KB_BUSY_MS);
-    if (!readonly && ((st = exec_sql(kb, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;")) !=
-                          AI_OK ||
-                      (st = exec_sql(kb, schema)) != AI_OK))
+    sqlite3_busy_timeout(kb->db, busy_ms);
+    int empty = 0;
+    if ((st = kb_check_owner(kb, &empty)) != AI_OK)
         goto fail;
-    /* A file that is not one of ours (or is corrupt) fails here, clearly. */
-    sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1, &q,
-                           NULL) != SQLITE_OK) {
-        st = kb_err(kb, "not an autoinfra knowledge base");
+    if (kb->readonly && empty) {
+        st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s is empty", kb->path);
         goto fail;
     }
-    int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
-    sqlite3_finalize(q);
-    if (ver != KB_SCHEMA_VERSION) {
-        st = ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this build reads %d",
-                     kb->path, ver, KB_SCHEMA_VERSION);
+    if (!kb->readonly &&
+        ((st = kb_setup(kb)) != AI_OK ||
+         (st = exec_sql(kb, "PRAGMA synchronous=NORMAL")) != AI_OK))
         goto fail;
+    if (!kb->need_setup) {
+        /* a KB made before the stamp: the schema version from its table */
+        sqlite3_stmt *q = NULL;
+        if (sqlite3_prepare_v2(kb->db, "SELECT value FROM meta WHERE key = 'schema_version'", -1,
+                               &q, NULL) != SQLITE_OK) {
+            st = kb_err(kb, "not an autoinfra knowledge base");
+            goto fail;
+        }
+        int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
+        sqlite3_finalize(q);
+        if (ver != KB_SCHEMA_VERSION) {
+            st = ai_fail(AI_ERR_PROTO,
+                         "knowledge base %s has schema version %d; this build reads %d", kb->path,
+                         ver, KB_SCHEMA_VERSION);
+            goto fail;
+        }
     }
     *out = kb;
     return AI_OK;
@@ -173,20 +341,46 @@ fail:
     return st;
 }
 
+ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
+{
+    return kb_open_wait(path, readonly, KB_BUSY_MS, out);
+}
+
 ai_status_t kb_open_writer(const char *path, ai_kb **out)
 {
-    /* The first write after opening starts the (empty) write-ahead log:
-     * 10 ms on the test machine's disk, 2.5% of a 30-call run of 64 KiB
-     * allreduces when it fell in the middle of them. Pay it here, at the
-     * learner's first call of the job. */
-    ai_status_t st = ai_kb_open(path, 0, out);
-    if (st == AI_OK &&
-        (st = exec_sql(*out, "INSERT OR REPLACE INTO meta VALUES('last_writer', "
-                             "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))")) != AI_OK) {
-        ai_kb_close(*out);
-        *out = NULL;
+    /* Never waits for a lock (see the top). The first write after opening
+     * starts the (empty) write-ahead log: 10 ms on the test machine's
+     * disk, 2.5% of a 30-call run of 64 KiB allreduces when it fell in the
+     * middle of them. Pay it here, at the learner's first call of the job
+     * (unless the KB is busy or read-only: then at the first save). */
+    ai_status_t st = kb_open_wait(path, 0, 0, out);
+    if (st == AI_OK && !(*out)->readonly && !(*out)->need_setup &&
+        sqlite3_exec((*out)->db, "INSERT OR REPLACE INTO meta VALUES('last_writer', "
+                                 "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                     NULL, NULL, NULL) != SQLITE_OK) {
+        (*out)->busy = 1;
     }
     return st;
+}
+
+const char *kb_path(const ai_kb *kb)
+{
+    return kb->path;
+}
+
+int kb_is_readonly(const ai_kb *kb)
+{
+    return kb->readonly;
+}
+
+int kb_is_busy(const ai_kb *kb)
+{
+    return kb->busy;
+}
+
+void kb_set_wait(ai_kb *kb, int busy_ms)
+{
+    sqlite3_busy_timeout(kb->db, busy_ms);
 }
 
 void ai_kb_close(ai_kb *kb)
@@ -235,6 +429,9 @@ ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes
     const char *cn = ai_coll_name(coll);
     *n = 0;
     memset(info, 0, sizeof *info);
+    int empty = 0;
+    if (kb->need_setup && pragma_int(kb, "SELECT count(*) = 0 FROM sqlite_master", &empty) && empty)
+        return AI_OK; /* created at its first write */
     ai_status_t st = prepare_keyed(kb,
                                    "SELECT algo, chunk, channels, samples, mean_log, var_log FROM"
                                    " arms WHERE fp = ?1 AND coll = ?2 AND bytes = ?3 AND samples > 0",
@@ -347,7 +544,15 @@ ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t b
 
 ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc)
 {
-    ai_status_t st = exec_sql(kb, "BEGIN IMMEDIATE");
+    if (kb->readonly)
+        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only", kb->path);
+    ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
+    if (st == AI_OK && kb->need_setup)
+        return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
+    int rc = st == AI_OK ? sqlite3_exec(kb->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) : SQLITE_OK;
+    kb->busy = is_busy_rc(rc);
+    if (st == AI_OK && rc != SQLITE_OK)
+        st = kb_err(kb, kb->busy ? "locked by another process" : "cannot begin a write");
     if (st == AI_OK && (st = put_fingerprint(kb, fp, nranks, nhosts, desc)) != AI_OK)
         sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
@@ -366,9 +571,15 @@ ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
 
 ai_status_t kb_end(ai_kb *kb, ai_status_t st)
 {
-    if (st == AI_OK)
-        return exec_sql(kb, "COMMIT");
-    sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+    if (st == AI_OK) {
+        int rc = sqlite3_exec(kb->db, "COMMIT", NULL, NULL, NULL);
+        kb->busy = is_busy_rc(rc);
+        if (rc == SQLITE_OK)
+            return AI_OK;
+        st = kb_err(kb, kb->busy ? "locked by another process" : "cannot commit");
+    }
+    if (!sqlite3_get_autocommit(kb->db))
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
     return st;
 }
 

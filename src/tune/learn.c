@@ -77,6 +77,7 @@
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
+#define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -119,6 +120,7 @@ typedef struct tune_window {
 typedef struct tuner {
     ai_kb *kb;       /* rank 0's writer; NULL: none (or unavailable) */
     int kb_tried;
+    int kb_busy_said; /* rank 0 said the KB is locked elsewhere */
     char fp[17];
     char desc[256];
     unsigned links_gen;
@@ -198,7 +200,9 @@ static void match_fingerprint(const ai_comm *c, tuner *t)
             ai_log(AI_LOG_INFO, "learner: links close to those of known fingerprint %s (not %s)",
                    known, t->fp);
         memcpy(t->fp, known, sizeof known);
-    } else if (kb_note_rates(t->kb, t->fp, shape, c->nhosts, c->links->host_Bps) != AI_OK) {
+    } else if (!kb_is_readonly(t->kb) &&
+               kb_note_rates(t->kb, t->fp, shape, c->nhosts, c->links->host_Bps) != AI_OK &&
+               !kb_is_busy(t->kb)) {
         ai_log(AI_LOG_WARN, "learner: %s", ai_last_error());
     }
 }
@@ -334,6 +338,10 @@ static void kb_ready(tuner *t, const ai_comm *c)
     if (kb_open_writer(ai_env_str("AUTOINFRA_KB", NULL), &t->kb) != AI_OK) {
         ai_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
         t->kb = NULL;
+    } else if (kb_is_readonly(t->kb)) {
+        ai_log(AI_LOG_WARN,
+               "learner: knowledge base %s is read-only: reading it; what this job learns will "
+               "not be saved", kb_path(t->kb));
     }
 }
 
@@ -342,11 +350,14 @@ static void kb_ready(tuner *t, const ai_comm *c)
  * and the other ranks wait for it in the next call: on T1 at 64 KiB a
  * write per window costs `auto` 2.5%. So a job writes at most every
  * save_s (1 s) and when the communicator is released; a crash loses at
- * most that much of its learning, never the KB's consistency. */
-static void kb_flush(tuner *t)
+ * most that much of its learning, never the KB's consistency. `final`:
+ * why what cannot be written now is dropped (the end of the job, a new
+ * fingerprint its windows would be filed under); NULL: a KB locked by
+ * another process keeps it all for the next save. */
+static void kb_flush_at(tuner *t, const char *final)
 {
     t->saved_at = ai_now();
-    if (!t->kb || !t->nlog) /* every changed bucket has a window waiting */
+    if (!t->kb || !t->nlog || kb_is_readonly(t->kb)) /* every changed bucket has a window waiting */
         return;
     int nb = 0;
     ai_status_t st = kb_begin(t->kb, t->fp, t->nranks, t->nhosts, t->desc);
@@ -369,7 +380,6 @@ static void kb_flush(tuner *t)
                     ran[nran++] = b->s.arm[a];
             if (st == AI_OK)
                 st = kb_put_bucket(t->kb, t->fp, (ai_coll)k, (size_t)1 << i, ran, nran, &b->info);
-            b->dirty = 0;
             nb++;
         }
     for (int i = 0; i < t->nlog && st == AI_OK; i++) {
@@ -379,20 +389,42 @@ static void kb_flush(tuner *t)
     }
     if (began)
         st = kb_end(t->kb, st); /* commits, or rolls back a failed put */
+    if (st != AI_OK && kb_is_busy(t->kb) && !final) {
+        /* Locked by another process: keep it all for the next save. */
+        if (!t->kb_busy_said++)
+            ai_log(AI_LOG_WARN,
+                   "learner: knowledge base %s is locked by another process: keeping %d "
+                   "buckets and %d measurements in memory, retrying every %g s and at the end",
+                   kb_path(t->kb), nb, t->nlog, t->save_s);
+        return;
+    }
     if (st != AI_OK)
-        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved: %s", nb, t->nlog,
-               ai_last_error());
+        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved%s%s%s: %s", nb,
+               t->nlog, final ? " (" : "", final ? final : "", final ? ")" : "", ai_last_error());
+    else if (t->kb_busy_said)
+        ai_log(AI_LOG_INFO, "learner: saved %d buckets and %d measurements kept while %s was "
+                            "locked", nb, t->nlog, kb_path(t->kb));
     else
         ai_log(AI_LOG_DEBUG, "learner: saved %d buckets and %d measurements in %.1f us", nb,
                t->nlog, (ai_now() - t->saved_at) * 1e6);
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        for (int i = 0; i < TUNE_BUCKETS; i++)
+            if (t->b[k][i])
+                t->b[k][i]->dirty = 0;
     t->nlog = 0;
+    t->kb_busy_said = 0;
+}
+
+static void kb_flush(tuner *t)
+{
+    kb_flush_at(t, NULL);
 }
 
 /* Rank 0: note an agreed window for the KB, and write when it is time. */
 static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, double seconds,
                     const char *phase)
 {
-    if (!t->kb)
+    if (!t->kb || kb_is_readonly(t->kb))
         return;
     b->dirty = 1;
     if (t->nlog == t->log_cap) {
@@ -408,7 +440,7 @@ static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, dou
     }
     t->log[t->nlog++] = (tune_window){coll, (size_t)1 << bi, b->s.arm[arm], seconds, phase,
                                       (double)time(NULL)};
-    if (t->nlog >= TUNE_SAVE_WINDOWS || ai_now() - t->saved_at >= t->save_s)
+    if ((t->nlog >= TUNE_SAVE_WINDOWS && !kb_is_busy(t->kb)) || ai_now() - t->saved_at >= t->save_s)
         kb_flush(t);
 }
 
@@ -507,7 +539,7 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
             return st;
     }
     if (!t->have_fp || t->links_gen != c->links_gen || t->reprobe) {
-        kb_flush(t); /* what this job learned under the old fingerprint */
+        kb_flush_at(t, "the fingerprint changed"); /* learned under the old one */
         char old[17];
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
@@ -680,7 +712,11 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
 static void tune_release(void *ctx)
 {
     tuner *t = ctx;
-    kb_flush(t);
+    /* The end of the job is off every collective's path: a KB locked by
+     * another process is waited for, a bounded time. */
+    if (t->kb)
+        kb_set_wait(t->kb, TUNE_KB_CLOSE_MS);
+    kb_flush_at(t, "at the end of the job");
     free(t->log);
     for (int k = 0; k < AI_COLL_COUNT; k++)
         for (int b = 0; b < TUNE_BUCKETS; b++)
@@ -697,28 +733,21 @@ ai_status_t tune_learner_attach(ai_comm *c)
     double bound;
     ai_status_t st;
     size_t min = (size_t)64 << 10;
-    const char *mv = ai_env_str("AUTOINFRA_TUNE_MIN", NULL);
-    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, &on)) != AI_OK)
+    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, 0, 1, &on)) != AI_OK)
         return st;
     if (!on)
         return AI_OK;
-    if (mv && ai_parse_size(mv, &min) != AI_OK)
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_MIN='%s' is not a size", mv);
+    if ((st = ai_env_size("AUTOINFRA_TUNE_MIN", min, 0, (size_t)1 << 40, &min)) != AI_OK)
+        return st;
     tuner *t = calloc(1, sizeof *t);
     if (!t)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
-    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, &t->budget)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, &t->refine)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, &bound)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, &t->save_s)) != AI_OK)
+    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, 0, 1000000, &t->budget)) != AI_OK ||
+        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, 0, 1000000, &t->refine)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, 1, 1000, &bound)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, 0, 86400, &t->save_s)) != AI_OK)
         goto err_tuner;
-    if (t->budget < 0 || t->refine < 0 || bound < 1 || !(t->save_s >= 0)) {
-        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_TUNE_BUDGET, AUTOINFRA_TUNE_REFINE and "
-                                     "AUTOINFRA_TUNE_SAVE_S must be >= 0 and "
-                                     "AUTOINFRA_TUNE_BOUND >= 1");
-        goto err_tuner;
-    }
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
     return AI_OK;

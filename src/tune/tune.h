@@ -40,8 +40,18 @@ typedef struct tune_bucket_info {
  * settings and fails on a bad one, leaving c as it was. */
 ai_status_t tune_learner_attach(ai_comm *c);
 
-/* Open a knowledge base for the learner's writer (rank 0). */
+/* Open a knowledge base for the learner's writer (rank 0). It never waits
+ * for a lock another process holds (the learner opens it inside a
+ * collective): a busy KB is set up at a later write. A KB the process
+ * cannot write is opened read-only. */
 ai_status_t kb_open_writer(const char *path, ai_kb **out);
+const char *kb_path(const ai_kb *kb);
+/* Opened read-only: nothing will be written. */
+int kb_is_readonly(const ai_kb *kb);
+/* The last write (or the set-up) found the KB locked by another process. */
+int kb_is_busy(const ai_kb *kb);
+/* How long later statements wait for a lock held elsewhere. */
+void kb_set_wait(ai_kb *kb, int busy_ms);
 /* What the KB knows of one bucket: up to max arms with samples. */
 ai_status_t kb_load_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
                            tune_arm_stat *arms, int max, int *n, tune_bucket_info *info);

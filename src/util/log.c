@@ -9,14 +9,25 @@ static int log_level = -1;
 
 void ai_log_set_rank(int rank) { log_rank = rank; }
 
+static const char *const level_names[] = {"error", "warn", "info", "debug"};
+
+ai_status_t ai_log_level_env(ai_log_level *out)
+{
+    int i = AI_LOG_WARN;
+    ai_status_t st = ai_env_choice("AUTOINFRA_LOG", AI_LOG_WARN, level_names, 4, &i);
+    *out = (ai_log_level)i;
+    return st;
+}
+
+/* An unknown AUTOINFRA_LOG logs at warn here (ai_comm_create refuses it).
+ * No ai_fail on this path: a message being logged may be the last error. */
 static int current_level(void)
 {
     if (log_level < 0) {
         const char *v = ai_env_str("AUTOINFRA_LOG", "warn");
-        static const char *names[] = {"error", "warn", "info", "debug"};
         log_level = AI_LOG_WARN;
         for (int i = 0; i < 4; i++)
-            if (strcasecmp(v, names[i]) == 0)
+            if (strcasecmp(v, level_names[i]) == 0)
                 log_level = i;
     }
     return log_level;

@@ -5,8 +5,10 @@
 #include <limits.h>
 #include <stdint.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 double ai_now(void)
@@ -55,32 +57,106 @@ ai_status_t ai_parse_double(const char *text, double *out)
     return AI_OK;
 }
 
-ai_status_t ai_env_double(const char *name, double fallback, double *out)
+ai_status_t ai_env_double(const char *name, double fallback, double lo, double hi, double *out)
 {
     const char *v = ai_env_str(name, NULL);
+    double d;
     if (!v) {
         *out = fallback;
         return AI_OK;
     }
-    double d;
-    if (ai_parse_double(v, &d) != AI_OK)
-        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not a number", name, v);
+    if (ai_parse_double(v, &d) != AI_OK || d < lo || d > hi)
+        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not a number in %g..%g",
+                       name, v, lo, hi);
     *out = d;
     return AI_OK;
 }
 
-ai_status_t ai_env_int(const char *name, int fallback, int *out)
+ai_status_t ai_env_int(const char *name, int fallback, int lo, int hi, int *out)
+{
+    const char *v = ai_env_str(name, NULL);
+    long l;
+    if (!v) {
+        *out = fallback;
+        return AI_OK;
+    }
+    if (ai_parse_long(v, &l) != AI_OK || l < lo || l > hi)
+        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not an integer in %d..%d",
+                       name, v, lo, hi);
+    *out = (int)l;
+    return AI_OK;
+}
+
+ai_status_t ai_env_size(const char *name, size_t fallback, size_t lo, size_t hi, size_t *out)
+{
+    const char *v = ai_env_str(name, NULL);
+    size_t z;
+    if (!v) {
+        *out = fallback;
+        return AI_OK;
+    }
+    if (ai_parse_size(v, &z) != AI_OK || z < lo || z > hi)
+        return ai_fail(AI_ERR_INVALID,
+                       "environment variable %s='%s' is not a size in %zu..%zu bytes (K, M, G: "
+                       "powers of two)", name, v, lo, hi);
+    *out = z;
+    return AI_OK;
+}
+
+ai_status_t ai_env_choice(const char *name, int fallback, const char *const *names, int n,
+                          int *out)
 {
     const char *v = ai_env_str(name, NULL);
     if (!v) {
         *out = fallback;
         return AI_OK;
     }
-    long l;
-    if (ai_parse_long(v, &l) != AI_OK || l < -2147483647L || l > 2147483647L)
-        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not an integer", name, v);
-    *out = (int)l;
-    return AI_OK;
+    char list[256] = "";
+    for (int i = 0; i < n; i++) {
+        if (!strcasecmp(v, names[i])) {
+            *out = i;
+            return AI_OK;
+        }
+        size_t len = strlen(list);
+        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
+    }
+    const char *near = ai_nearest_name(v, names, n);
+    return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not one of %s%s%s%s", name, v,
+                   list, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
+}
+
+/* Levenshtein distance, case-insensitive, of two short words (longer
+ * ones are compared by their first 63 characters). */
+static int edit_distance(const char *a, const char *b)
+{
+    int row[64], la = (int)AI_MIN(strlen(a), 63), lb = (int)AI_MIN(strlen(b), 63);
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int up = row[j];
+            int same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+            row[j] = AI_MIN(AI_MIN(row[j] + 1, row[j - 1] + 1), diag + !same);
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+const char *ai_nearest_name(const char *word, const char *const *names, int n)
+{
+    const char *best = NULL;
+    int bd = 1 << 30, limit = AI_MAX(1, (int)strlen(word) / 3);
+    for (int i = 0; i < n; i++) {
+        int d = edit_distance(word, names[i]);
+        if (d < bd) {
+            bd = d;
+            best = names[i];
+        }
+    }
+    return bd <= limit ? best : NULL;
 }
 
 /* The size grammar (autoinfra.h): digits, then an optional unit, any

@@ -29,9 +29,23 @@ void ai_log_set_rank(int rank);
 
 /* Environment helpers: value or fallback when unset or empty. */
 const char *ai_env_str(const char *name, const char *fallback);
-/* Parse a strictly numeric variable; AI_ERR_INVALID names it when malformed. */
-ai_status_t ai_env_double(const char *name, double fallback, double *out);
-ai_status_t ai_env_int(const char *name, int fallback, int *out);
+/* The checked parser of each kind of variable: fallback when unset or
+ * empty, else the whole value parsed and within lo..hi; AI_ERR_INVALID
+ * naming the variable, its value and the accepted range otherwise. */
+ai_status_t ai_env_double(const char *name, double fallback, double lo, double hi, double *out);
+ai_status_t ai_env_int(const char *name, int fallback, int lo, int hi, int *out);
+ai_status_t ai_env_size(const char *name, size_t fallback, size_t lo, size_t hi, size_t *out);
+/* One of n names (case-insensitive), its index in *out; the error lists
+ * them and suggests the nearest. */
+ai_status_t ai_env_choice(const char *name, int fallback, const char *const *names, int n,
+                          int *out);
+/* The level AUTOINFRA_LOG asks for; AI_ERR_INVALID for an unknown name. */
+ai_status_t ai_log_level_env(ai_log_level *out);
+
+/* The name of names[0..n) nearest to word by edit distance, if it is
+ * close enough to be a likely misspelling (at most a third of the word's
+ * letters, at least 1, differ); NULL otherwise. */
+const char *ai_nearest_name(const char *word, const char *const *names, int n);
 
 /* ai_parse_size (sizes: "64K", "4MiB", ...) is public: autoinfra.h. */
 /* Strict integer / double parsing of a whole string. */

@@ -153,10 +153,7 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     l->host_lat_s = l->host_Bps + H;
     l->weighted_frac = l->host_lat_s + H;
     size_t bytes = PROBE_BYTES_DEFAULT;
-    const char *v = ai_env_str("AUTOINFRA_PROBE_BYTES", NULL);
-    ai_status_t st = AI_OK;
-    if (v && (ai_parse_size(v, &bytes) != AI_OK || bytes < 4096))
-        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_PROBE_BYTES='%s': want a size of at least 4K", v);
+    ai_status_t st = ai_env_size("AUTOINFRA_PROBE_BYTES", bytes, 4096, (size_t)1 << 30, &bytes);
     comm_group leaders = group_leaders(c, -1);
     if (st == AI_OK && H > 1 && leaders.me >= 0 && (st = measure(c, &leaders, l, bytes)) == AI_OK)
         st = share(c, &leaders, l);
