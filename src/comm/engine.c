@@ -415,7 +415,8 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
     if (tp->shm) {
         int who = atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire);
         if (who > 0 && who - 1 != c->rank)
-            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job (%.*s)", who - 1,
+                           (int)sizeof tp->shm->abort_reason, tp->shm->abort_reason);
     }
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
@@ -607,8 +608,13 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     if (!tp)
         return status;
     if (tp->shm) {
+        /* The first rank to abort says why (the peer it lost), so that the
+         * ranks it tells can name the cause and not only the messenger. */
         int32_t expected = 0;
-        atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, c->rank + 1);
+        if (atomic_compare_exchange_strong(&tp->shm->abort_claim, &expected, c->rank + 1)) {
+            snprintf(tp->shm->abort_reason, sizeof tp->shm->abort_reason, "%s", c->failure);
+            atomic_store_explicit(&tp->shm->abort_rank, c->rank + 1, memory_order_release);
+        }
     }
     /* Shut TCP connections down so peers blocked on us fail now instead of
      * at their timeout. */

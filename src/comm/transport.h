@@ -75,6 +75,9 @@ typedef struct comm_shm_header {
     int32_t nlocal;
     _Atomic int32_t attached; /* ranks that mapped it (leader included) */
     _Atomic int32_t abort_rank; /* 0: running; r + 1: rank r aborted */
+    _Atomic int32_t abort_claim; /* the first aborting rank + 1: it writes
+                                  * abort_reason, then publishes abort_rank */
+    char abort_reason[256];      /* why it aborted (names its failed peer) */
     _Atomic int32_t ready;
 } comm_shm_header;
 
