@@ -8,6 +8,8 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -26,6 +28,9 @@ namespace aitorch {
 // The runtime's reduction for a c10d op name ("sum", "avg", ...): the
 // version file maps c10d::ReduceOp to one of these.
 enum class Op { Sum, Prod, Min, Max, Avg };
+
+// How long a waiting thread polls (yielding) before it sleeps.
+constexpr int kPollUs = 2000;
 
 class CommRunner {
  public:
@@ -88,6 +93,7 @@ class CommRunner {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
+  std::atomic<int> queued_{0};
   bool stop_ = false;
   std::thread thread_;
 };

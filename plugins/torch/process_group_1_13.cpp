@@ -40,6 +40,15 @@ class AutoinfraWork : public c10d::Work {
             c10::ListType::create(c10::TensorType::get()))) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
+
+  // Poll (yielding) before sleeping on Work's condition variable: most
+  // calls end within kPollUs, and a sleeping waiter waits for a core.
+  bool wait(std::chrono::milliseconds timeout) override {
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+    while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    return c10d::Work::wait(timeout);
+  }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
   // The future first: whoever wait() releases may ask for its value.
@@ -49,11 +58,13 @@ class AutoinfraWork : public c10d::Work {
     else
       future_->markCompleted(c10::IValue(outputs_));
     finish(e);
+    done_.store(true, std::memory_order_release);
   }
 
  private:
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::atomic<bool> done_{false};
 };
 
 class ProcessGroupAutoinfra : public c10d::ProcessGroup {
