@@ -213,3 +213,56 @@ ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_
     close(lfd);
     return st;
 }
+
+/* ------------------------------------------- through the caller's store */
+
+static uint64_t draw_nonce(const comm_rank_info *self)
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1)
+        v = ai_hash64(self, sizeof *self, (uint64_t)(ai_now() * 1e9));
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Each rank publishes "autoinfra/rank/<r>": its table entry and a nonce
+ * (only rank 0's is used), then reads every other rank's. self->addr is
+ * the address this rank's data listener is bound to (comm.c). */
+ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *kv,
+                                 comm_rank_info *self, comm_rank_info *table, uint64_t *nonce)
+{
+    double deadline = ai_now() + cfg->timeout_s;
+    ai_status_t st;
+    unsigned char val[COMM_WIRE_ENTRY + 8];
+    uint64_t mine = draw_nonce(self);
+    comm_wire_entry_pack(val, self);
+    memcpy(val + COMM_WIRE_ENTRY, &mine, 8);
+    char key[48];
+    snprintf(key, sizeof key, "autoinfra/rank/%d", cfg->rank);
+    if ((st = kv->set(kv->ctx, key, val, sizeof val)) != AI_OK)
+        return ai_fail(st, "rank %d: publishing its address in the store (key %s) failed: %s",
+                       cfg->rank, key, ai_strerror(st));
+    for (int r = 0; r < cfg->size; r++) {
+        if (r == cfg->rank) {
+            table[r] = *self;
+            if (r == 0)
+                *nonce = mine;
+            continue;
+        }
+        snprintf(key, sizeof key, "autoinfra/rank/%d", r);
+        double left = deadline - ai_now();
+        st = left > 0 ? kv->get(kv->ctx, key, val, sizeof val, left) : AI_ERR_TIMEOUT;
+        if (st == AI_ERR_TIMEOUT)
+            return ai_fail(st, "rank %d did not publish its address in the store (key %s) within "
+                           "%.1f s", r, key, cfg->timeout_s);
+        if (st != AI_OK)
+            return ai_fail(st, "reading rank %d's address from the store (key %s) failed: %s", r,
+                           key, ai_strerror(st));
+        comm_wire_entry_unpack(val, &table[r]);
+        if (r == 0)
+            memcpy(nonce, val + COMM_WIRE_ENTRY, 8);
+    }
+    return AI_OK;
+}

@@ -43,6 +43,7 @@ static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size
     r->bytes = bytes;
     r->started = 0;
     r->stamp = 0;
+    r->seq = c->call_seq;
     r->done = bytes == 0;
     int nchan = 1;
     comm_peer *p = (peer >= 0 && peer < c->size && peer != c->rank) ? &c->tp->peers[peer] : NULL;
@@ -99,7 +100,7 @@ static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[p
 
 static void hdr_build(const ai_comm *c, comm_req *r, int k)
 {
-    uint32_t magic = COMM_MSG_MAGIC, seq = c->call_seq;
+    uint32_t magic = COMM_MSG_MAGIC, seq = r->seq;
     uint64_t len = chan_len(r, k);
     memcpy(r->hdr[k], &magic, 4);
     memcpy(r->hdr[k] + 4, &seq, 4);
@@ -116,11 +117,17 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
     if (magic != COMM_MSG_MAGIC)
         return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
                        r->peer, peer_host(c, r->peer), magic);
-    if (seq != c->call_seq)
+    if (seq != r->seq && (seq == COMM_SEQ_P2P || r->seq == COMM_SEQ_P2P))
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
+                       "different operations", r->peer, peer_host(c, r->peer),
+                       seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
+                       seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
+    if (seq != r->seq)
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) is in collective call #%u while this rank is in #%u: "
                        "ranks issued different collectives",
-                       r->peer, peer_host(c, r->peer), seq, c->call_seq);
+                       r->peer, peer_host(c, r->peer), seq, r->seq);
     if (len != chan_len(r, k))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent %llu bytes where %zu were expected: "
@@ -665,6 +672,8 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     int32_t origin = tp->abort_origin >= 0 ? tp->abort_origin : tp->blame >= 0 ? tp->blame : c->rank;
     const char *reason = tp->abort_origin >= 0 ? tp->abort_reason : c->failure;
     if (tp->shm) {
+        /* The first rank to abort says why (the peer it lost), so that the
+         * ranks it tells can name the cause and not only the messenger. */
         int32_t expected = 0;
         if (atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, -1)) {
             tp->shm->abort_origin = origin;
