@@ -258,6 +258,49 @@ static void test_env_per_rank(void **state)
     }
 }
 
+/* torch.distributed's env:// variables: per rank, hosts in blocks, the
+ * store host as MASTER_ADDR, MASTER_PORT one free port for the whole job
+ * and never the rendezvous port; inherited values are replaced. */
+static void test_torch_env(void **state)
+{
+    static const int local[5] = {0, 1, 2, 0, 1};
+    static const int lsize[5] = {3, 3, 3, 2, 2};
+    char *args[] = {"-n", "5", "--hosts", "a,b", "--store-host", "127.0.0.1", "--", "sh", "-c",
+                    cmdbuf, NULL};
+    char v[256], port0[64], name[32];
+    (void)state;
+    setenv("RANK", "17", 1);
+    setenv("MASTER_PORT", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "9", 1);
+    snprintf(cmdbuf, sizeof cmdbuf, "env > %s/env.$RANK", tmpdir);
+    assert_int_equal(run_launch(args, 20, NULL), 0);
+    unsetenv("RANK");
+    unsetenv("MASTER_PORT");
+    unsetenv("LOCAL_WORLD_SIZE");
+    for (int r = 0; r < 5; r++) {
+        snprintf(name, sizeof name, "env.%d", r);
+        env_of(name, "RANK", v, sizeof v);
+        assert_int_equal(atoi(v), r);
+        env_of(name, "AUTOINFRA_RANK", v, sizeof v);
+        assert_int_equal(atoi(v), r);
+        env_of(name, "WORLD_SIZE", v, sizeof v);
+        assert_string_equal(v, "5");
+        env_of(name, "LOCAL_RANK", v, sizeof v);
+        assert_int_equal(atoi(v), local[r]);
+        env_of(name, "LOCAL_WORLD_SIZE", v, sizeof v);
+        assert_int_equal(atoi(v), lsize[r]);
+        env_of(name, "MASTER_ADDR", v, sizeof v);
+        assert_string_equal(v, "127.0.0.1");
+        env_of(name, "MASTER_PORT", v, sizeof v);
+        assert_true(atoi(v) >= 10000 && atoi(v) < 65536);
+        if (r == 0)
+            strcpy(port0, v);
+        assert_string_equal(v, port0);
+        env_of(name, "AUTOINFRA_ADDR", v, sizeof v);
+        assert_int_not_equal(atoi(strchr(v, ':') + 1), atoi(port0));
+    }
+}
+
 static void test_token_and_port_given(void **state)
 {
     char *args[] = {"-n", "2", "--port", "4567", "--", "sh", "-c", cmdbuf, NULL};
@@ -508,6 +551,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_env_per_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_and_port_given, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_torch_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hosts_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_failure_stops_others, setup, teardown),
