@@ -6,9 +6,10 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= 2
 # Open MPI and MPICH: the MPI shim is built against them and the tests run
-# the KB's exported tuning files through both.
+# the KB's exported tuning files through both. python3-torch: the training
+# job (examples/train) the demo and the tests run.
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
-              openmpi-bin libopenmpi-dev mpich libmpich-dev
+              openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch
 BENCH_DEPS :=
 
 .PHONY: all deps bench-deps build asan demo test bench-vs-ompi clean
@@ -29,8 +30,9 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DAI_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
-# The main job: 4 local ranks measure allreduce over shared memory and check
-# every result, then the planner plans the embedded default scenario.
+# The main job: a GPT-style transformer trained with DDP on 4 local ranks
+# (examples/train), what the learner chose, then the planner's plan of the
+# embedded default scenario.
 demo: build
 	./scripts/demo $(BUILD)
 
