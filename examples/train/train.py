@@ -39,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 CORPUS_DIR = "/usr/share/common-licenses"
-# layers, dim, heads, ctx. medium has 5.1M float32 parameters (19.6 MiB of
+# layers, dim, heads, ctx. medium has 5.1M float32 parameters (19.5 MiB of
 # gradients): the size at which the collectives, not the compute, set a
 # step's time on the emulated cluster.
 PRESETS = {
