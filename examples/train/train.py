@@ -202,16 +202,19 @@ def load_backend(name):
     return backend
 
 
-def learner_choice(backend, pg):
-    """What the learner chose, when the backend says (else None)."""
-    for attr in ("learner_choices", "choices"):
-        f = getattr(backend, attr, None) if backend else None
-        if callable(f):
-            try:
-                return f(pg)
-            except TypeError:
-                return f()
-    return None
+def bucket_sizes(ddp):
+    """The byte sizes of DDP's gradient buckets (after its first step's
+    rebuild), as its logging data has them."""
+    text = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
+    return [int(x) for x in text.replace(" ", "").split(",") if x.isdigit()]
+
+
+def learner_choice(backend, sizes):
+    """What the learner runs for each bucket's allreduce, when the backend
+    says (autoinfra.torch.choice); None for a backend without a learner."""
+    if backend is None or not callable(getattr(backend, "choice", None)):
+        return None
+    return [dict(backend.choice(None, "allreduce", n), bytes=n) for n in sorted(set(sizes))]
 
 
 def main(argv):
@@ -302,7 +305,8 @@ def main(argv):
                 f.write("\n")
         return 1
 
-    choice = learner_choice(backend, dist.group.WORLD)
+    buckets = bucket_sizes(ddp)
+    choice = learner_choice(backend, buckets)
     if rank == 0:
         step_times = slowest.tolist()
         med = statistics.median(step_times[a.warmup:])
@@ -313,7 +317,7 @@ def main(argv):
             "batch": a.batch, "steps": a.steps, "warmup": a.warmup, "seed": a.seed, "lr": a.lr,
             "bucket_cap_mb": a.bucket_cap_mb, "workers": a.workers, "threads": a.threads,
             "corpus": a.corpus, "corpus_bytes": len(data),
-            "grad_bytes": grad_bytes, "tokens_per_step": tokens,
+            "grad_bytes": grad_bytes, "bucket_bytes": buckets, "tokens_per_step": tokens,
             "step_times_s": step_times, "losses": mean_loss.tolist(), "losses_rank0": losses,
             "step_time_s": med, "tokens_per_s": tokens / med,
             "learner": choice,
