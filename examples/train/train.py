@@ -203,9 +203,11 @@ def load_backend(name):
 
 
 def bucket_sizes(ddp):
-    """The byte sizes of DDP's gradient buckets (after its first step's
-    rebuild), as its logging data has them."""
-    text = str(ddp._get_ddp_logging_data().get("bucket_sizes", ""))
+    """The byte sizes of DDP's gradient buckets, as its logging data has
+    them: after the first step's rebuild (in backward order, capped by
+    --bucket-cap-mb) if it happened, else the first step's single bucket."""
+    log = ddp._get_ddp_logging_data()
+    text = str(log.get("rebuilt_bucket_sizes") or log.get("bucket_sizes", ""))
     return [int(x) for x in text.replace(" ", "").split(",") if x.isdigit()]
 
 
