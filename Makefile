@@ -6,10 +6,12 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= 2
 # Open MPI and MPICH: the MPI shim is built against them and the tests run
-# the KB's exported tuning files through both. python3-torch: the training
-# job (examples/train) the demo and the tests run.
+# the KB's exported tuning files through both. torch (with Python headers
+# and pybind11): the torch.distributed backend (docs/torch.md) and the
+# training job (examples/train) the demo and the tests run.
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
-              openmpi-bin libopenmpi-dev mpich libmpich-dev python3-torch
+              openmpi-bin libopenmpi-dev mpich libmpich-dev \
+              python3-torch libtorch-dev python3-dev pybind11-dev
 BENCH_DEPS :=
 
 .PHONY: all deps bench-deps build asan demo test bench-vs-ompi clean

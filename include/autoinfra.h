@@ -102,6 +102,33 @@ int ai_rendezvous_port(const char *host);
 /* Create a communicator; collective over all `size` ranks. */
 ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t ai_comm_create_env(ai_comm **out);
+
+/*
+ * A key-value store every rank of the job already shares (torch's
+ * c10d::Store, a PMI key-value space), for ai_comm_create_with_store.
+ * set: store `len` bytes under `key`. get: wait at most timeout_s seconds
+ * for `key` to exist, then copy its value, which must be exactly `len`
+ * bytes. Both return AI_OK or an error: AI_ERR_TIMEOUT when the key did
+ * not appear, AI_ERR_PROTO for a value of another length, AI_ERR_IO when
+ * the store failed.
+ */
+typedef struct ai_kv_store {
+    void *ctx;
+    ai_status_t (*set)(void *ctx, const char *key, const void *value, size_t len);
+    ai_status_t (*get)(void *ctx, const char *key, void *value, size_t len, double timeout_s);
+} ai_kv_store;
+
+/* Create a communicator whose rank table is exchanged through `kv`
+ * (keys "autoinfra/rank/<r>") instead of rank 0's rendezvous; collective
+ * over all cfg->size ranks. store_port and token are unused (rank 0 draws
+ * a nonce that keeps communicators made through one store apart);
+ * store_host, if set, is an address of rank 0's host, and this rank
+ * offers peers the address of the interface it would reach that host by
+ * (NULL: 127.0.0.1). host_id NULL, timeout_s <= 0, channels <= 0 and
+ * no_shm 0 take AUTOINFRA_HOST, _TIMEOUT, _CHANNELS, _NO_SHM as
+ * ai_comm_create_env does. */
+ai_status_t ai_comm_create_with_store(const ai_comm_config *cfg, const ai_kv_store *kv,
+                                      ai_comm **out);
 /* Release everything; safe on a failed communicator; NULL is a no-op. */
 void ai_comm_destroy(ai_comm *comm);
 
@@ -169,6 +196,20 @@ ai_status_t ai_reduce(ai_comm *comm, const void *sendbuf, void *recvbuf,
 ai_status_t ai_alltoall(ai_comm *comm, const void *sendbuf, void *recvbuf,
                         size_t count, ai_dtype dt, const ai_algo_opts *opts);
 ai_status_t ai_barrier(ai_comm *comm, const ai_algo_opts *opts);
+
+/* Point to point. Between two ranks, messages in each direction match in
+ * issue order (no tags), and the receiver passes exactly the byte count
+ * that was sent. The two ranks must issue their point-to-point calls and
+ * collectives in the same relative order (a message that meets the other
+ * kind fails with AI_ERR_PROTO). peer, to and from are other ranks;
+ * ai_sendrecv sends and receives at once, so pairs may exchange without
+ * deadlock; 0 bytes skips that side. Every wait is bounded by the
+ * communicator's timeout; a failure fails the communicator as for a
+ * collective. */
+ai_status_t ai_send(ai_comm *comm, int peer, const void *buf, size_t bytes);
+ai_status_t ai_recv(ai_comm *comm, int peer, void *buf, size_t bytes);
+ai_status_t ai_sendrecv(ai_comm *comm, int to, const void *sendbuf, size_t sbytes, int from,
+                        void *recvbuf, size_t rbytes);
 
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);

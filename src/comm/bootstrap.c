@@ -334,3 +334,84 @@ ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_
     close(lfd);
     return st;
 }
+
+/* ------------------------------------------- through the caller's store */
+
+/* The address peers reach this rank on: that of the interface the route
+ * to `toward` (an address of rank 0's host) leaves by. A UDP connect sends
+ * nothing; it only picks the route. */
+static ai_status_t route_addr(const char *toward, uint32_t *out)
+{
+    uint32_t dst;
+    ai_status_t st = comm_resolve_ipv4(toward, &dst);
+    if (st != AI_OK)
+        return st;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return ai_fail(AI_ERR_IO, "socket: %s", strerror(errno));
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(9), .sin_addr.s_addr = dst};
+    socklen_t len = sizeof sa;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        getsockname(fd, (struct sockaddr *)&sa, &len) != 0) {
+        st = ai_fail(AI_ERR_IO, "no route to %s: %s", toward, strerror(errno));
+        close(fd);
+        return st;
+    }
+    close(fd);
+    *out = sa.sin_addr.s_addr;
+    return AI_OK;
+}
+
+static uint64_t draw_nonce(const comm_rank_info *self)
+{
+    uint64_t v = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&v, sizeof v, 1, f) != 1)
+        v = ai_hash64(self, sizeof *self, (uint64_t)(ai_now() * 1e9));
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Each rank publishes "autoinfra/rank/<r>": its table entry and a nonce
+ * (only rank 0's is used), then reads every other rank's. */
+ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *kv,
+                                 comm_rank_info *self, comm_rank_info *table, uint64_t *nonce)
+{
+    double deadline = ai_now() + cfg->timeout_s;
+    ai_status_t st;
+    if (self->addr == 0 &&
+        (st = route_addr(cfg->store_host ? cfg->store_host : "127.0.0.1", &self->addr)) != AI_OK)
+        return ai_fail_prefix(st, "rank %d: choosing the address peers reach it on", cfg->rank);
+    unsigned char val[BS_ENTRY + 8], *p = val;
+    uint64_t mine = draw_nonce(self);
+    entry_pack(&p, self);
+    put(&p, &mine, 8);
+    char key[48];
+    snprintf(key, sizeof key, "autoinfra/rank/%d", cfg->rank);
+    if ((st = kv->set(kv->ctx, key, val, sizeof val)) != AI_OK)
+        return ai_fail(st, "rank %d: publishing its address in the store (key %s) failed: %s",
+                       cfg->rank, key, ai_strerror(st));
+    for (int r = 0; r < cfg->size; r++) {
+        if (r == cfg->rank) {
+            table[r] = *self;
+            if (r == 0)
+                *nonce = mine;
+            continue;
+        }
+        snprintf(key, sizeof key, "autoinfra/rank/%d", r);
+        double left = deadline - ai_now();
+        st = left > 0 ? kv->get(kv->ctx, key, val, sizeof val, left) : AI_ERR_TIMEOUT;
+        if (st == AI_ERR_TIMEOUT)
+            return ai_fail(st, "rank %d did not publish its address in the store (key %s) within "
+                           "%.1f s", r, key, cfg->timeout_s);
+        if (st != AI_OK)
+            return ai_fail(st, "reading rank %d's address from the store (key %s) failed: %s", r,
+                           key, ai_strerror(st));
+        const unsigned char *q = val;
+        entry_unpack(&q, &table[r]);
+        if (r == 0)
+            get(&q, nonce, 8);
+    }
+    return AI_OK;
+}

@@ -75,15 +75,18 @@ static uint64_t machine_id(void)
     return ai_hash64(id, strlen(id), 0);
 }
 
-static ai_status_t check_config(const ai_comm_config *cfg)
+/* kv: the caller's store replaces the rendezvous (no host, no port). */
+static ai_status_t check_config(const ai_comm_config *cfg, const ai_kv_store *kv)
 {
     if (!cfg)
         return ai_fail(AI_ERR_INVALID, "no communicator configuration");
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
         return ai_fail(AI_ERR_INVALID, "rank %d is outside a job of %d ranks", cfg->rank, cfg->size);
-    if (cfg->size > 1 && (!cfg->store_host || !*cfg->store_host))
+    if (kv && (!kv->set || !kv->get))
+        return ai_fail(AI_ERR_INVALID, "key-value store without set or get function");
+    if (cfg->size > 1 && !kv && (!cfg->store_host || !*cfg->store_host))
         return ai_fail(AI_ERR_INVALID, "no rendezvous host (set AUTOINFRA_ADDR=host:port)");
-    if (cfg->size > 1 && (cfg->store_port < 1 || cfg->store_port > 65535))
+    if (cfg->size > 1 && !kv && (cfg->store_port < 1 || cfg->store_port > 65535))
         return ai_fail(AI_ERR_INVALID, "rendezvous port %d is not in 1..65535", cfg->store_port);
     if (cfg->channels > COMM_MAX_CHANNELS)
         return ai_fail(AI_ERR_INVALID, "%d channels requested; at most %d", cfg->channels,
@@ -94,9 +97,9 @@ static ai_status_t check_config(const ai_comm_config *cfg)
     return AI_OK;
 }
 
-ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
+static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out)
 {
-    ai_status_t st = check_config(cfg);
+    ai_status_t st = check_config(cfg, kv);
     if (st != AI_OK)
         return st;
     ai_comm *c = calloc(1, sizeof *c);
@@ -142,9 +145,16 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
             goto err;
         ai_comm_config eff = *cfg; /* with the defaults resolved */
         eff.timeout_s = c->timeout_s;
-        st = comm_bootstrap(&eff, tp->token_hash, &self, table);
+        uint64_t nonce = 0;
+        st = kv ? comm_bootstrap_store(&eff, kv, &self, table, &nonce)
+                : comm_bootstrap(&eff, tp->token_hash, &self, table);
         if (st != AI_OK)
             goto err;
+        /* Through a store the job has no token of its own: rank 0's nonce
+         * keeps the hellos and shared-memory names of two communicators
+         * of one set of processes apart. */
+        if (kv)
+            tp->token_hash = ai_hash64(&nonce, sizeof nonce, tp->token_hash);
     } else {
         table[0] = self;
     }
@@ -196,6 +206,11 @@ err:
     return st;
 }
 
+ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
+{
+    return create(cfg, NULL, out);
+}
+
 void ai_comm_destroy(ai_comm *c)
 {
     if (!c)
@@ -235,6 +250,22 @@ static const char *const job_vars[] = {
     "OMPI_MCA_ess_base_jobid", "OMPI_MCA_orte_ess_jobid", "PMIX_NAMESPACE", "PMI_KVSNAME",
     "SLURM_STEP_ID", "SLURM_JOB_ID",
 };
+
+/* The settings besides rank, size and rendezvous, from the environment
+ * where cfg leaves them unset (NULL, <= 0, 0). */
+static ai_status_t env_settings(ai_comm_config *cfg)
+{
+    ai_status_t st;
+    if (!cfg->host_id)
+        cfg->host_id = ai_env_str("AUTOINFRA_HOST", NULL);
+    if (cfg->timeout_s <= 0 && (st = ai_env_double("AUTOINFRA_TIMEOUT", 0, &cfg->timeout_s)) != AI_OK)
+        return st;
+    if (cfg->channels <= 0 && (st = ai_env_int("AUTOINFRA_CHANNELS", 0, &cfg->channels)) != AI_OK)
+        return st;
+    if (!cfg->no_shm && (st = ai_env_int("AUTOINFRA_NO_SHM", 0, &cfg->no_shm)) != AI_OK)
+        return st;
+    return AI_OK;
+}
 
 ai_status_t comm_create_env(ai_comm **out)
 {
@@ -284,11 +315,15 @@ ai_status_t comm_create_env(ai_comm **out)
                "for jobs spanning machines)", rv, cfg.store_port);
     }
     cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
-    cfg.host_id = ai_env_str("AUTOINFRA_HOST", NULL);
-    ai_status_t st;
-    if ((st = ai_env_double("AUTOINFRA_TIMEOUT", 0, &cfg.timeout_s)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_CHANNELS", 0, &cfg.channels)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_NO_SHM", 0, &cfg.no_shm)) != AI_OK)
-        return st;
-    return comm_create(&cfg, out);
+    ai_status_t st = env_settings(&cfg);
+    return st == AI_OK ? comm_create(&cfg, out) : st;
+}
+
+ai_status_t comm_create_store(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out)
+{
+    if (!cfg || !kv)
+        return ai_fail(AI_ERR_INVALID, "no communicator configuration or no key-value store");
+    ai_comm_config c = *cfg;
+    ai_status_t st = env_settings(&c);
+    return st == AI_OK ? create(&c, kv, out) : st;
 }

@@ -39,6 +39,7 @@ typedef struct comm_req {
     ai_dtype dt;
     ai_op op;
     /* private */
+    uint32_t seq;      /* call sequence it carries / expects (posting time) */
     uint64_t qpos;     /* place in the peer's queue for this direction */
     int stamp;         /* set by the caller: record t_done */
     double t_done;     /* ai_now() when the request completed */
@@ -142,6 +143,8 @@ struct ai_comm {
  * wrap these and attach the learner. */
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t comm_create_env(ai_comm **out);
+/* As comm_create, with the rank table exchanged through kv (bootstrap.c). */
+ai_status_t comm_create_store(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out);
 
 /* Mark failed (first error wins), tell peers, return `status`. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);

@@ -38,6 +38,7 @@ static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size
     r->bytes = bytes;
     r->started = 0;
     r->stamp = 0;
+    r->seq = c->call_seq;
     r->done = bytes == 0;
     int nchan = 1;
     comm_peer *p = (peer >= 0 && peer < c->size && peer != c->rank) ? &c->tp->peers[peer] : NULL;
@@ -94,7 +95,7 @@ static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[p
 
 static void hdr_build(const ai_comm *c, comm_req *r, int k)
 {
-    uint32_t magic = COMM_MSG_MAGIC, seq = c->call_seq;
+    uint32_t magic = COMM_MSG_MAGIC, seq = r->seq;
     uint64_t len = chan_len(r, k);
     memcpy(r->hdr[k], &magic, 4);
     memcpy(r->hdr[k] + 4, &seq, 4);
@@ -111,11 +112,17 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
     if (magic != COMM_MSG_MAGIC)
         return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
                        r->peer, peer_host(c, r->peer), magic);
-    if (seq != c->call_seq)
+    if (seq != r->seq && (seq == COMM_SEQ_P2P || r->seq == COMM_SEQ_P2P))
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
+                       "different operations", r->peer, peer_host(c, r->peer),
+                       seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
+                       seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
+    if (seq != r->seq)
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) is in collective call #%u while this rank is in #%u: "
                        "ranks issued different collectives",
-                       r->peer, peer_host(c, r->peer), seq, c->call_seq);
+                       r->peer, peer_host(c, r->peer), seq, r->seq);
     if (len != chan_len(r, k))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent %llu bytes where %zu were expected: "
@@ -408,7 +415,8 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
     if (tp->shm) {
         int who = atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire);
         if (who > 0 && who - 1 != c->rank)
-            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+            return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job (%.*s)", who - 1,
+                           (int)sizeof tp->shm->abort_reason, tp->shm->abort_reason);
     }
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
@@ -600,8 +608,13 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     if (!tp)
         return status;
     if (tp->shm) {
+        /* The first rank to abort says why (the peer it lost), so that the
+         * ranks it tells can name the cause and not only the messenger. */
         int32_t expected = 0;
-        atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, c->rank + 1);
+        if (atomic_compare_exchange_strong(&tp->shm->abort_claim, &expected, c->rank + 1)) {
+            snprintf(tp->shm->abort_reason, sizeof tp->shm->abort_reason, "%s", c->failure);
+            atomic_store_explicit(&tp->shm->abort_rank, c->rank + 1, memory_order_release);
+        }
     }
     /* Shut TCP connections down so peers blocked on us fail now instead of
      * at their timeout. */

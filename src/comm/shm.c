@@ -70,6 +70,7 @@ static ai_status_t map_create(ai_comm *c, const char *name, size_t bytes, uint64
     h->nlocal = c->local_size;
     atomic_store(&h->attached, 1);
     atomic_store(&h->abort_rank, 0);
+    atomic_store(&h->abort_claim, 0);
     atomic_store_explicit(&h->ready, 1, memory_order_release);
     c->tp->shm_base = base;
     c->tp->shm_bytes = bytes;

@@ -22,6 +22,9 @@
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
 #define COMM_HDR_BYTES 16
+/* The call sequence point-to-point messages carry: they belong to no
+ * collective call (only two ranks take part, so call_seq does not move). */
+#define COMM_SEQ_P2P 0xffffffffu
 #define COMM_PROTO_VERSION 2
 #define COMM_HOST_MAX 64
 
@@ -72,6 +75,9 @@ typedef struct comm_shm_header {
     int32_t nlocal;
     _Atomic int32_t attached; /* ranks that mapped it (leader included) */
     _Atomic int32_t abort_rank; /* 0: running; r + 1: rank r aborted */
+    _Atomic int32_t abort_claim; /* the first aborting rank + 1: it writes
+                                  * abort_reason, then publishes abort_rank */
+    char abort_reason[256];      /* why it aborted (names its failed peer) */
     _Atomic int32_t ready;
 } comm_shm_header;
 
@@ -105,6 +111,13 @@ typedef struct comm_rank_info {
  * from). */
 ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash,
                            comm_rank_info *self, comm_rank_info *table);
+
+/* bootstrap.c: the same table exchanged through a key-value store the
+ * caller shares with every rank (ai_comm_create_with_store). *nonce gets
+ * rank 0's random value, the same on every rank, so that two communicators
+ * made through one store by one set of processes never share a name. */
+ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *kv,
+                                 comm_rank_info *self, comm_rank_info *table, uint64_t *nonce);
 
 /* tcp.c */
 ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out);

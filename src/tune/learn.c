@@ -751,6 +751,14 @@ ai_status_t ai_comm_create_env(ai_comm **out)
     return with_learner(st, c, out);
 }
 
+ai_status_t ai_comm_create_with_store(const ai_comm_config *cfg, const ai_kv_store *kv,
+                                      ai_comm **out)
+{
+    ai_comm *c = NULL;
+    ai_status_t st = comm_create_store(cfg, kv, &c);
+    return with_learner(st, c, out);
+}
+
 int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out, int max)
 {
     if (!c || (unsigned)coll >= AI_COLL_COUNT)

@@ -1,0 +1,378 @@
+// CommRunner: the progress thread and the collectives over at::Tensor
+// (comm_runner.hpp). Data movement (broadcast, gathers, alltoall, send)
+// moves bytes, so it serves every dtype; reductions map the tensor's dtype
+// to the runtime's and refuse the rest by name.
+#include "comm_runner.hpp"
+
+#include <cstring>
+#include <stdexcept>
+
+namespace aitorch {
+
+namespace {
+
+const char* const kReducible = "float32, float64, float16, bfloat16, int32, int64, uint8";
+
+ai_dtype reduce_dtype(const at::Tensor& t, const char* what) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return AI_F32;
+    case at::kDouble: return AI_F64;
+    case at::kHalf: return AI_F16;
+    case at::kBFloat16: return AI_BF16;
+    case at::kInt: return AI_I32;
+    case at::kLong: return AI_I64;
+    case at::kByte: return AI_U8;
+    default:
+      throw std::runtime_error(std::string("autoinfra ") + what + ": dtype " +
+                               c10::toString(t.scalar_type()) +
+                               " has no reduction in the runtime (supported: " + kReducible + ")");
+  }
+}
+
+ai_op to_ai(Op op) {
+  switch (op) {
+    case Op::Sum: return AI_SUM;
+    case Op::Prod: return AI_PROD;
+    case Op::Min: return AI_MIN;
+    case Op::Max: return AI_MAX;
+    case Op::Avg: return AI_AVG;
+  }
+  return AI_SUM;
+}
+
+void need(bool ok, const char* what, const std::string& why) {
+  if (!ok) throw std::runtime_error(std::string("autoinfra ") + what + ": " + why);
+}
+
+void check_tensor(const at::Tensor& t, const char* what) {
+  need(t.defined(), what, "undefined tensor");
+  need(t.device().is_cpu(), what, "tensor on " + t.device().str() + "; the backend serves CPU tensors");
+  need(t.layout() == at::kStrided, what, "sparse tensors are not supported");
+}
+
+size_t nbytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
+
+// A contiguous tensor holding t's data: t itself, or a copy that
+// write_back() copies into t after the call.
+struct Staged {
+  at::Tensor& orig;
+  at::Tensor buf;
+  Staged(at::Tensor& t, const char* what) : orig(t) {
+    check_tensor(t, what);
+    buf = t.is_contiguous() ? t : t.contiguous();
+  }
+  void* data() { return buf.data_ptr(); }
+  void write_back() {
+    if (!buf.is_same(orig)) orig.copy_(buf);
+  }
+};
+
+at::Tensor contiguous_in(const at::Tensor& t, const char* what) {
+  check_tensor(t, what);
+  return t.contiguous();
+}
+
+// The tensors flattened into one contiguous buffer (same dtype required).
+at::Tensor flatten(const std::vector<at::Tensor>& ts, const char* what) {
+  std::vector<at::Tensor> flat;
+  flat.reserve(ts.size());
+  for (const auto& t : ts) {
+    check_tensor(t, what);
+    need(t.scalar_type() == ts[0].scalar_type(), what, "tensors of different dtypes");
+    flat.push_back(t.reshape({-1}));
+  }
+  return at::cat(flat);
+}
+
+// Copy consecutive pieces of flat back into ts.
+void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
+  int64_t off = 0;
+  for (auto& t : ts) {
+    t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
+    off += t.numel();
+  }
+}
+
+}  // namespace
+
+CommRunner::CommRunner(ai_comm* comm)
+    : comm_(comm), rank_(ai_comm_rank(comm)), size_(ai_comm_size(comm)) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+CommRunner::~CommRunner() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  ai_comm_destroy(comm_);
+}
+
+void CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    queue_.push_back(Job{std::move(fn), std::move(done)});
+  }
+  cv_.notify_one();
+}
+
+void CommRunner::loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and everything queued has run
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    std::exception_ptr e;
+    try {
+      job.fn();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    job.done(e);
+  }
+}
+
+void CommRunner::check(ai_status_t st, const char* what) {
+  if (st == AI_OK) return;
+  std::string msg = std::string("autoinfra ") + what + " on rank " + std::to_string(rank_) + ": " +
+                    ai_strerror(st) + ": " + ai_last_error();
+  if (ai_comm_state(comm_) != AI_OK) {
+    if (first_error_.empty())
+      first_error_ = msg;
+    else if (st == AI_ERR_ABORTED)
+      msg = std::string("autoinfra ") + what + " on rank " + std::to_string(rank_) +
+            ": the communicator failed earlier: " + first_error_;
+  }
+  throw std::runtime_error(msg);
+}
+
+void CommRunner::allreduce(at::Tensor& t, Op op) {
+  Staged s(t, "allreduce");
+  ai_dtype dt = reduce_dtype(t, "allreduce");
+  check(ai_allreduce(comm_, AI_IN_PLACE, s.data(), t.numel(), dt, to_ai(op), nullptr), "allreduce");
+  s.write_back();
+}
+
+void CommRunner::allreduce_coalesced(std::vector<at::Tensor>& ts, Op op) {
+  if (ts.empty()) return;
+  at::Tensor flat = flatten(ts, "allreduce_coalesced");
+  ai_dtype dt = reduce_dtype(flat, "allreduce_coalesced");
+  check(ai_allreduce(comm_, AI_IN_PLACE, flat.data_ptr(), flat.numel(), dt, to_ai(op), nullptr),
+        "allreduce_coalesced");
+  unflatten(flat, ts);
+}
+
+void CommRunner::broadcast(at::Tensor& t, int root) {
+  Staged s(t, "broadcast");
+  check(ai_broadcast(comm_, s.data(), nbytes(t), AI_U8, root, nullptr), "broadcast");
+  s.write_back();
+}
+
+void CommRunner::reduce(at::Tensor& t, Op op, int root) {
+  Staged s(t, "reduce");
+  ai_dtype dt = reduce_dtype(t, "reduce");
+  bool me = rank_ == root;
+  check(ai_reduce(comm_, me ? AI_IN_PLACE : s.data(), me ? s.data() : nullptr, t.numel(), dt,
+                  to_ai(op), root, nullptr),
+        "reduce");
+  if (me) s.write_back();
+}
+
+void CommRunner::allgather(std::vector<at::Tensor>& outs, const at::Tensor& in) {
+  need(outs.size() == static_cast<size_t>(size_), "allgather",
+       "want one output tensor per rank (" + std::to_string(size_) + "), got " +
+           std::to_string(outs.size()));
+  at::Tensor src = contiguous_in(in, "allgather");
+  for (auto& o : outs)
+    need(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(), "allgather",
+         "output tensors must match the input's size and dtype");
+  at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
+  check(ai_allgather(comm_, src.data_ptr(), flat.data_ptr(), nbytes(in), AI_U8, nullptr), "allgather");
+  unflatten(flat, outs);
+}
+
+void CommRunner::allgather_base(at::Tensor& out, const at::Tensor& in) {
+  need(out.numel() == size_ * in.numel() && out.scalar_type() == in.scalar_type(), "_allgather_base",
+       "output must hold size x the input's elements, of its dtype");
+  at::Tensor src = contiguous_in(in, "_allgather_base");
+  Staged s(out, "_allgather_base");
+  check(ai_allgather(comm_, src.data_ptr(), s.data(), nbytes(in), AI_U8, nullptr), "_allgather_base");
+  s.write_back();
+}
+
+void CommRunner::reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, Op op) {
+  need(ins.size() == static_cast<size_t>(size_), "reduce_scatter",
+       "want one input tensor per rank (" + std::to_string(size_) + "), got " +
+           std::to_string(ins.size()));
+  for (const auto& i : ins)
+    need(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(), "reduce_scatter",
+         "input tensors must match the output's size and dtype");
+  at::Tensor flat = flatten(ins, "reduce_scatter");
+  reduce_scatter_base(out, flat, op);
+}
+
+void CommRunner::reduce_scatter_base(at::Tensor& out, const at::Tensor& in, Op op) {
+  need(in.numel() == size_ * out.numel() && out.scalar_type() == in.scalar_type(),
+       "reduce_scatter", "input must hold size x the output's elements, of its dtype");
+  at::Tensor src = contiguous_in(in, "reduce_scatter");
+  Staged s(out, "reduce_scatter");
+  ai_dtype dt = reduce_dtype(out, "reduce_scatter");
+  check(ai_reduce_scatter(comm_, src.data_ptr(), s.data(), out.numel(), dt, to_ai(op), nullptr),
+        "reduce_scatter");
+  s.write_back();
+}
+
+void CommRunner::exchange(const char* what, const std::vector<const char*>& sptr,
+                          const std::vector<size_t>& sbytes, const std::vector<char*>& rptr,
+                          const std::vector<size_t>& rbytes) {
+  need(rbytes[rank_] == sbytes[rank_], what,
+       "this rank sends itself " + std::to_string(sbytes[rank_]) + " bytes but expects " +
+           std::to_string(rbytes[rank_]));
+  if (sbytes[rank_] > 0) std::memcpy(rptr[rank_], sptr[rank_], sbytes[rank_]);
+  // Step d: send to rank + d, receive from rank - d; every rank is in
+  // exactly one pair per direction per step, so nobody waits in a cycle.
+  for (int d = 1; d < size_; d++) {
+    int to = (rank_ + d) % size_, from = (rank_ - d + size_) % size_;
+    check(ai_sendrecv(comm_, to, sptr[to], sbytes[to], from, rptr[from], rbytes[from]), what);
+  }
+}
+
+void CommRunner::alltoall_base(at::Tensor& out, const at::Tensor& in,
+                               const std::vector<int64_t>& out_splits,
+                               const std::vector<int64_t>& in_splits) {
+  const char* what = "alltoall_base";
+  need(out.scalar_type() == in.scalar_type(), what, "input and output dtypes differ");
+  at::Tensor src = contiguous_in(in, what);
+  Staged s(out, what);
+  if (out_splits.empty() && in_splits.empty()) {
+    need(in.numel() % size_ == 0 && out.numel() == in.numel(), what,
+         "equal splits need input and output of one size, divisible by the ranks");
+    check(ai_alltoall(comm_, src.data_ptr(), s.data(), nbytes(in) / size_, AI_U8, nullptr), what);
+    s.write_back();
+    return;
+  }
+  // Splits count rows along dim 0; empty: equal rows per rank.
+  auto blocks = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* side,
+                    std::vector<size_t>& off, std::vector<size_t>& len) {
+    need(t.dim() >= 1, what, std::string(side) + " tensor has no dim 0 to split");
+    int64_t rows = t.size(0), row_bytes = rows ? static_cast<int64_t>(nbytes(t)) / rows : 0;
+    std::vector<int64_t> sp = splits;
+    if (sp.empty()) {
+      need(rows % size_ == 0, what, std::string(side) + " rows do not divide by the ranks");
+      sp.assign(size_, rows / size_);
+    }
+    need(sp.size() == static_cast<size_t>(size_), what,
+         std::string(side) + " splits: want " + std::to_string(size_) + " entries");
+    int64_t sum = 0;
+    for (int r = 0; r < size_; r++) {
+      need(sp[r] >= 0, what, std::string(side) + " split is negative");
+      off[r] = static_cast<size_t>(sum * row_bytes);
+      len[r] = static_cast<size_t>(sp[r] * row_bytes);
+      sum += sp[r];
+    }
+    need(sum == rows, what, std::string(side) + " splits sum to " + std::to_string(sum) +
+                                ", the tensor has " + std::to_string(rows) + " rows");
+  };
+  std::vector<size_t> soff(size_), slen(size_), roff(size_), rlen(size_);
+  blocks(in, in_splits, "input", soff, slen);
+  blocks(out, out_splits, "output", roff, rlen);
+  std::vector<const char*> sp(size_);
+  std::vector<char*> rp(size_);
+  for (int r = 0; r < size_; r++) {
+    sp[r] = static_cast<const char*>(src.data_ptr()) + soff[r];
+    rp[r] = static_cast<char*>(s.data()) + roff[r];
+  }
+  exchange(what, sp, slen, rp, rlen);
+  s.write_back();
+}
+
+void CommRunner::alltoall(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins) {
+  const char* what = "alltoall";
+  need(outs.size() == static_cast<size_t>(size_) && ins.size() == static_cast<size_t>(size_), what,
+       "want one input and one output tensor per rank (" + std::to_string(size_) + ")");
+  std::vector<at::Tensor> src(size_);
+  std::vector<Staged> dst;
+  dst.reserve(size_);
+  std::vector<const char*> sp(size_);
+  std::vector<char*> rp(size_);
+  std::vector<size_t> slen(size_), rlen(size_);
+  for (int r = 0; r < size_; r++) {
+    src[r] = contiguous_in(ins[r], what);
+    dst.emplace_back(outs[r], what);
+    sp[r] = static_cast<const char*>(src[r].data_ptr());
+    rp[r] = static_cast<char*>(dst[r].data());
+    slen[r] = nbytes(src[r]);
+    rlen[r] = nbytes(outs[r]);
+  }
+  exchange(what, sp, slen, rp, rlen);
+  for (auto& d : dst) d.write_back();
+}
+
+void CommRunner::gather(std::vector<at::Tensor>& outs, const at::Tensor& in, int root) {
+  const char* what = "gather";
+  at::Tensor src = contiguous_in(in, what);
+  if (rank_ != root) {
+    check(ai_send(comm_, root, src.data_ptr(), nbytes(src)), what);
+    return;
+  }
+  need(outs.size() == static_cast<size_t>(size_), what,
+       "the root wants one output tensor per rank (" + std::to_string(size_) + ")");
+  for (int r = 0; r < size_; r++) {
+    need(outs[r].numel() == in.numel() && outs[r].scalar_type() == in.scalar_type(), what,
+         "output tensors must match the input's size and dtype");
+    if (r == rank_) {
+      outs[r].copy_(src.reshape(outs[r].sizes()));
+      continue;
+    }
+    Staged s(outs[r], what);
+    check(ai_recv(comm_, r, s.data(), nbytes(outs[r])), what);
+    s.write_back();
+  }
+}
+
+void CommRunner::scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, int root) {
+  const char* what = "scatter";
+  Staged s(out, what);
+  if (rank_ != root) {
+    check(ai_recv(comm_, root, s.data(), nbytes(out)), what);
+    s.write_back();
+    return;
+  }
+  need(ins.size() == static_cast<size_t>(size_), what,
+       "the root wants one input tensor per rank (" + std::to_string(size_) + ")");
+  for (int r = 0; r < size_; r++) {
+    need(ins[r].numel() == out.numel() && ins[r].scalar_type() == out.scalar_type(), what,
+         "input tensors must match the output's size and dtype");
+    if (r == rank_) continue;
+    at::Tensor src = contiguous_in(ins[r], what);
+    check(ai_send(comm_, r, src.data_ptr(), nbytes(src)), what);
+  }
+  out.copy_(ins[rank_].reshape(out.sizes()));
+}
+
+void CommRunner::send(const at::Tensor& t, int dst) {
+  at::Tensor src = contiguous_in(t, "send");
+  check(ai_send(comm_, dst, src.data_ptr(), nbytes(src)), "send");
+}
+
+void CommRunner::recv(at::Tensor& t, int src) {
+  Staged s(t, "recv");
+  check(ai_recv(comm_, src, s.data(), nbytes(t)), "recv");
+  s.write_back();
+}
+
+void CommRunner::barrier() { check(ai_barrier(comm_, nullptr), "barrier"); }
+
+ai_choice CommRunner::choice(ai_coll coll, size_t bytes) {
+  ai_choice c{};
+  check(ai_comm_choice(comm_, coll, bytes, &c), "choice");
+  return c;
+}
+
+}  // namespace aitorch

@@ -1,0 +1,304 @@
+// The torch-version-specific part: c10d::ProcessGroup of torch 1.13 over
+// CommRunner (comm_runner.hpp), its Work, the c10d::Store as the C API's
+// key-value store, and the Python module with the creator function that
+// torch.distributed.Backend.register_backend calls. A port to torch 2.x
+// (c10d::Backend) replaces this file only.
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/python.h>
+
+#include <pybind11/chrono.h>
+
+#include "comm_runner.hpp"
+
+namespace aitorch {
+namespace {
+
+Op to_op(const c10d::ReduceOp& op, const char* what) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: return Op::Sum;
+    case c10d::ReduceOp::PRODUCT: return Op::Prod;
+    case c10d::ReduceOp::MIN: return Op::Min;
+    case c10d::ReduceOp::MAX: return Op::Max;
+    case c10d::ReduceOp::AVG: return Op::Avg;
+    default:
+      TORCH_CHECK(false, "autoinfra ", what, ": ReduceOp ", static_cast<int>(op.op_),
+                  " is not supported (SUM, PRODUCT, MIN, MAX, AVG are)");
+  }
+  return Op::Sum;
+}
+
+// A Work that the progress thread completes: Work's own state (wait,
+// isCompleted, exception) and a Future holding the output tensors, which
+// DDP's reducer and comm hooks chain on.
+class AutoinfraWork : public c10d::Work {
+ public:
+  AutoinfraWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {}
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // The future first: whoever wait() releases may ask for its value.
+  void complete(std::exception_ptr e) {
+    if (e)
+      future_->setError(e);
+    else
+      future_->markCompleted(c10::IValue(outputs_));
+    finish(e);
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class ProcessGroupAutoinfra : public c10d::ProcessGroup {
+ public:
+  explicit ProcessGroupAutoinfra(std::unique_ptr<CommRunner> runner)
+      : c10d::ProcessGroup(runner->rank(), runner->size()), runner_(std::move(runner)) {}
+
+  const std::string getBackendName() const override { return "autoinfra"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& ts,
+                                           const c10d::BroadcastOptions& o) override {
+    auto t = one(ts, "broadcast");
+    int root = static_cast<int>(o.rootRank);
+    return post(c10d::OpType::BROADCAST, ts, [r = runner_.get(), t, root]() mutable { r->broadcast(t, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& ts,
+                                           const c10d::AllreduceOptions& o) override {
+    auto t = one(ts, "allreduce");
+    Op op = to_op(o.reduceOp, "allreduce");
+    return post(c10d::OpType::ALLREDUCE, ts, [r = runner_.get(), t, op]() mutable { r->allreduce(t, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& ts, const c10d::AllreduceCoalescedOptions& o) override {
+    Op op = to_op(o.reduceOp, "allreduce_coalesced");
+    return post(c10d::OpType::ALLREDUCE_COALESCED, ts,
+                [r = runner_.get(), ts, op]() mutable { r->allreduce_coalesced(ts, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts,
+                                        const c10d::ReduceOptions& o) override {
+    auto t = one(ts, "reduce");
+    Op op = to_op(o.reduceOp, "reduce");
+    int root = static_cast<int>(o.rootRank);
+    return post(c10d::OpType::REDUCE, ts, [r = runner_.get(), t, op, root]() mutable { r->reduce(t, op, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs,
+                                           std::vector<at::Tensor>& ins,
+                                           const c10d::AllgatherOptions&) override {
+    auto in = one(ins, "allgather");
+    TORCH_CHECK(outs.size() == 1, "autoinfra allgather: one output list expected");
+    auto out = outs[0];
+    return post(c10d::OpType::ALLGATHER, out, [r = runner_.get(), out, in]() mutable { r->allgather(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions&) override {
+    return post(c10d::OpType::_ALLGATHER_BASE, {out},
+                [r = runner_.get(), out, in]() mutable { r->allgather_base(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
+                                                std::vector<std::vector<at::Tensor>>& ins,
+                                                const c10d::ReduceScatterOptions& o) override {
+    auto out = one(outs, "reduce_scatter");
+    TORCH_CHECK(ins.size() == 1, "autoinfra reduce_scatter: one input list expected");
+    Op op = to_op(o.reduceOp, "reduce_scatter");
+    auto in = ins[0];
+    return post(c10d::OpType::REDUCE_SCATTER, outs,
+                [r = runner_.get(), out, in, op]() mutable { r->reduce_scatter(out, in, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& o) override {
+    Op op = to_op(o.reduceOp, "_reduce_scatter_base");
+    return post(c10d::OpType::_REDUCE_SCATTER_BASE, {out},
+                [r = runner_.get(), out, in, op]() mutable { r->reduce_scatter_base(out, in, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                               std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions&) override {
+    return post(c10d::OpType::ALLTOALL_BASE, {out},
+                [r = runner_.get(), out, in, out_splits, in_splits]() mutable {
+                  r->alltoall_base(out, in, out_splits, in_splits);
+                });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outs,
+                                          std::vector<at::Tensor>& ins,
+                                          const c10d::AllToAllOptions&) override {
+    return post(c10d::OpType::ALLTOALL, outs,
+                [r = runner_.get(), outs, ins]() mutable { r->alltoall(outs, ins); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outs,
+                                        std::vector<at::Tensor>& ins,
+                                        const c10d::GatherOptions& o) override {
+    auto in = one(ins, "gather");
+    int root = static_cast<int>(o.rootRank);
+    TORCH_CHECK(getRank() != root || outs.size() == 1,
+                "autoinfra gather: the root wants one output list");
+    TORCH_CHECK(getRank() == root || outs.empty() || (outs.size() == 1 && outs[0].empty()),
+                "autoinfra gather: only the root passes output tensors");
+    std::vector<at::Tensor> out = outs.empty() ? std::vector<at::Tensor>() : outs[0];
+    return post(c10d::OpType::GATHER, out,
+                [r = runner_.get(), out, in, root]() mutable { r->gather(out, in, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outs,
+                                         std::vector<std::vector<at::Tensor>>& ins,
+                                         const c10d::ScatterOptions& o) override {
+    auto out = one(outs, "scatter");
+    int root = static_cast<int>(o.rootRank);
+    TORCH_CHECK(getRank() != root || ins.size() == 1,
+                "autoinfra scatter: the root wants one input list");
+    std::vector<at::Tensor> in = ins.empty() ? std::vector<at::Tensor>() : ins[0];
+    return post(c10d::OpType::SCATTER, outs,
+                [r = runner_.get(), out, in, root]() mutable { r->scatter(out, in, root); });
+  }
+
+  // Messages between two ranks match in issue order; tags are not matched.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
+    auto t = one(ts, "send");
+    return post(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { r->send(t, dst); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
+    auto t = one(ts, "recv");
+    return post(c10d::OpType::RECV, ts, [r = runner_.get(), t, src]() mutable { r->recv(t, src); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
+  }
+
+  // What `auto` runs next for coll at bytes, asked in issue order.
+  ai_choice choice(ai_coll coll, size_t bytes) {
+    ai_choice c{};
+    auto w = post(c10d::OpType::UNKNOWN, {},
+                  [r = runner_.get(), coll, bytes, &c]() { c = r->choice(coll, bytes); });
+    w->wait();
+    return c;
+  }
+
+ private:
+  static at::Tensor one(const std::vector<at::Tensor>& ts, const char* what) {
+    TORCH_CHECK(ts.size() == 1, "autoinfra ", what, ": one tensor expected, got ", ts.size());
+    return ts[0];
+  }
+
+  c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                      std::function<void()> fn) {
+    auto work = c10::make_intrusive<AutoinfraWork>(getRank(), type, std::move(outputs));
+    runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); });
+    return work;
+  }
+
+  std::unique_ptr<CommRunner> runner_;
+};
+
+// c10d::Store as the C API's key-value store. The store's exception text
+// is kept for the creation error.
+struct StoreAdapter {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string error;
+
+  static ai_status_t set(void* ctx, const char* key, const void* value, size_t len) {
+    auto* a = static_cast<StoreAdapter*>(ctx);
+    try {
+      const auto* p = static_cast<const uint8_t*>(value);
+      a->store->set(key, std::vector<uint8_t>(p, p + len));
+      return AI_OK;
+    } catch (const std::exception& e) {
+      a->error = e.what();
+      return AI_ERR_IO;
+    }
+  }
+
+  static ai_status_t get(void* ctx, const char* key, void* value, size_t len, double timeout_s) {
+    auto* a = static_cast<StoreAdapter*>(ctx);
+    try {
+      a->store->wait({key}, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000) + 1));
+    } catch (const std::exception& e) {
+      a->error = e.what();
+      return AI_ERR_TIMEOUT;
+    }
+    try {
+      std::vector<uint8_t> v = a->store->get(key);
+      if (v.size() != len) return AI_ERR_PROTO;
+      std::memcpy(value, v.data(), len);
+      return AI_OK;
+    } catch (const std::exception& e) {
+      a->error = e.what();
+      return AI_ERR_IO;
+    }
+  }
+};
+
+c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
+                                              int rank, int size, double timeout_s,
+                                              const std::string& peer_addr) {
+  StoreAdapter adapter{store, ""};
+  ai_kv_store kv{&adapter, &StoreAdapter::set, &StoreAdapter::get};
+  ai_comm_config cfg{};
+  cfg.rank = rank;
+  cfg.size = size;
+  cfg.timeout_s = timeout_s;
+  cfg.store_host = peer_addr.empty() ? nullptr : peer_addr.c_str();
+  ai_comm* comm = nullptr;
+  ai_status_t st;
+  {
+    pybind11::gil_scoped_release nogil;
+    st = ai_comm_create_with_store(&cfg, &kv, &comm);
+  }
+  TORCH_CHECK(st == AI_OK, "autoinfra: rank ", rank, " of ", size,
+              ": creating the communicator through the store failed: ", ai_strerror(st), ": ",
+              ai_last_error(), adapter.error.empty() ? "" : " (store: " + adapter.error + ")");
+  return c10::make_intrusive<ProcessGroupAutoinfra>(std::make_unique<CommRunner>(comm));
+}
+
+pybind11::dict choice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& coll,
+                      size_t bytes) {
+  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
+  TORCH_CHECK(ai, "autoinfra choice: not an autoinfra process group");
+  ai_coll k;
+  TORCH_CHECK(ai_coll_parse(coll.c_str(), &k) == AI_OK, "autoinfra choice: ", ai_last_error());
+  ai_choice c;
+  {
+    pybind11::gil_scoped_release nogil;
+    c = ai->choice(k, bytes);
+  }
+  pybind11::dict d;
+  d["algo"] = std::string(c.algo);
+  d["chunk_bytes"] = c.chunk_bytes;
+  d["channels"] = c.channels;
+  d["source"] = std::string(c.source ? c.source : "");
+  d["explored"] = c.explored;
+  d["explore_s"] = c.explore_s;
+  return d;
+}
+
+}  // namespace
+}  // namespace aitorch
+
+PYBIND11_MODULE(_autoinfra_torch, m) {
+  pybind11::module::import("torch.distributed");
+  m.doc() = "autoinfra's torch.distributed backend (torch 1.13 c10d::ProcessGroup)";
+  m.def("create", &aitorch::create, pybind11::arg("store"), pybind11::arg("rank"),
+        pybind11::arg("size"), pybind11::arg("timeout_s"), pybind11::arg("peer_addr") = "",
+        "A ProcessGroup of the autoinfra backend, bootstrapped through store.");
+  m.def("choice", &aitorch::choice, pybind11::arg("group"), pybind11::arg("coll"),
+        pybind11::arg("bytes"), "What auto runs next for coll at bytes (ai_comm_choice).");
+  m.attr("torch_version") = "1.13";
+}
