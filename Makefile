@@ -7,7 +7,8 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= 2
 # Open MPI and MPICH: the MPI shim is built against them and the tests run
 # the KB's exported tuning files through both. torch (with Python headers
-# and pybind11): the torch.distributed backend (docs/torch.md).
+# and pybind11): the torch.distributed backend (docs/torch.md) and the
+# training job (examples/train) the demo and the tests run.
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
               openmpi-bin libopenmpi-dev mpich libmpich-dev \
               python3-torch libtorch-dev python3-dev pybind11-dev
@@ -40,8 +41,9 @@ asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DAI_SANITIZE=ON >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
-# The main job: 4 local ranks measure allreduce over shared memory and check
-# every result, then the planner plans the embedded default scenario.
+# The main job: a GPT-style transformer trained with DDP on 4 local ranks
+# (examples/train), what the learner chose, then the planner's plan of the
+# embedded default scenario.
 demo: build
 	./scripts/demo $(BUILD)
 

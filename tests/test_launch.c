@@ -163,6 +163,23 @@ static void env_of(const char *file, const char *var, char *out, size_t len)
     }
 }
 
+/* VAR in an `env` dump file is the integer want / the string want. */
+static void expect_env_int(const char *file, const char *var, int want)
+{
+    char v[256];
+    env_of(file, var, v, sizeof v);
+    if (!*v || atoi(v) != want)
+        fail_msg("%s: %s=%s, expected %d", file, var, v, want);
+}
+
+static void expect_env_str(const char *file, const char *var, const char *want)
+{
+    char v[256];
+    env_of(file, var, v, sizeof v);
+    if (strcmp(v, want))
+        fail_msg("%s: %s=%s, expected %s", file, var, v, want);
+}
+
 static int file_exists(const char *name)
 {
     char path[512];
@@ -258,6 +275,43 @@ static void test_env_per_rank(void **state)
     }
 }
 
+/* torch.distributed's env:// variables: per rank, hosts in blocks, the
+ * store host as MASTER_ADDR, MASTER_PORT one free port for the whole job
+ * and never the rendezvous port; inherited values are replaced. */
+static void test_torch_env(void **state)
+{
+    static const int local[5] = {0, 1, 2, 0, 1};
+    static const int lsize[5] = {3, 3, 3, 2, 2};
+    char *args[] = {"-n", "5", "--hosts", "a,b", "--store-host", "127.0.0.1", "--", "sh", "-c",
+                    cmdbuf, NULL};
+    char v[256], port0[64], name[32];
+    (void)state;
+    setenv("RANK", "17", 1);
+    setenv("MASTER_PORT", "1", 1);
+    setenv("LOCAL_WORLD_SIZE", "9", 1);
+    snprintf(cmdbuf, sizeof cmdbuf, "env > %s/env.$RANK", tmpdir);
+    assert_int_equal(run_launch(args, 20, NULL), 0);
+    unsetenv("RANK");
+    unsetenv("MASTER_PORT");
+    unsetenv("LOCAL_WORLD_SIZE");
+    for (int r = 0; r < 5; r++) {
+        snprintf(name, sizeof name, "env.%d", r);
+        expect_env_int(name, "RANK", r);
+        expect_env_int(name, "AUTOINFRA_RANK", r);
+        expect_env_int(name, "WORLD_SIZE", 5);
+        expect_env_int(name, "LOCAL_RANK", local[r]);
+        expect_env_int(name, "LOCAL_WORLD_SIZE", lsize[r]);
+        expect_env_str(name, "MASTER_ADDR", "127.0.0.1");
+        env_of(name, "MASTER_PORT", v, sizeof v);
+        assert_true(atoi(v) >= 10000 && atoi(v) < 65536);
+        if (r == 0)
+            strcpy(port0, v);
+        assert_string_equal(v, port0);
+        env_of(name, "AUTOINFRA_ADDR", v, sizeof v);
+        assert_int_not_equal(atoi(strchr(v, ':') + 1), atoi(port0));
+    }
+}
+
 static void test_token_and_port_given(void **state)
 {
     char *args[] = {"-n", "2", "--port", "4567", "--", "sh", "-c", cmdbuf, NULL};
@@ -280,20 +334,16 @@ static void test_hosts_blocks(void **state)
     static const int local[7] = {0, 1, 2, 0, 1, 0, 1};
     static const int lsize[7] = {3, 3, 3, 2, 2, 2, 2};
     char *args[] = {"-n", "7", "--hosts", "a,b,c", "--", "sh", "-c", cmdbuf, NULL};
-    char v[256], name[32];
+    char name[32];
     (void)state;
     snprintf(cmdbuf, sizeof cmdbuf, "env > %s/env.$AUTOINFRA_RANK", tmpdir);
     assert_int_equal(run_launch(args, 20, NULL), 0);
     for (int r = 0; r < 7; r++) {
         snprintf(name, sizeof name, "env.%d", r);
-        env_of(name, "AUTOINFRA_HOST", v, sizeof v);
-        assert_string_equal(v, host[r]);
-        env_of(name, "AUTOINFRA_LOCAL_RANK", v, sizeof v);
-        assert_int_equal(atoi(v), local[r]);
-        env_of(name, "AUTOINFRA_LOCAL_SIZE", v, sizeof v);
-        assert_int_equal(atoi(v), lsize[r]);
-        env_of(name, "AUTOINFRA_SIZE", v, sizeof v);
-        assert_string_equal(v, "7");
+        expect_env_str(name, "AUTOINFRA_HOST", host[r]);
+        expect_env_int(name, "AUTOINFRA_LOCAL_RANK", local[r]);
+        expect_env_int(name, "AUTOINFRA_LOCAL_SIZE", lsize[r]);
+        expect_env_str(name, "AUTOINFRA_SIZE", "7");
     }
 }
 
@@ -508,6 +558,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_env_per_rank, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_and_port_given, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_torch_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hosts_blocks, setup, teardown),
         cmocka_unit_test_setup_teardown(test_all_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_first_failure_stops_others, setup, teardown),

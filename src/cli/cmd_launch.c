@@ -36,6 +36,12 @@
  *
  * From the runtime library it uses only ai_rendezvous_port(), which picks
  * the rendezvous port as the MPI shim does.
+ *
+ * torch.distributed's env:// is served too (RANK, WORLD_SIZE, LOCAL_RANK,
+ * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so the launcher replaces
+ * torchrun. MASTER_PORT is a second drawn port, never the rendezvous one:
+ * torch's TCPStore binds it on rank 0, and a job may also create an
+ * autoinfra communicator that binds AUTOINFRA_ADDR's port.
  */
 #include "autoinfra.h"
 #include "cli.h"
@@ -84,7 +90,7 @@ typedef struct launch_rank {
     int host;            /* index into hosts, -1 without --hosts */
     int local_rank, local_size;
     char **env;          /* shared base pointers + owned own[] */
-    char *own[8];        /* strings this rank owns in env */
+    char *own[16];       /* strings this rank owns in env */
     int nown;
     char **argv;         /* wrap words (owned) + cmd (borrowed) */
     char *wrap_buf;      /* owned storage for the wrap words */
@@ -355,6 +361,8 @@ static int is_launcher_var(const char *entry, int with_hosts)
     static const char *const vars[] = {
         "AUTOINFRA_RANK=", "AUTOINFRA_SIZE=", "AUTOINFRA_LOCAL_RANK=",
         "AUTOINFRA_LOCAL_SIZE=", "AUTOINFRA_ADDR=", "AUTOINFRA_TOKEN=",
+        "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
+        "MASTER_ADDR=", "MASTER_PORT=",
     };
     for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
         if (!strncmp(entry, vars[k], strlen(vars[k])))
@@ -429,7 +437,7 @@ static int launch_prepare(launch_job *j)
     char token[33];
     size_t nbase = 0, nenv = 0;
     char **base;
-    int port = o->port;
+    int port = o->port, torch_port = -1;
     int rank = 0;
 
     if (token_env && *token_env) {
@@ -446,6 +454,12 @@ static int launch_prepare(launch_job *j)
      * network namespace (the testbed's); the range is what keeps it free. */
     if (!port && (port = ai_rendezvous_port(NULL)) < 0) {
         launch_err("cannot find a free TCP port on 127.0.0.1: %s (use --port)", strerror(errno));
+        return 1;
+    }
+    for (int t = 0; t < 16 && (torch_port < 0 || torch_port == port); t++)
+        torch_port = ai_rendezvous_port(NULL);
+    if (torch_port < 0 || torch_port == port) {
+        launch_err("cannot find a second free TCP port on 127.0.0.1 for MASTER_PORT");
         return 1;
     }
 
@@ -481,7 +495,13 @@ static int launch_prepare(launch_job *j)
                 add_own(r, r->env, &n, "AUTOINFRA_LOCAL_SIZE=%d", nh) ||
                 add_own(r, r->env, &n, "AUTOINFRA_ADDR=%s:%d", o->store_host, port) ||
                 add_own(r, r->env, &n, "AUTOINFRA_TOKEN=%s", token) ||
-                (o->nhosts && add_own(r, r->env, &n, "AUTOINFRA_HOST=%s", o->hosts[h])))
+                (o->nhosts && add_own(r, r->env, &n, "AUTOINFRA_HOST=%s", o->hosts[h])) ||
+                add_own(r, r->env, &n, "RANK=%d", rank) ||
+                add_own(r, r->env, &n, "WORLD_SIZE=%d", o->nranks) ||
+                add_own(r, r->env, &n, "LOCAL_RANK=%d", l) ||
+                add_own(r, r->env, &n, "LOCAL_WORLD_SIZE=%d", nh) ||
+                add_own(r, r->env, &n, "MASTER_ADDR=%s", o->store_host) ||
+                add_own(r, r->env, &n, "MASTER_PORT=%d", torch_port))
                 goto nomem;
             r->env[n] = NULL;
             if (build_argv(j, r))

@@ -1,0 +1,31 @@
+#!/bin/sh
+# The training job on 2 local ranks per backend: 3 steps run and give
+# finite losses, and 20 steps of the tiny model with a fixed seed lower the
+# loss (the mean of the last 5 steps below the mean of the first 5).
+# Usage: smoke.sh AUTOINFRA_BIN SOURCE_DIR BACKEND...
+set -eu
+BIN=$1 SRC=$2
+shift 2
+DIR=$(mktemp -d /tmp/autoinfra-train-test.XXXXXX)
+trap 'rm -rf "$DIR"' EXIT
+export GLOO_SOCKET_IFNAME=lo AUTOINFRA_KB="$DIR/kb.sqlite"
+for backend in "$@"; do
+    for steps in 3 20; do
+        "$BIN" launch -n 2 --timeout 120 -- /usr/bin/python3 "$SRC/examples/train/train.py" \
+            --backend "$backend" --model tiny --ctx 32 --batch 4 --steps "$steps" --warmup 1 \
+            --seed 1 --lr 3e-3 --quiet --json "$DIR/$backend-$steps.json"
+        /usr/bin/python3 - "$DIR/$backend-$steps.json" "$steps" <<'PY'
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+steps = int(sys.argv[2])
+l = r["losses"]
+assert r["world_size"] == 2 and len(l) == steps and len(r["step_times_s"]) == steps, r
+assert all(math.isfinite(x) for x in l), l
+assert r["grad_bytes"] > 0 and r["step_time_s"] > 0 and r["tokens_per_s"] > 0, r
+if steps >= 20:
+    first, last = sum(l[:5]) / 5, sum(l[-5:]) / 5
+    assert last < first - 0.1, "loss did not decrease: %.4f -> %.4f" % (first, last)
+print("%s, %d steps: loss %.4f -> %.4f" % (r["backend"], steps, l[0], l[-1]))
+PY
+    done
+done
