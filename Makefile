@@ -40,7 +40,7 @@ test: asan
 
 # Side-by-side benchmark against Open MPI (docs/runtime.md).
 bench-vs-ompi: bench-deps build
-	./bench/vs-ompi $(BUILD)
+	./bench/vs-ompi --build $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

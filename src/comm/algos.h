@@ -247,6 +247,7 @@ ai_status_t comm_rabenseifner_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_reduce_bcast_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a);
+ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a);
 /* The host-local steps of the two-level allreduces: every rank's input
  * reduced into its host leader's recvbuf; the leader's recvbuf to all. */
 ai_status_t comm_host_reduce(ai_comm *c, const coll_args *a);

@@ -16,6 +16,7 @@
 #define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
 #define DEFAULT_TCP_SPIN_US 1000.0
+#define DEFAULT_YIELD_US 200.0
 
 int ai_comm_rank(const ai_comm *c) { return c->rank; }
 int ai_comm_size(const ai_comm *c) { return c->size; }
@@ -169,6 +170,16 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
     for (int j = 0; j < c->size; j++)
         here += table[j].machine == self.machine;
     tp->spin_passes = here > ncpu ? 2 : 2000;
+    /* ... then a shared-memory wait yields the core this long before it
+     * blocks on its doorbell (bench/results/one-host). */
+    double yield_us;
+    if ((st = ai_env_double("AUTOINFRA_YIELD_US", DEFAULT_YIELD_US, &yield_us)) != AI_OK)
+        goto err;
+    if (yield_us < 0 || yield_us > 1e7) {
+        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_YIELD_US=%g: want 0..10000000 microseconds", yield_us);
+        goto err;
+    }
+    tp->yield_s = yield_us * 1e-6;
     /* A TCP-only wait polls (yielding the core) before it sleeps in
      * poll(): a rank woken from sleep waits for a core, and on a VM for a
      * halted vCPU: measured in docs/runtime.md, "Waiting". */

@@ -246,7 +246,8 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
     for (int i = 0; i < comm_algo_count(coll); i++) {
         const coll_algo *al = comm_algo_at(coll, i);
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
-            (!strcmp(al->name, "weighted") && c->nhosts == 1))
+            (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
+            (!strcmp(al->name, "direct") && !comm_shm_direct_ok(c)))
             continue;
         for (size_t k = 0; k < AI_ARRAY_LEN(chunks); k++) {
             if (k > 0 && (!takes_chunk(coll, al->name) || 2 * chunks[k] > bytes))
