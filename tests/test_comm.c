@@ -405,6 +405,13 @@ static void test_env_parsing(void **state)
     assert_int_equal(ai_comm_create_env(&c), AI_OK);
     ai_comm_destroy(c);
     unsetenv("AUTOINFRA_SPIN_US");
+    const char *bad_yield[] = {"-5", "2e7", "soon"};
+    for (size_t i = 0; i < sizeof bad_yield / sizeof *bad_yield; i++) {
+        setenv("AUTOINFRA_YIELD_US", bad_yield[i], 1);
+        assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+        assert_non_null(strstr(ai_last_error(), "AUTOINFRA_YIELD_US"));
+    }
+    unsetenv("AUTOINFRA_YIELD_US");
     assert_int_equal(ai_comm_create_env(&c), AI_OK);
     assert_int_equal(ai_comm_size(c), 1);
     double x = 2.5;

@@ -95,6 +95,19 @@ static ai_status_t check_config(const ai_comm_config *cfg)
     return AI_OK;
 }
 
+/* A duration in microseconds from the environment, 0..max, as seconds. */
+static ai_status_t env_seconds(const char *name, double def_us, double max_us, double *out)
+{
+    double us;
+    ai_status_t st = ai_env_double(name, def_us, &us);
+    if (st != AI_OK)
+        return st;
+    if (us < 0 || us > max_us)
+        return ai_fail(AI_ERR_INVALID, "%s=%g: want 0..%.0f microseconds", name, us, max_us);
+    *out = us * 1e-6;
+    return AI_OK;
+}
+
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     ai_status_t st = check_config(cfg);
@@ -171,26 +184,13 @@ ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
         here += table[j].machine == self.machine;
     tp->spin_passes = here > ncpu ? 2 : 2000;
     /* ... then a shared-memory wait yields the core this long before it
-     * blocks on its doorbell (bench/results/one-host). */
-    double yield_us;
-    if ((st = ai_env_double("AUTOINFRA_YIELD_US", DEFAULT_YIELD_US, &yield_us)) != AI_OK)
+     * blocks on its doorbell (bench/results/one-host). A TCP-only wait
+     * polls (yielding the core) before it sleeps in poll(): a rank woken
+     * from sleep waits for a core, and on a VM for a halted vCPU: measured
+     * in docs/runtime.md, "Waiting". */
+    if ((st = env_seconds("AUTOINFRA_YIELD_US", DEFAULT_YIELD_US, 1e7, &tp->yield_s)) != AI_OK ||
+        (st = env_seconds("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, 1e6, &tp->tcp_spin_s)) != AI_OK)
         goto err;
-    if (yield_us < 0 || yield_us > 1e7) {
-        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_YIELD_US=%g: want 0..10000000 microseconds", yield_us);
-        goto err;
-    }
-    tp->yield_s = yield_us * 1e-6;
-    /* A TCP-only wait polls (yielding the core) before it sleeps in
-     * poll(): a rank woken from sleep waits for a core, and on a VM for a
-     * halted vCPU: measured in docs/runtime.md, "Waiting". */
-    double spin_us;
-    if ((st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, &spin_us)) != AI_OK)
-        goto err;
-    if (spin_us < 0 || spin_us > 1e6) {
-        st = ai_fail(AI_ERR_INVALID, "AUTOINFRA_SPIN_US=%g: want 0..1000000 microseconds", spin_us);
-        goto err;
-    }
-    tp->tcp_spin_s = spin_us * 1e-6;
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;
     if (tp->listen_fd >= 0) {
