@@ -53,7 +53,7 @@ test: asan
 
 # Side-by-side benchmark against Open MPI (docs/runtime.md).
 bench-vs-ompi: bench-deps build
-	./bench/vs-ompi $(BUILD)
+	./bench/vs-ompi --build $(BUILD)
 
 # The wire-frame parsers (src/comm/transport/wire.c) under libFuzzer for
 # FUZZ_SECONDS, from the seeds in fuzz/wire/corpus (new inputs go to

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -499,6 +500,43 @@ static void test_timeout(void **state)
     assert_pids_gone(2, 3);
 }
 
+/* --bind core (the default when the ranks fit the CPUs): each rank may run
+ * on one CPU, a different one per rank; --bind none leaves them the
+ * launcher's. */
+static void test_bind(void **state)
+{
+    char *bound[] = {"-n", "2", "--", "sh", "-c", cmdbuf, NULL};
+    char *unbound[] = {"-n", "2", "--bind", "none", "--", "sh", "-c", cmdbuf, NULL};
+    char name[32], mine[64], seen[2][64];
+    (void)state;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2)
+        skip(); /* 2 ranks would not fit: nothing is bound */
+    FILE *f = fopen("/proc/self/status", "r");
+    assert_non_null(f);
+    mine[0] = '\0';
+    while (fgets(cmdbuf, sizeof cmdbuf, f))
+        if (sscanf(cmdbuf, "Cpus_allowed_list: %63s", mine) == 1)
+            break;
+    fclose(f);
+    snprintf(cmdbuf, sizeof cmdbuf,
+             "grep Cpus_allowed_list /proc/self/status | cut -f2 > %s/cpus.$AUTOINFRA_RANK", tmpdir);
+    for (int pass = 0; pass < 2; pass++) {
+        assert_int_equal(run_launch(pass ? unbound : bound, 20, NULL), 0);
+        for (int r = 0; r < 2; r++) {
+            snprintf(name, sizeof name, "cpus.%d", r);
+            snprintf(seen[r], sizeof seen[r], "%s", slurp(name));
+            seen[r][strcspn(seen[r], "\n")] = '\0';
+            if (pass == 0) /* one CPU: a number, no list or range */
+                assert_int_equal(strspn(seen[r], "0123456789"), strlen(seen[r]));
+            else
+                assert_string_equal(seen[r], mine);
+        }
+        if (pass == 0)
+            assert_string_not_equal(seen[0], seen[1]);
+    }
+}
+
 static void check_usage_error(char **args, int want_rc, const char *want_msg)
 {
     assert_int_equal(run_launch(args, 10, NULL), want_rc);
@@ -519,7 +557,9 @@ static void test_bad_flags(void **state)
     char *badtimeout[] = {"-n", "2", "--timeout", "-1", "--", "true", NULL};
     char *badport[] = {"-n", "2", "--port", "70000", "--", "true", NULL};
     char *notfound[] = {"-n", "2", "--", "no-such-command-autoinfra", NULL};
+    char *badbind[] = {"-n", "2", "--bind", "socket", "--", "true", NULL};
     (void)state;
+    check_usage_error(badbind, 2, "--bind 'socket'");
     check_usage_error(n0, 2, "-n '0'");
     check_usage_error(nabc, 2, "-n 'abc'");
     check_usage_error(nodash, 2, "missing '--'");
@@ -569,6 +609,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_signal_reaches_ranks_once, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ranks_in_own_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrap_hook, setup, teardown),

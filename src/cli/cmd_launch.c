@@ -34,6 +34,14 @@
  * replaced by the rank's host name, and --store-host sets the address in
  * AUTOINFRA_ADDR that the other namespaces can reach rank 0 on.
  *
+ * Binding. With no more ranks than the CPUs the launcher may use, rank k
+ * is bound to the k-th of them (--bind core, the default then; mpirun
+ * binds so too): an unbound rank spinning for its peer can share a core
+ * with it until the scheduler moves one, and on a busy 2-core machine 8-byte
+ * allreduces on 2 ranks took 17-25 us unbound against 0.15-1 us bound.
+ * With more ranks than CPUs nothing is bound (--bind none), as mpirun
+ * does when oversubscribed.
+ *
  * From the runtime library it uses only ai_rendezvous_port(), which picks
  * the rendezvous port as the MPI shim does.
  *
@@ -49,6 +57,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -80,6 +89,7 @@ typedef struct launch_opts {
     int port;             /* 0: pick a free one */
     const char *store_host;
     const char *wrap;     /* NULL: none */
+    int bind;             /* -1: core if ranks fit the CPUs; 0: none; 1: core */
     char **cmd;           /* points into argv, NULL-terminated by argv */
     int ncmd;
 } launch_opts;
@@ -94,6 +104,7 @@ typedef struct launch_rank {
     int nown;
     char **argv;         /* wrap words (owned) + cmd (borrowed) */
     char *wrap_buf;      /* owned storage for the wrap words */
+    int cpu;             /* bound to this CPU before exec; -1: not bound */
 } launch_rank;
 
 typedef struct launch_job {
@@ -146,6 +157,8 @@ static void launch_usage(FILE *out)
         "  --store-host ADDR   address in AUTOINFRA_ADDR (default 127.0.0.1)\n"
         "  --wrap 'PREFIX'     run each rank as PREFIX CMD...; {host} in PREFIX is\n"
         "                      replaced by the rank's host (e.g. 'ip netns exec {host}')\n"
+        "  --bind core|none    bind rank k to the k-th usable CPU, or not (default:\n"
+        "                      core when N is at most the usable CPUs, else none)\n"
         "  -h, --help          this text\n"
         "\n"
         "exit status: 0 all ranks succeeded; the first failing rank's status;\n"
@@ -200,6 +213,7 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
     int have_n = 0;
     int i;
     o->store_host = "127.0.0.1";
+    o->bind = -1;
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         long l;
@@ -258,6 +272,14 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
             if (m < 0)
                 goto missing;
             o->wrap = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--bind", &v))) {
+            if (m < 0)
+                goto missing;
+            if (strcmp(v, "core") && strcmp(v, "none")) {
+                launch_err("--bind '%s': expected core or none", v);
+                return LAUNCH_EXIT_USAGE;
+            }
+            o->bind = !strcmp(v, "core");
         } else if (a[0] == '-') {
             launch_err("unknown option '%s' (see 'autoinfra launch --help')", a);
             return LAUNCH_EXIT_USAGE;
@@ -535,6 +557,23 @@ static void launch_free(launch_job *j)
 
 /* ------------------------------------------------------------ running */
 
+/* Which CPU each rank is bound to (module comment, "Binding"). */
+static void plan_binding(launch_job *j)
+{
+    cpu_set_t set;
+    int cpus[CPU_SETSIZE], n = 0;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                cpus[n++] = c;
+    int bind = j->o.bind < 0 ? j->o.nranks <= n : j->o.bind;
+    if (bind && j->o.nranks > n)
+        launch_err("--bind core: %d ranks on %d usable CPUs: ranks %d.. share CPUs", j->o.nranks,
+                   n, n);
+    for (int k = 0; k < j->o.nranks; k++)
+        j->ranks[k].cpu = bind && n > 0 ? cpus[k % n] : -1;
+}
+
 /* In the child: only async-signal-safe calls until exec (the launcher is
  * single-threaded, so the message after a failed exec is safe too). */
 static void child_exec(const launch_job *j, int rank, pid_t launcher, const sigset_t *mask,
@@ -560,6 +599,12 @@ static void child_exec(const launch_job *j, int rank, pid_t launcher, const sigs
     /* The blocked set is inherited across exec; give the rank the mask the
      * launcher started with. Caught signals reset to default on exec. */
     sigprocmask(SIG_SETMASK, mask, NULL);
+    if (r->cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(r->cpu, &set);
+        (void)sched_setaffinity(0, sizeof set, &set); /* a hint: run unbound if refused */
+    }
     execvpe(r->argv[0], r->argv, r->env);
     err = errno;
     n = snprintf(msg, sizeof msg, "autoinfra launch: rank %d: cannot run '%s': %s\n", rank,
@@ -664,6 +709,7 @@ static int launch_run(launch_job *j)
     }
     sigprocmask(SIG_BLOCK, &waitset, &oldmask);
 
+    plan_binding(j);
     fflush(NULL); /* no buffered output duplicated into children */
     j->result = -1;
     for (int k = 0; k < o->nranks; k++) {

@@ -17,6 +17,7 @@
 #define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
 #define DEFAULT_TCP_SPIN_US 1000.0
+#define DEFAULT_YIELD_US 200.0
 
 /* Group ranks by host id: host indices in order of each host's lowest rank. */
 static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
@@ -190,12 +191,16 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     for (int j = 0; j < c->size; j++)
         here += table[j].machine == self.machine;
     tp->spin_passes = here > ncpu ? 2 : 2000;
-    /* A TCP-only wait polls (yielding the core) before it sleeps in
-     * poll(): a rank woken from sleep waits for a core, and on a VM for a
-     * halted vCPU: measured in docs/runtime.md, "Waiting". */
-    double spin_us;
-    if ((st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, 0, 1e6, &spin_us)) != AI_OK)
+    /* Before it blocks on its doorbell a shared-memory wait yields the
+     * core AUTOINFRA_YIELD_US (bench/results/one-host). A TCP-only wait
+     * polls (yielding the core) before it sleeps in poll(): a rank woken
+     * from sleep waits for a core, and on a VM for a halted vCPU: measured
+     * in docs/runtime.md, "Waiting". */
+    double yield_us, spin_us;
+    if ((st = ai_env_double("AUTOINFRA_YIELD_US", DEFAULT_YIELD_US, 0, 1e7, &yield_us)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, 0, 1e6, &spin_us)) != AI_OK)
         goto err;
+    tp->yield_s = yield_us * 1e-6;
     tp->tcp_spin_s = spin_us * 1e-6;
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;

@@ -6,6 +6,22 @@
  *
  * Log time makes the noise roughly proportional (a few percent at any
  * size) and the model's errors multiplicative.
+ *
+ * Robustness: an arm's evidence is located by the median of its last
+ * TUNE_SAMPLES observations, not their mean, and the noise measured by
+ * their median absolute deviation. Timing noise is one-sided and, with
+ * ranks sharing cores, bimodal: a rank descheduled for a time slice makes
+ * a call several times slower, and with 4 ranks on 2 cores that hits a
+ * large share of calls, unevenly between arms that ran at different
+ * moments. A mean follows those spikes (on one host at 256 KiB the learner
+ * had settled on an arm 2.4x slower than the ring), a median follows the
+ * bulk of the calls. A lasting change still moves the median: a settled
+ * window far above it twice running restarts the arm's samples. Drift is
+ * judged apart (bandit_drifted), against the decayed mean and variance of
+ * all the observations: a drift must stand out from all of the noise,
+ * spikes included, or a machine with bimodal noise would see drifts in
+ * its spikes (test_tune's warm job, with the median's spread there, saw a
+ * drift before its drift in 4 of 4 runs at a load of 23 on 2 cores).
  */
 #include "tune/tune.h"
 
@@ -41,6 +57,11 @@ static double gauss(ai_rng *r)
     return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
 }
 
+static void samples_clear(tune_bandit *b, int i)
+{
+    b->nsamples[i] = b->sample_at[i] = 0;
+}
+
 void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
 {
     tune_arm_stat *a = &b->arm[i];
@@ -52,6 +73,7 @@ void bandit_prior(tune_bandit *b, int i, double seconds, int variant)
     a->n = 0;
     a->w = a->sy = a->syy = 0;
     b->high[i] = 0;
+    samples_clear(b, i);
 }
 
 void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
@@ -62,6 +84,54 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
     a->v = a->v0 = fmax(known->v, 1e-6);
     b->source[i] = PRIOR_KB;
     b->high[i] = 0;
+    a->w = a->sy = a->syy = 0;
+    samples_clear(b, i);
+}
+
+/* Weighted median of n values: the smallest value whose cumulative weight
+ * reaches half the total (the mean of the two middle ones on a tie). */
+static double weighted_median(double *y, double *wt, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: n <= TUNE_SAMPLES */
+        for (int j = i; j > 0 && y[j] < y[j - 1]; j--) {
+            double t = y[j]; y[j] = y[j - 1]; y[j - 1] = t;
+            t = wt[j]; wt[j] = wt[j - 1]; wt[j - 1] = t;
+        }
+    double total = 0, acc = 0;
+    for (int i = 0; i < n; i++)
+        total += wt[i];
+    for (int i = 0; i < n; i++) {
+        acc += wt[i];
+        if (acc > total / 2 + 1e-12)
+            return y[i];
+        if (acc >= total / 2 - 1e-12)
+            return i + 1 < n ? (y[i] + y[i + 1]) / 2 : y[i];
+    }
+    return n ? y[n - 1] : NAN;
+}
+
+double bandit_location(const tune_bandit *b, int i)
+{
+    double y[TUNE_SAMPLES], wt[TUNE_SAMPLES];
+    int n = b->nsamples[i];
+    for (int k = 0; k < n; k++) {
+        y[k] = b->sample_y[i][k];
+        wt[k] = b->sample_calls[i][k];
+    }
+    return n ? weighted_median(y, wt, n) : NAN;
+}
+
+/* Arm i's robust spread: 1.4826 times the median absolute deviation of its
+ * samples from `loc` (the sd, for normal noise), unweighted. */
+static double spread(const tune_bandit *b, int i, double loc)
+{
+    double d[TUNE_SAMPLES], one[TUNE_SAMPLES];
+    int n = b->nsamples[i];
+    for (int k = 0; k < n; k++) {
+        d[k] = fabs(b->sample_y[i][k] - loc);
+        one[k] = 1;
+    }
+    return 1.4826 * weighted_median(d, one, n);
 }
 
 /* Posteriors from the priors and the decayed sums, with the bucket's noise
@@ -74,11 +144,10 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
  * calls back to back where the KB learned calls apart, or shares the
  * machine. So the residual of the known arms this job ran moves the prior
  * of every known arm, as the model's shared error moves every arm the
- * model costs. (Moving only the arms the job has not run would leave the
- * arm it ran near the KB's tight prior, a few calls moving it 7% of the
- * offset where the level moves 67%: a warm job running 5% faster than the
- * KB would see the arms it has not run 3% ahead of its own and switch to
- * a near tie it never measured.) Drift still
+ * model costs. The arm the job ran moves with the others: held near the
+ * KB's tight prior while the level moved the rest, a warm job running 5%
+ * faster than the KB would see the arms it had not run ahead of its own
+ * and switch to a near tie it never measured. Drift still
  * shows: a window is tested against the arm's posterior before it is
  * counted, and the level follows the job's calls only as fast as the
  * decayed sums do. Arms nobody can cost and nobody has
@@ -87,28 +156,53 @@ void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known)
 void bandit_update(tune_bandit *b)
 {
     double rs[PRIOR_KB + 1] = {0}, rw[PRIOR_KB + 1] = {0}; /* residuals and weights by source */
+    double rs_all[PRIOR_KB + 1] = {0};                      /* ... by the mean */
     double ss = TUNE_NOISE_WEIGHT * TUNE_NOISE * TUNE_NOISE, dof = TUNE_NOISE_WEIGHT;
+    double loc[TUNE_MAX_ARMS];
+    double ss_all = ss, dof_all = dof;
     for (int i = 0; i < b->narms; i++) {
         const tune_arm_stat *a = &b->arm[i];
+        loc[i] = b->nsamples[i] ? bandit_location(b, i) : 0;
+        if (a->w > 1) {
+            ss_all += fmax(0, a->syy - a->sy * a->sy / a->w);
+            dof_all += a->w - 1;
+        }
         if (a->w > 0) {
-            rs[b->source[i]] += a->sy - a->w * a->m0;
+            rs[b->source[i]] += a->w * (loc[i] - a->m0);
+            rs_all[b->source[i]] += a->sy - a->w * a->m0;
             rw[b->source[i]] += a->w;
         }
-        if (a->w > 1) {
-            ss += fmax(0, a->syy - a->sy * a->sy / a->w);
-            dof += a->w - 1;
+        /* The spread of an arm's samples, whether one call or a window
+         * each: on a shared machine the noise that matters comes in time
+         * slices, so a window's calls are slow together and a window's
+         * mean varies about as much as one call does. */
+        int n = b->nsamples[i];
+        if (n >= 3) {
+            double s = spread(b, i, loc[i]);
+            ss += (n - 1) * s * s;
+            dof += n - 1;
         }
     }
     b->bias = rs[PRIOR_MODEL] / (rw[PRIOR_MODEL] + TUNE_BIAS_WEIGHT);
     b->level = rs[PRIOR_KB] / (rw[PRIOR_KB] + TUNE_BIAS_WEIGHT);
+    double bias_all = rs_all[PRIOR_MODEL] / (rw[PRIOR_MODEL] + TUNE_BIAS_WEIGHT);
+    double level_all = rs_all[PRIOR_KB] / (rw[PRIOR_KB] + TUNE_BIAS_WEIGHT);
     b->noise2 = ss / dof;
+    b->mean_noise2 = ss_all / dof_all;
     for (int i = 0; i < b->narms; i++) {
         tune_arm_stat *a = &b->arm[i];
         double m0 = a->m0 + (b->source[i] == PRIOR_MODEL ? b->bias
                              : b->source[i] == PRIOR_KB  ? b->level
                                                          : 0);
         a->v = 1 / (1 / a->v0 + a->w / b->noise2);
-        a->m = a->v * (m0 / a->v0 + a->sy / b->noise2);
+        a->m = a->v * (m0 / a->v0 + a->w * loc[i] / b->noise2);
+        /* The drift test's posterior: the mean's own shared offsets too,
+         * so it moves with the job's calls no faster than the sums do. */
+        double m0_all = a->m0 + (b->source[i] == PRIOR_MODEL ? bias_all
+                                 : b->source[i] == PRIOR_KB  ? level_all
+                                                             : 0);
+        b->mean_v[i] = 1 / (1 / a->v0 + a->w / b->mean_noise2);
+        b->mean_m[i] = b->mean_v[i] * (m0_all / a->v0 + a->sy / b->mean_noise2);
     }
     int best = bandit_best_measured(b);
     for (int j = 0; best >= 0 && j < b->narms; j++)
@@ -125,16 +219,19 @@ void bandit_update(tune_bandit *b)
  * capping exploratory observations at TUNE_CAP sd of noise above the
  * arm's mean so far takes the share of buckets settling more than 3% off
  * from 5.5% to 4.3% with 5% spiky calls, and changes nothing without
- * spikes. */
+ * spikes. That was for a mean; the median needs the cap only while an arm
+ * has fewer than 3 samples. */
 static double cap_at(const tune_bandit *b, int i, double y, int calls, double sds)
 {
-    const tune_arm_stat *a = &b->arm[i];
-    return a->w > 0 ? fmin(y, a->sy / a->w + sds * sqrt(b->noise2 / calls)) : y;
+    return b->nsamples[i] ? fmin(y, bandit_location(b, i) + sds * sqrt(b->noise2 / calls)) : y;
 }
 
 double bandit_cap(const tune_bandit *b, int i, double y, int calls)
 {
-    return cap_at(b, i, y, calls, TUNE_CAP);
+    /* From 3 samples on the median passes over a spike by itself, and a
+     * cap would pull a bimodal arm's samples toward whichever mode it
+     * happened to meet first. */
+    return b->nsamples[i] >= 3 ? y : cap_at(b, i, y, calls, TUNE_CAP);
 }
 
 /* Settled windows are several calls, and a slowdown that lasts must move
@@ -145,13 +242,17 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls)
  * to which the job would switch for good. So a window
  * more than TUNE_SPIKE sd of a window's noise above its arm's mean so far
  * counts at that bound, and in full only when the arm's window before was
- * beyond it too: a lasting change shows one window later. */
+ * beyond it too: a lasting change shows one window later, and then the
+ * arm's location starts again from it (a median over windows from before
+ * the change would hold on to the old level for half of them). */
 void bandit_observe_settled(tune_bandit *b, int i, double y, int calls)
 {
     double capped = cap_at(b, i, y, calls, TUNE_SPIKE);
     int high = capped < y;
     if (high && !b->high[i])
         y = capped;
+    else if (high) /* it lasts: the arm's recent samples are history */
+        samples_clear(b, i);
     b->high[i] = (unsigned char)high;
     bandit_observe(b, i, y, calls);
 }
@@ -168,7 +269,19 @@ void bandit_observe(tune_bandit *b, int i, double y, int calls)
     a->sy = keep * a->sy + calls * y;
     a->syy = keep * a->syy + calls * y * y;
     a->n += calls;
+    int at = b->sample_at[i];
+    b->sample_y[i][at] = (float)y;
+    b->sample_calls[i][at] = (unsigned short)AI_MIN(calls, 65535);
+    b->sample_at[i] = (unsigned char)((at + 1) % TUNE_SAMPLES);
+    if (b->nsamples[i] < TUNE_SAMPLES)
+        b->nsamples[i]++;
     bandit_update(b);
+}
+
+int bandit_drifted(const tune_bandit *b, int i, double y, int calls, double limit)
+{
+    double off = fabs(y - b->mean_m[i]);
+    return off > limit && off > 3 * sqrt(b->mean_noise2 / calls + b->mean_v[i]);
 }
 
 int bandit_best_measured(const tune_bandit *b)

@@ -78,6 +78,8 @@
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
+#define TUNE_DIRECT_MAX ((size_t)64 << 10) /* direct's reads grow with ranks x bytes:
+                                            * 2x ring's time at 256 KiB on 4 ranks */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -250,7 +252,8 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
     for (int i = 0; i < comm_algo_count(coll); i++) {
         const coll_algo *al = comm_algo_at(coll, i);
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
-            (!strcmp(al->name, "weighted") && c->nhosts == 1))
+            (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
+            (!strcmp(al->name, "direct") && (!comm_shm_direct_ok(c) || bytes > TUNE_DIRECT_MAX)))
             continue;
         for (size_t k = 0; k < AI_ARRAY_LEN(chunks); k++) {
             if (k > 0 && (!takes_chunk(coll, al->name) || 2 * chunks[k] > bytes))
@@ -323,10 +326,8 @@ static int window(double ratio)
  * 1.25x relearned before its drift in 2 of 3 runs): 1.5x there. */
 static int strikes_out(const ai_comm *c, const tune_bucket *b, int arm, double y, int calls)
 {
-    double off = fabs(y - b->s.arm[arm].m);
     return b->settled && b->calls > TUNE_HORIZON &&
-           off > (c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST) &&
-           off > 3 * sqrt(b->s.noise2 / calls + b->s.arm[arm].v);
+           bandit_drifted(&b->s, arm, y, calls, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST);
 }
 
 /* Rank 0 opens the knowledge base once; without one it goes on. */

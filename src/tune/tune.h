@@ -84,6 +84,7 @@ ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const doubl
  * agreed measurements; top-two Thompson sampling over them. */
 
 #define TUNE_MAX_ARMS 48
+#define TUNE_SAMPLES 16 /* an arm's robust location: its last this many windows */
 
 typedef struct tune_bandit {
     int narms;
@@ -97,6 +98,18 @@ typedef struct tune_bandit {
     double level;  /* this job's log offset from the KB, shared by known arms */
     unsigned char high[TUNE_MAX_ARMS]; /* the arm's last settled window was
                                         * far above its mean */
+    /* Each arm's last TUNE_SAMPLES observations (log seconds, calls), a
+     * ring: their median, weighted by calls, is where the arm's evidence
+     * sits (bandit_update), and their median absolute deviation its
+     * noise. nsamples[i] > 0 exactly when arm[i].w > 0. */
+    float sample_y[TUNE_MAX_ARMS][TUNE_SAMPLES];
+    unsigned short sample_calls[TUNE_MAX_ARMS][TUNE_SAMPLES];
+    unsigned char nsamples[TUNE_MAX_ARMS], sample_at[TUNE_MAX_ARMS];
+    /* The same posteriors by the decayed mean and variance of the
+     * observations, spikes and all: what bandit_drifted tests a settled
+     * window against (a drift must stand out from all of the noise, not
+     * from its bulk only). */
+    double mean_m[TUNE_MAX_ARMS], mean_v[TUNE_MAX_ARMS], mean_noise2;
     ai_rng rng;    /* the Thompson draws */
 } tune_bandit;
 
@@ -107,6 +120,9 @@ void bandit_prior(tune_bandit *b, int i, double seconds, int variant);
 void bandit_prior_known(tune_bandit *b, int i, const tune_arm_stat *known);
 /* Recompute every posterior from the priors and the observations. */
 void bandit_update(tune_bandit *b);
+/* Arm i's robust location: the median, weighted by calls, of its last
+ * TUNE_SAMPLES observations (log seconds); NAN if it has none. */
+double bandit_location(const tune_bandit *b, int i);
 /* Fold one observation into arm i: y, the log seconds of the mean of
  * `calls` calls. */
 void bandit_observe(tune_bandit *b, int i, double y, int calls);
@@ -116,6 +132,10 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls);
 /* A settled window into arm i: one spike counts capped, a lasting change
  * in full from its second window. */
 void bandit_observe_settled(tune_bandit *b, int i, double y, int calls);
+/* Is y (log seconds, the mean of `calls` calls of arm i) more than `limit`
+ * (log) and 3 sd of the noise, spikes included, away from what arm i
+ * measured so far? The statistical half of a drift strike. */
+int bandit_drifted(const tune_bandit *b, int i, double y, int calls, double limit);
 /* The measured arm with the lowest posterior mean (-1: none measured); the
  * arm with the lowest prior mean. */
 int bandit_best_measured(const tune_bandit *b);

@@ -11,6 +11,10 @@
  *  hierarchical        reduce within each host to its leader, ring allreduce
  *                      among leaders, broadcast within each host: only the
  *                      leaders touch the (slow) network.
+ *  direct              one host: every rank writes its input into a shared
+ *                      slot and reduces all of them (one flag round trip,
+ *                      what Open MPI's sm coll and NCCL's LL protocol do
+ *                      for small messages); elsewhere recursive_doubling.
  */
 #include "comm/algo/algos.h"
 
@@ -114,3 +118,12 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
     return comm_core_host_bcast(c, a);
 }
 
+
+/* ------------------------------------------------------------- direct */
+
+ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a)
+{
+    if (!comm_shm_direct_ok(c))
+        return comm_recursive_doubling_allreduce(c, a);
+    return comm_shm_allreduce(c, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
+}

@@ -15,6 +15,7 @@ static const coll_algo registry[] = {
     {AI_ALLREDUCE, "reduce_bcast", comm_reduce_bcast_allreduce},
     {AI_ALLREDUCE, "hierarchical", comm_hierarchical_allreduce},
     {AI_ALLREDUCE, "weighted", comm_weighted_allreduce},
+    {AI_ALLREDUCE, "direct", comm_direct_allreduce},
 
     {AI_REDUCE_SCATTER, "ring", comm_ring_reduce_scatter},
     {AI_REDUCE_SCATTER, "recursive_halving", comm_recursive_halving_reduce_scatter},

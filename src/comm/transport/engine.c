@@ -6,21 +6,29 @@
  * wait makes passes over its requests, moving whatever bytes the transports
  * accept, until all are done. Idle passes spin briefly, then yield the CPU
  * (ranks often outnumber cores: 4 ranks on 2 cores is the common case
- * here), and block in poll() when only TCP is pending. A wait that sees no
- * progress at all for the communicator's timeout fails and names the peers
- * it was waiting on.
+ * here), then block: in a futex on the rank's doorbell when only shared
+ * memory is pending (every ring move rings the peer's doorbell), in poll()
+ * when only TCP is pending. A blocked rank burns no core, which is what an
+ * oversubscribed host needs: the rank it waits for gets the core. A wait
+ * that sees no progress at all for the communicator's timeout fails and
+ * names the peers it was waiting on.
  */
 #include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Below this many bytes per channel, striping over more TCP connections
  * costs more in per-message overhead than it gains in parallelism. */
@@ -214,6 +222,7 @@ static void shm_tx(comm_req *r, int k, comm_chan *ch, int *moved)
     }
     r->chan_done[k] = pos;
     atomic_store_explicit(&ring->tail, tail, memory_order_release);
+    comm_bell_ring(ch->bell);
     *moved = 1;
 }
 
@@ -234,6 +243,7 @@ static ai_status_t shm_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *mo
     }
     if (head != start) {
         atomic_store_explicit(&ring->head, head, memory_order_release);
+        comm_bell_ring(ch->bell); /* the sender may wait for space */
         *moved = 1;
     }
     return st;
@@ -447,7 +457,7 @@ static ai_status_t req_progress(ai_comm *c, comm_req *r, int *moved)
     return AI_OK;
 }
 
-static int proc_is_dead(pid_t pid)
+int comm_proc_is_dead(pid_t pid)
 {
     char path[64], buf[256];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
@@ -477,7 +487,7 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
     }
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
-        if (!reqs[i].done && p->kind == CHAN_SHM && proc_is_dead(p->pid)) {
+        if (!reqs[i].done && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
             tp->blame = reqs[i].peer;
             return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", reqs[i].peer,
                            p->host, (int)p->pid);
@@ -524,15 +534,121 @@ static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp)
         sched_yield();
 }
 
+/* ------------------------------------------------------------ waiting */
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t expect, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    /* Shared (not FUTEX_PRIVATE): the word is in memory other processes map. */
+    (void)syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, expect, &ts, NULL, 0);
+}
+
+/* The waker's half of the handshake with comm_idle_step: the move (a ring
+ * index, a slot flag) is stored before the fence, `sleeping` read after it;
+ * the sleeper sets `sleeping`, fences, then looks at the moves again before
+ * it blocks. So either the waker sees `sleeping` and wakes it, or the
+ * sleeper's last look sees the move: no wake-up is lost. */
+void comm_bell_ring(shm_bell *b)
+{
+    if (!b)
+        return;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&b->sleeping, memory_order_relaxed)) {
+        atomic_fetch_add_explicit(&b->seq, 1, memory_order_relaxed);
+        (void)syscall(SYS_futex, (uint32_t *)&b->seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+    }
+}
+
+static shm_bell *my_bell(const ai_comm *c)
+{
+    return c->tp && c->tp->bells ? &c->tp->bells[c->local_rank] : NULL;
+}
+
+void comm_idle_reset(ai_comm *c, comm_idle *w)
+{
+    if (w->armed)
+        atomic_store_explicit(&my_bell(c)->sleeping, 0, memory_order_relaxed);
+    w->armed = 0;
+    w->passes = 0;
+}
+
+ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, void *ctx)
+{
+    struct comm_transport *tp = c->tp;
+    if (w->passes++ == 0) {
+        w->since = w->last_check = ai_now();
+        return AI_OK;
+    }
+    if (w->passes < tp->spin_passes)
+        return AI_OK;
+    double now = ai_now();
+    if (now - w->last_check > LIVENESS_PERIOD_S) {
+        w->last_check = now;
+        ai_status_t st = ops->check(c, ctx);
+        if (st != AI_OK)
+            return comm_abort(c, st);
+    }
+    if (now - w->since > c->timeout_s)
+        return comm_abort(c, ops->expired(c, ctx, now - w->since));
+    shm_bell *me = my_bell(c);
+    if (!me || now - w->since < tp->yield_s) {
+        sched_yield();
+        return AI_OK;
+    }
+    if (!w->armed) {
+        /* Announce the sleep, then make one more pass before blocking:
+         * a move made before the announcement showed is seen there. */
+        atomic_store_explicit(&me->sleeping, 1, memory_order_relaxed);
+        atomic_thread_fence(memory_order_seq_cst);
+        w->seq = atomic_load_explicit(&me->seq, memory_order_relaxed);
+        w->armed = 1;
+        return AI_OK;
+    }
+    futex_wait(&me->seq, w->seq, COMM_BLOCK_MS);
+    atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
+    w->armed = 0;
+    return AI_OK;
+}
+
+typedef struct wait_ctx {
+    comm_req *reqs;
+    int n;
+} wait_ctx;
+
+static ai_status_t wait_check(ai_comm *c, void *ctx)
+{
+    wait_ctx *w = ctx;
+    return check_peers(c, w->reqs, w->n);
+}
+
+static ai_status_t wait_expired(ai_comm *c, void *ctx, double idle)
+{
+    wait_ctx *w = ctx;
+    return timeout_error(c, w->reqs, w->n, idle);
+}
+
+static const comm_idle_ops wait_ops = {wait_check, wait_expired};
+
+static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w);
+
 ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
+{
+    comm_idle w = {0};
+    ai_status_t st = wait_requests(c, reqs, n, &w);
+    comm_idle_reset(c, &w);
+    return st;
+}
+
+static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w)
 {
     if (c->state != AI_OK)
         return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
     struct comm_transport *tp = c->tp;
     double idle_since = 0, last_check = 0;
     int idle = 0;
+    wait_ctx ctx = {reqs, n};
     for (;;) {
-        int pending = 0, moved = 0, tcp_only = 1;
+        int pending = 0, moved = 0, tcp_only = 1, tcp_pending = 0;
         for (int i = 0; i < n; i++) {
             comm_req *r = &reqs[i];
             if (r->done)
@@ -553,6 +669,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             /* Not its turn yet: an earlier-posted request to this peer in
              * this direction is still moving. */
             uint64_t *next = r->kind == COMM_REQ_SEND ? &p->tx_next : &p->rx_next;
+            tcp_pending |= p->kind == CHAN_TCP;
             if (r->qpos != *next) {
                 pending++;
                 continue;
@@ -574,6 +691,13 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
             return AI_OK;
         if (moved) {
             idle = 0;
+            comm_idle_reset(c, w);
+            continue;
+        }
+        if (!tcp_pending) { /* shared memory only: spin, yield, block */
+            ai_status_t st = comm_idle_step(c, w, &wait_ops, &ctx);
+            if (st != AI_OK)
+                return st;
             continue;
         }
         /* Spinning on shared memory is a few loads a pass; on TCP it is a

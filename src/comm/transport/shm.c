@@ -2,8 +2,13 @@
  * Shared memory between the ranks of one host: one POSIX shared-memory
  * segment per host, created by the host's lowest rank, holding a
  * single-producer single-consumer ring for every ordered pair of local
- * ranks. The name is unlinked as soon as every local rank has mapped it, so
- * nothing is left in /dev/shm after a crash.
+ * ranks, each local rank's doorbell (transport.h) and the slots of the
+ * small-message allreduce (comm_shm_allreduce, below). The name is unlinked
+ * as soon as every local rank has mapped it, so nothing is left in /dev/shm
+ * after a crash.
+ *
+ * Layout: header (4 KiB) | bells [nlocal] | flags [nlocal] (rounded up to
+ * 4 KiB) | slots [2][nlocal][SHM_SLOT_BYTES] | rings [nlocal][nlocal].
  */
 #include "comm/transport/transport.h"
 
@@ -22,6 +27,14 @@
 #define SHM_RING_DEFAULT (512 * 1024)
 
 static size_t ring_stride(uint64_t ring_bytes) { return sizeof(shm_ring) + (size_t)ring_bytes; }
+
+static size_t lines_bytes(int nlocal)
+{
+    size_t b = (size_t)nlocal * (sizeof(shm_bell) + sizeof(shm_flag));
+    return (b + 4095) & ~(size_t)4095;
+}
+
+static size_t slots_bytes(int nlocal) { return 2 * (size_t)nlocal * SHM_SLOT_BYTES; }
 
 static void shm_name(const ai_comm *c, char *name, size_t n)
 {
@@ -121,15 +134,21 @@ ai_status_t comm_shm_setup(ai_comm *c)
     ai_status_t st = ring_size(&rb);
     if (st != AI_OK)
         return st;
-    size_t bytes = SHM_HEADER_BYTES + (size_t)nlocal * (size_t)nlocal * ring_stride(rb);
+    size_t bytes = SHM_HEADER_BYTES + lines_bytes(nlocal) + slots_bytes(nlocal) +
+                   (size_t)nlocal * (size_t)nlocal * ring_stride(rb);
     char name[64];
     shm_name(c, name, sizeof name);
     double deadline = ai_now() + c->timeout_s;
     st = c->local_rank == 0 ? map_create(c, name, bytes, rb) : map_attach(c, name, bytes, deadline);
     if (st != AI_OK)
         return st;
+    unsigned char *base = (unsigned char *)c->tp->shm_base + SHM_HEADER_BYTES;
+    c->tp->bells = (shm_bell *)base;
+    c->tp->flags = (shm_flag *)(base + (size_t)nlocal * sizeof(shm_bell));
+    c->tp->slots = base + lines_bytes(nlocal);
+    c->tp->slot_calls = 0;
     /* Rings are indexed by ordered pair of local indices (from, to). */
-    unsigned char *rings = (unsigned char *)c->tp->shm_base + SHM_HEADER_BYTES;
+    unsigned char *rings = c->tp->slots + slots_bytes(nlocal);
     const int *local = &c->host_ranks[c->host_first[host]];
     for (int b = 0; b < nlocal; b++) {
         comm_peer *p = &c->tp->peers[local[b]];
@@ -144,6 +163,9 @@ ai_status_t comm_shm_setup(ai_comm *c)
         p->tx[0].data = (unsigned char *)p->tx[0].ring + sizeof(shm_ring);
         p->rx[0].data = (unsigned char *)p->rx[0].ring + sizeof(shm_ring);
         p->tx[0].ring_bytes = p->rx[0].ring_bytes = rb;
+        /* Both directions wake the peer: its receive (data came) or its
+         * send (space came). */
+        p->tx[0].bell = p->rx[0].bell = &c->tp->bells[b];
     }
     /* The creator keeps the name until all have attached, bounded by the
      * timeout; past that, unlink anyway so nothing leaks. */
@@ -165,5 +187,124 @@ void comm_shm_close(ai_comm *c)
         munmap(c->tp->shm_base, c->tp->shm_bytes);
         c->tp->shm_base = NULL;
         c->tp->shm = NULL;
+        c->tp->bells = NULL;
+        c->tp->flags = NULL;
+        c->tp->slots = NULL;
     }
 }
+
+ai_status_t comm_shm_check_local(ai_comm *c)
+{
+    struct comm_transport *tp = c->tp;
+    int who = tp->shm ? atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire) : 0;
+    if (who > 0 && who - 1 != c->rank)
+        return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+    const int *local = &c->host_ranks[c->host_first[c->host_of[c->rank]]];
+    for (int b = 0; b < c->local_size; b++) {
+        comm_peer *p = &tp->peers[local[b]];
+        if (local[b] != c->rank && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid))
+            return ai_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", local[b], (int)p->pid);
+    }
+    return AI_OK;
+}
+
+/* ------------------------------------------- the small-message allreduce
+ *
+ * Every rank copies its contribution into its slot, publishes the call's
+ * number in its flag, waits until every local rank's flag shows the call,
+ * and reduces all the slots itself, in rank order: one flag round trip
+ * instead of log2(p) message exchanges, and every rank computes the same
+ * bits (the same order of operations). Longer vectors go through in
+ * SHM_SLOT_BYTES pieces, one call each.
+ *
+ * Two slot sets alternate: call k writes set k % 2, last used by call k-2.
+ * A rank starts call k only after it saw every flag at k-1, and a rank
+ * publishes k-1 only after it has read all of call k-2's slots, so nobody
+ * still reads the set being overwritten. Each rank also describes the call
+ * it wrote into a set (collective sequence number, element count, type):
+ * a rank that finds another's description different has ranks issuing
+ * different collectives, and fails instead of reducing garbage. */
+
+typedef struct slot_wait {
+    int rank; /* the rank waited for */
+} slot_wait;
+
+static ai_status_t slot_check(ai_comm *c, void *ctx)
+{
+    (void)ctx;
+    return comm_shm_check_local(c);
+}
+
+static ai_status_t slot_expired(ai_comm *c, void *ctx, double idle)
+{
+    const slot_wait *w = ctx;
+    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting for rank %d's "
+                   "contribution to allreduce call #%u (shared-memory slots); a peer is stalled or dead",
+                   idle, c->timeout_s, w->rank, c->call_seq);
+}
+
+static const comm_idle_ops slot_ops = {slot_check, slot_expired};
+
+int comm_shm_direct_ok(const ai_comm *c)
+{
+    return c->size > 1 && c->nhosts == 1 && c->tp && c->tp->slots && c->local_size == c->size;
+}
+
+static ai_status_t slot_piece(ai_comm *c, const unsigned char *in, unsigned char *out, size_t count,
+                              ai_dtype dt, ai_op op)
+{
+    struct comm_transport *tp = c->tp;
+    int n = c->local_size, me = c->local_rank;
+    uint32_t call = ++tp->slot_calls;
+    unsigned char *set = tp->slots + (size_t)(call & 1) * (size_t)n * SHM_SLOT_BYTES;
+    memcpy(set + (size_t)me * SHM_SLOT_BYTES, in, count * ai_dtype_size(dt));
+    shm_flag *mine = &tp->flags[me];
+    shm_slot_call *what = &mine->what[call & 1];
+    what->call_seq = c->call_seq;
+    what->count = count;
+    what->dtype_op = (uint32_t)dt << 8 | (uint32_t)op;
+    atomic_store_explicit(&mine->posted, call, memory_order_release);
+    for (int k = 0; k < n; k++)
+        if (k != me)
+            comm_bell_ring(&tp->bells[k]);
+    for (int k = 0; k < n; k++) {
+        shm_flag *f = &tp->flags[k];
+        comm_idle w = {0};
+        slot_wait sw = {c->host_ranks[c->host_first[0] + k]};
+        ai_status_t st = AI_OK;
+        while ((int32_t)(atomic_load_explicit(&f->posted, memory_order_acquire) - call) < 0)
+            if ((st = comm_idle_step(c, &w, &slot_ops, &sw)) != AI_OK)
+                break;
+        comm_idle_reset(c, &w);
+        if (st != AI_OK)
+            return st;
+        /* A rank already in call + 1 writes the other set's description. */
+        const shm_slot_call *theirs = &f->what[call & 1];
+        if (theirs->call_seq != what->call_seq || theirs->count != count ||
+            theirs->dtype_op != what->dtype_op)
+            return comm_abort(c, ai_fail(AI_ERR_PROTO,
+                                         "rank %d is in collective call #%u (%llu elements) while this "
+                                         "rank is in allreduce call #%u (%zu elements, shared-memory "
+                                         "slots): ranks issued different collectives or arguments",
+                                         sw.rank, theirs->call_seq, (unsigned long long)theirs->count,
+                                         c->call_seq, count));
+    }
+    comm_reduce_local(out, set, set + SHM_SLOT_BYTES, count, dt, op);
+    for (int k = 2; k < n; k++)
+        comm_reduce_local(out, out, set + (size_t)k * SHM_SLOT_BYTES, count, dt, op);
+    return AI_OK;
+}
+
+ai_status_t comm_shm_allreduce(ai_comm *c, const void *in, void *out, size_t count, ai_dtype dt,
+                               ai_op op)
+{
+    size_t es = ai_dtype_size(dt), per = SHM_SLOT_BYTES / es;
+    for (size_t base = 0; base < count; base += per) {
+        ai_status_t st = slot_piece(c, (const unsigned char *)in + base * es,
+                                    (unsigned char *)out + base * es, AI_MIN(per, count - base), dt, op);
+        if (st != AI_OK)
+            return st;
+    }
+    return AI_OK;
+}
+
