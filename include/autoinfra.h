@@ -248,6 +248,7 @@ typedef struct ai_node_info {
     int devices;
     double nic_Gbps; /* count x bw, after overrides */
     double nic_latency_us;
+    double speed;    /* compute relative to full speed, (0, 1] (docs/formats.md) */
 } ai_node_info;
 
 typedef struct ai_rack_info {
