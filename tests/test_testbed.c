@@ -161,8 +161,12 @@ static int setup(void **st)
     unsetenv("AUTOINFRA_ADDR");
     unsetenv("AUTOINFRA_HOST");
     unsetenv("TESTBED_MTU"); /* the default, 9000, is checked */
-    lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock_fd >= 0) {
+    /* The lock is taken once for both tests (and held until main ends),
+     * so that the wait is paid once within ctest's time limit. */
+    static int lock_tried;
+    if (!lock_tried++)
+        lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock_tried == 1 && lock_fd >= 0) {
         double give_up = proc_now() + LOCK_WAIT_S;
         int said = 0;
         while (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
@@ -198,10 +202,6 @@ static int teardown(void **st)
     if (pid > 0)
         waitpid(pid, NULL, 0);
     alarm(0);
-    if (lock_fd >= 0) {
-        close(lock_fd);
-        lock_fd = -1;
-    }
     if (tmpdir[0]) {
         char sp[400];
         snprintf(sp, sizeof sp, "%s/speed.json", tmpdir);
@@ -468,5 +468,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_testbed_allreduce_shaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_testbed_speed, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    int failed = cmocka_run_group_tests(tests, NULL, NULL);
+    if (lock_fd >= 0)
+        close(lock_fd);
+    return failed;
 }
