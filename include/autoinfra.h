@@ -293,6 +293,7 @@ typedef struct ai_node_info {
     int devices;
     double nic_Gbps; /* count x bw, after overrides */
     double nic_latency_us;
+    double speed;    /* compute relative to full speed, (0, 1] (docs/formats.md) */
 } ai_node_info;
 
 typedef struct ai_rack_info {
@@ -375,6 +376,52 @@ ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const ch
  * (MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE=PATH); buckets and
  * fingerprint as for the Open MPI export. */
 ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path);
+
+/* --------------------------------------- batch shares (plan/shares.c)
+ * How a global batch of B samples is split over data-parallel ranks of
+ * different speeds, and re-split as the ranks' measured step times say.
+ * Plain C types only, for callers through ctypes.
+ */
+
+/* Integer local batches proportional to throughput[i] (samples/s, or any
+ * relative speed) that sum exactly to global_batch: largest-remainder
+ * rounding, every rank with throughput > 0 at least 1 sample, a rank with
+ * throughput 0 excluded (0 samples). AI_ERR_INVALID when a throughput is
+ * negative or not finite, none is positive, or global_batch is smaller
+ * than the ranks that take part. */
+ai_status_t ai_shares_split(int nranks, const double *throughput, int global_batch,
+                            int *local_batch);
+
+/* Gradient weights w_i = b_i / B (B the sum of the b_i): sum_i w_i x
+ * (rank i's mean gradient over its b_i samples) is the mean over all B
+ * samples, exactly up to float64 rounding. With an averaging allreduce
+ * over P ranks (DDP), rank i scales its mean gradient by P x w_i first. */
+ai_status_t ai_shares_grad_weights(int nranks, const int *local_batch, double *weights);
+
+/* The online balancer: per rank a model of step time t(b) = a + c b
+ * (fixed seconds per step, seconds per sample) fitted to the rank's own
+ * (b, t) observations, and the shares that minimise the largest
+ * predicted step time. hysteresis (0..1, e.g. 0.03): new shares replace
+ * the current ones only when they lower the predicted step time by more
+ * than that fraction. Starts from even shares. */
+typedef struct ai_shares ai_shares;
+ai_status_t ai_shares_create(int nranks, int global_batch, double hysteresis, ai_shares **out);
+void ai_shares_free(ai_shares *shares);
+/* One step of rank `rank`: `batch` samples took `seconds` (compute up to
+ * the gradient reduction, without the time spent waiting for others). */
+ai_status_t ai_shares_observe(ai_shares *shares, int rank, int batch, double seconds);
+/* The fitted model of a rank (AI_ERR_INVALID before its first step);
+ * affine is 1 when a and c were fitted, 0 when too few distinct batch
+ * sizes were seen and t = c b is assumed (a = 0). */
+ai_status_t ai_shares_model(const ai_shares *shares, int rank, double *fixed_s,
+                            double *per_sample_s, int *affine);
+/* Re-balance: local_batch[nranks] receives the shares to run next
+ * (summing to the global batch), *changed 1 when they differ from the
+ * previous ones, *predicted_s the largest predicted step time under them.
+ * Until every rank has been observed the shares stay as they are. */
+ai_status_t ai_shares_rebalance(ai_shares *shares, int *local_batch, int *changed,
+                                double *predicted_s);
+
 
 /* ------------------------------------- clock and sizes (util/misc.c) */
 

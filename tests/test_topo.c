@@ -250,6 +250,52 @@ static void test_numeric_ranges(void **state)
     assert_non_null(strstr(ai_last_error(), "node_groups[1].nic.bw_Gbps: 1e+09 is out of range 0.001..1e+07"));
 }
 
+/* A cpu node's speed: default 1, a group's and an override's, the peaks
+ * scaled by it (so the pools split), and every bad value named by path. */
+static void test_cpu_speed(void **state)
+{
+    (void)state;
+    const char *fmt = "{\"node_groups\": [{\"name\": \"n\", \"count\": 3, \"device\": %s,"
+                      " \"devices_per_node\": 1, %s \"nic\": {\"bw_Gbps\": 1}}]%s}";
+    char text[1024];
+    topo_cluster *c = NULL;
+    snprintf(text, sizeof text, fmt, "\"cpu\"", "", "");
+    assert_int_equal(topo_cluster_load(write_tmp("s0.json", text), &c), AI_OK);
+    assert_true(c->nodes[0].speed == 1 && c->nodes[2].speed == 1);
+    assert_int_equal(c->npools, 1);
+    double peak = c->nodes[0].device.peak_tflops[TOPO_FP32];
+    topo_cluster_free(c);
+
+    snprintf(text, sizeof text, fmt, "\"cpu\"", "\"speed\": 0.5,",
+             ", \"overrides\": [{\"node\": \"n-2\", \"speed\": 0.25}]");
+    assert_int_equal(topo_cluster_load(write_tmp("s1.json", text), &c), AI_OK);
+    assert_true(c->nodes[0].speed == 0.5 && c->nodes[1].speed == 0.5 && c->nodes[2].speed == 0.25);
+    assert_true(c->nodes[0].device.peak_tflops[TOPO_FP32] == 0.5 * peak);
+    assert_true(c->nodes[2].device.peak_tflops[TOPO_FP32] == 0.25 * peak);
+    assert_int_equal(c->npools, 2);
+    topo_cluster_free(c);
+
+    static const struct {
+        const char *device, *group, *extra, *msg;
+    } bad[] = {
+        {"\"cpu\"", "\"speed\": 0,", "", "node_groups[0].speed: 0 is out of range (0, 1]"},
+        {"\"cpu\"", "\"speed\": 1.5,", "", "node_groups[0].speed: 1.5 is out of range (0, 1]"},
+        {"\"cpu\"", "\"speed\": \"half\",", "", "node_groups[0].speed: expected a number"},
+        {"\"cpu\"", "", ", \"overrides\": [{\"node\": \"n-1\", \"speed\": -1}]",
+         "overrides[0].speed: -1 is out of range (0, 1]"},
+        {"\"A100\"", "\"speed\": 0.5,", "", "node_groups[0].speed: speed is for cpu devices"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(text, sizeof text, fmt, bad[i].device, bad[i].group, bad[i].extra);
+        c = NULL;
+        assert_int_equal(topo_cluster_load(write_tmp("s2.json", text), &c), AI_ERR_INVALID);
+        assert_null(c);
+        if (!strstr(ai_last_error(), bad[i].msg))
+            fail_msg("case %zu: '%s' does not say '%s'", i, ai_last_error(), bad[i].msg);
+        assert_non_null(strstr(ai_last_error(), "s2.json: "));
+    }
+}
+
 static void test_model_and_training(void **state)
 {
     (void)state;
@@ -296,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_missing_file),
         cmocka_unit_test(test_error_names_file_and_path),
         cmocka_unit_test(test_pools_overrides_racks_inline),
+        cmocka_unit_test(test_cpu_speed),
         cmocka_unit_test(test_model_and_training),
         cmocka_unit_test(test_unknown_keys),
         cmocka_unit_test(test_numeric_ranges),

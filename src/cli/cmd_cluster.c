@@ -21,7 +21,7 @@ static void usage(FILE *out)
             "nodes   every node after overrides: name, group, devices, NIC Gbit/s (count x bw),\n"
             "        rack; then racks with their uplinks. Text lines are\n"
             "          rack NAME UPLINK_GBPS\n"
-            "          node NAME GROUP DEVICES NIC_GBPS RACK|-\n"
+            "          node NAME GROUP DEVICES NIC_GBPS RACK|- SPEED\n"
             "bound   lower bound (cut argument, docs/runtime.md) on the time of a collective\n"
             "        over one rank per device (or K per node); sizes as in `bench`\n"
             "        (units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, doubling from MIN to MAX).\n");
@@ -55,12 +55,13 @@ static int cmd_nodes(const ai_cluster *cl, int json)
             return fail("node");
         if (json)
             printf("%s{\"name\": \"%s\", \"group\": \"%s\", \"devices\": %d, \"nic_Gbps\": %g, "
-                   "\"nic_latency_us\": %g, \"rack\": %s%s%s}",
+                   "\"nic_latency_us\": %g, \"rack\": %s%s%s, \"speed\": %g}",
                    i ? ", " : "", n.name, n.group, n.devices, n.nic_Gbps, n.nic_latency_us,
-                   n.rack[0] ? "\"" : "", n.rack[0] ? n.rack : "null", n.rack[0] ? "\"" : "");
+                   n.rack[0] ? "\"" : "", n.rack[0] ? n.rack : "null", n.rack[0] ? "\"" : "",
+                   n.speed);
         else
-            printf("node %s %s %d %g %s\n", n.name, n.group, n.devices, n.nic_Gbps,
-                   n.rack[0] ? n.rack : "-");
+            printf("node %s %s %d %g %s %g\n", n.name, n.group, n.devices, n.nic_Gbps,
+                   n.rack[0] ? n.rack : "-", n.speed);
     }
     if (json)
         printf("]}\n");

@@ -24,6 +24,7 @@ ai_status_t ai_cluster_node(const ai_cluster *cl, int index, ai_node_info *out)
     r.devices = g->devices_per_node;
     r.nic_Gbps = n->nic_count * n->nic_bw_Gbps;
     r.nic_latency_us = n->nic_latency_us;
+    r.speed = n->speed;
     *out = r;
     return AI_OK;
 }

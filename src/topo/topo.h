@@ -48,6 +48,7 @@ typedef struct topo_node {
     int nic_count;
     double nic_bw_Gbps;        /* per NIC */
     double nic_latency_us;
+    double speed;              /* compute relative to full speed, (0, 1]; cpu devices only */
     int pool;                  /* index into cluster->pools */
 } topo_node;
 

@@ -337,6 +337,28 @@ static int pool_same(const topo_pool *p, const topo_node *n, const topo_cluster 
            p->devices_per_node == c->groups[n->group].devices_per_node;
 }
 
+/* A node's `speed` (docs/formats.md): the testbed caps a cpu node's
+ * processes at that fraction of a full-speed node's CPU time. Only the
+ * testbed can slow a device, so other devices refuse it (a slower GPU is
+ * described by its own figures). */
+static ai_status_t parse_speed(const spec_ctx *sc, json_t *obj, const char *base, topo_node *n)
+{
+    char path[300];
+    path_key(path, sizeof path, base, "speed");
+    json_t *v = json_object_get(obj, "speed");
+    if (!v || json_is_null(v))
+        return AI_OK;
+    if (!json_is_number(v))
+        return spec_err(sc, path, "expected a number");
+    double d = json_number_value(v);
+    if (!isfinite(d) || d <= 0 || d > 1)
+        return spec_err(sc, path, "%g is out of range (0, 1] (relative to a full-speed node)", d);
+    if (strcasecmp(n->device.name, "cpu") != 0)
+        return spec_err(sc, path, "speed is for cpu devices (the testbed), not '%s'", n->device.name);
+    n->speed = d;
+    return AI_OK;
+}
+
 static ai_status_t cluster_make_pools(topo_cluster *c)
 {
     c->pools = calloc((size_t)c->nnodes, sizeof *c->pools);
@@ -421,7 +443,7 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         }
         topo_group *gr = &c->groups[g];
         if ((st = check_keys(&sc, gj, p, KEYS("name", "count", "devices_per_node", "device", "intra",
-                                              "nic"))) != AI_OK ||
+                                              "nic", "speed"))) != AI_OK ||
             (st = get_name(&sc, gj, p, "name", 1, gr->name)) != AI_OK ||
             (st = get_int(&sc, gj, p, "count", 1, 1, 1000000, &gr->count)) != AI_OK ||
             (st = get_int(&sc, gj, p, "devices_per_node", 1, 1, 4096, &gr->devices_per_node)) != AI_OK)
@@ -465,6 +487,7 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         proto.intra_latency_us = 2;
         proto.nic_latency_us = 5;
         proto.nic_count = 1;
+        proto.speed = 1;
         snprintf(p, sizeof p, "node_groups[%d]", g);
         char dp[300];
         path_key(dp, sizeof dp, p, "device");
@@ -473,7 +496,8 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
             st = spec_err(&sc, dp, "required device (catalog name or object) is missing");
             goto err;
         }
-        if ((st = parse_device(&sc, dj, dp, &proto.device)) != AI_OK)
+        if ((st = parse_device(&sc, dj, dp, &proto.device)) != AI_OK ||
+            (st = parse_speed(&sc, gj, p, &proto)) != AI_OK)
             goto err;
         json_t *intra = NULL, *nic = NULL;
         char ip[300], nicp[300];
@@ -570,7 +594,7 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
                 goto err;
             }
             const char *nname = NULL;
-            if ((st = check_keys(&sc, oj, p, KEYS("node", "nic", "intra", "device"))) != AI_OK ||
+            if ((st = check_keys(&sc, oj, p, KEYS("node", "nic", "intra", "device", "speed"))) != AI_OK ||
                 (st = get_string(&sc, oj, p, "node", 1, &nname)) != AI_OK)
                 goto err;
             int node = cluster_node_find(c, nname);
@@ -627,8 +651,15 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
                     goto err;
                 }
             }
+            if ((st = parse_speed(&sc, oj, p, n)) != AI_OK)
+                goto err;
         }
     }
+    /* A node at speed s computes s times as fast: its peaks scale, so
+     * nodes of different speeds fall into different pools. */
+    for (int i = 0; i < c->nnodes; i++)
+        for (int k = 0; k < TOPO_PREC_COUNT; k++)
+            c->nodes[i].device.peak_tflops[k] *= c->nodes[i].speed;
     if ((st = cluster_make_pools(c)) != AI_OK)
         goto err;
     *out = c;
