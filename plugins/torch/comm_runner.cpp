@@ -119,6 +119,28 @@ void CommRunner::enqueue(std::function<void()> fn, std::function<void(std::excep
   cv_.notify_one();
 }
 
+bool CommRunner::run_inline(const std::function<void()>& fn,
+                            const std::function<void(std::exception_ptr)>& done) {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (running_ || !queue_.empty() || stop_) return false;
+    running_ = true;
+  }
+  std::exception_ptr e;
+  try {
+    fn();
+  } catch (...) {
+    e = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  done(e);
+  return true;
+}
+
 void CommRunner::loop() {
   for (;;) {
     Job job;
@@ -130,17 +152,22 @@ void CommRunner::loop() {
       std::this_thread::yield();
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return stop_ || !queue_.empty(); });
+      cv_.wait(l, [this] { return (stop_ || !queue_.empty()) && !running_; });
       if (queue_.empty()) return;  // stopping, and everything queued has run
       job = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
+      running_ = true;
     }
     std::exception_ptr e;
     try {
       job.fn();
     } catch (...) {
       e = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      running_ = false;
     }
     job.done(e);
   }

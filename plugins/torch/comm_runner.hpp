@@ -31,6 +31,11 @@ enum class Op { Sum, Prod, Min, Max, Avg };
 
 // How long a waiting thread polls (yielding) before it sleeps.
 constexpr int kPollUs = 2000;
+// Calls whose tensors hold at most this many bytes run on the caller's
+// thread when the progress thread is idle (CommRunner::run_inline): their
+// time is the hand-off, and nothing would overlap them. DDP's gradient
+// buckets (25 MiB by default) stay asynchronous, overlapping backward.
+constexpr size_t kInlineBytes = 64 << 10;
 
 class CommRunner {
  public:
@@ -47,6 +52,13 @@ class CommRunner {
   // Queue fn for the progress thread; done(nullptr) or done(exception)
   // follows on that thread once fn returned or threw.
   void enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done);
+  // Run fn and done on the calling thread, if nothing is queued or running
+  // (issue order holds: every later call comes after it). Returns false,
+  // having run nothing, otherwise. A small call waited for at once costs
+  // two thread hand-offs through the progress thread; with ranks sharing
+  // cores each is a wait for a core.
+  bool run_inline(const std::function<void()>& fn,
+                  const std::function<void(std::exception_ptr)>& done);
 
   // Collectives, run on the progress thread (they block until done and
   // throw std::runtime_error naming the peer and cause on failure).
@@ -95,6 +107,7 @@ class CommRunner {
   std::deque<Job> queue_;
   std::atomic<int> queued_{0};
   bool stop_ = false;
+  bool running_ = false;  // a call is running (progress thread or inline)
   std::thread thread_;
 };
 

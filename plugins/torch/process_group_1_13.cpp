@@ -211,8 +211,12 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
 
   c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs,
                                       std::function<void()> fn) {
+    size_t bytes = 0;
+    for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
     auto work = c10::make_intrusive<AutoinfraWork>(getRank(), type, std::move(outputs));
-    runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); });
+    auto done = [work](std::exception_ptr e) { work->complete(e); };
+    if (bytes > kInlineBytes || !runner_->run_inline(fn, done))
+      runner_->enqueue(std::move(fn), std::move(done));
     return work;
   }
 

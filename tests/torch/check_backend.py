@@ -229,6 +229,18 @@ def collectives(rank, n):
     fut = w.get_future()
     w.wait()
     same(fut.value()[0], torch.full((8,), float(n)), "future value")
+    # Small calls run on the caller's thread only while nothing is queued:
+    # behind a large asynchronous one they queue, and issue order holds
+    # (the product of the doubled small tensor is only right in order).
+    big = torch.ones(1 << 20)
+    small = torch.full((4,), 2.0)
+    works = [dist.all_reduce(big, async_op=True)]
+    works.append(dist.all_reduce(small, async_op=True))
+    works.append(dist.all_reduce(small, op=dist.ReduceOp.PRODUCT, async_op=True))
+    for w in works:
+        w.wait()
+    same(big, torch.full((1 << 20,), float(n)), "big before small")
+    same(small, torch.full((4,), float(2 * n) ** n), "small calls in issue order")
     if rank == 0:
         print(f"collectives on {n} ranks: {checked} allreduce cases and the rest agree")
 
