@@ -4,6 +4,7 @@
 // to the runtime's and refuse the rest by name.
 #include "comm_runner.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
@@ -95,6 +96,25 @@ void unflatten(const at::Tensor& flat, std::vector<at::Tensor>& ts) {
 
 }  // namespace
 
+int poll_us() {
+  static const int us = [] {
+    const char* v = std::getenv("AUTOINFRA_TORCH_POLL_US");
+    if (!v || !*v) return 0;
+    char* end = nullptr;
+    long x = std::strtol(v, &end, 10);
+    if (*end || x < 0 || x > 1000000)
+      throw std::runtime_error(std::string("autoinfra: AUTOINFRA_TORCH_POLL_US='") + v +
+                               "': want microseconds, 0 to 1000000");
+    return static_cast<int>(x);
+  }();
+  return us;
+}
+
+void quiet_waits_default() {
+  setenv("AUTOINFRA_SPIN_US", "0", 0);  // 0: a value the user set stays
+  setenv("AUTOINFRA_YIELD_US", "0", 0);
+}
+
 CommRunner::CommRunner(ai_comm* comm)
     : comm_(comm), rank_(ai_comm_rank(comm)), size_(ai_comm_size(comm)) {
   thread_ = std::thread([this] { loop(); });
@@ -147,7 +167,7 @@ void CommRunner::loop() {
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
     // sleeping, since a wake-up from sleep waits for a core.
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
     while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     {

@@ -29,8 +29,17 @@ namespace aitorch {
 // version file maps c10d::ReduceOp to one of these.
 enum class Op { Sum, Prod, Min, Max, Avg };
 
-// How long a waiting thread polls (yielding) before it sleeps.
-constexpr int kPollUs = 2000;
+// How long a waiting thread (the progress thread between calls, a caller
+// in Work::wait) polls, yielding, before it sleeps: AUTOINFRA_TORCH_POLL_US,
+// default 0. Under DDP the communication overlaps the backward pass on the
+// same cores, and a polling thread takes cycles from that compute; a
+// benchmark loop of small calls may want a few hundred us.
+int poll_us();
+
+// Before the communicator exists: the runtime's own waits block at once
+// (AUTOINFRA_SPIN_US=0, AUTOINFRA_YIELD_US=0) unless the user set them,
+// for the same reason.
+void quiet_waits_default();
 // Calls whose tensors hold at most this many bytes run on the caller's
 // thread when the progress thread is idle (CommRunner::run_inline): their
 // time is the hand-off, and nothing would overlap them. DDP's gradient

@@ -41,10 +41,10 @@ class AutoinfraWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  // Poll (yielding) before sleeping on Work's condition variable: most
-  // calls end within kPollUs, and a sleeping waiter waits for a core.
+  // Poll (yielding) poll_us() before sleeping on Work's condition variable
+  // (comm_runner.hpp: 0 by default, the caller sleeps at once).
   bool wait(std::chrono::milliseconds timeout) override {
-    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollUs);
+    auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
     while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     return c10d::Work::wait(timeout);
@@ -271,6 +271,8 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   cfg.size = size;
   cfg.timeout_s = timeout_s;
   cfg.store_host = peer_addr.empty() ? nullptr : peer_addr.c_str();
+  poll_us();  // a bad AUTOINFRA_TORCH_POLL_US fails here, named
+  quiet_waits_default();
   ai_comm* comm = nullptr;
   ai_status_t st;
   {

@@ -364,6 +364,11 @@ static ai_status_t tcp_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *mo
                 return AI_OK;
         }
         size_t pos = r->chan_done[k];
+        /* Done (a direct receive can end the message exactly): no further
+         * recv, which would read the next message's bytes or, from a peer
+         * that finished and closed, an end of stream that is no error. */
+        if (pos == total)
+            return AI_OK;
         ssize_t n;
         if (r->kind == COMM_REQ_RECV && pos >= COMM_HDR_BYTES && pos < COMM_HDR_BYTES + len &&
             ch->bstart == ch->bend) {
