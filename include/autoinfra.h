@@ -97,6 +97,10 @@ typedef struct ai_comm_config {
     double timeout_s;        /* every wait; <= 0: default 30 s */
     int channels;            /* TCP connections per peer pair; <= 0: 2 */
     int no_shm;              /* 1: never use shared memory (all TCP) */
+    int block_waits;         /* 1: waits sleep at once (no TCP polling, no shared-memory
+                              * yielding) unless AUTOINFRA_SPIN_US / AUTOINFRA_YIELD_US
+                              * say otherwise: for callers whose communication overlaps
+                              * their own compute on the same cores (a progress thread) */
 } ai_comm_config;
 
 /* A TCP port for store_port, for launchers: free on `host` (NULL:

@@ -110,11 +110,6 @@ int poll_us() {
   return us;
 }
 
-void quiet_waits_default() {
-  setenv("AUTOINFRA_SPIN_US", "0", 0);  // 0: a value the user set stays
-  setenv("AUTOINFRA_YIELD_US", "0", 0);
-}
-
 CommRunner::CommRunner(ai_comm* comm)
     : comm_(comm), rank_(ai_comm_rank(comm)), size_(ai_comm_size(comm)) {
   thread_ = std::thread([this] { loop(); });

@@ -35,11 +35,6 @@ enum class Op { Sum, Prod, Min, Max, Avg };
 // same cores, and a polling thread takes cycles from that compute; a
 // benchmark loop of small calls may want a few hundred us.
 int poll_us();
-
-// Before the communicator exists: the runtime's own waits block at once
-// (AUTOINFRA_SPIN_US=0, AUTOINFRA_YIELD_US=0) unless the user set them,
-// for the same reason.
-void quiet_waits_default();
 // Calls whose tensors hold at most this many bytes run on the caller's
 // thread when the progress thread is idle (CommRunner::run_inline): their
 // time is the hand-off, and nothing would overlap them. DDP's gradient

@@ -271,8 +271,9 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   cfg.size = size;
   cfg.timeout_s = timeout_s;
   cfg.store_host = peer_addr.empty() ? nullptr : peer_addr.c_str();
+  // The runtime's own waits block too, for the same reason as poll_us().
+  cfg.block_waits = 1;
   poll_us();  // a bad AUTOINFRA_TORCH_POLL_US fails here, named
-  quiet_waits_default();
   ai_comm* comm = nullptr;
   ai_status_t st;
   {

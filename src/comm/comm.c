@@ -195,10 +195,13 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
      * core AUTOINFRA_YIELD_US (bench/results/one-host). A TCP-only wait
      * polls (yielding the core) before it sleeps in poll(): a rank woken
      * from sleep waits for a core, and on a VM for a halted vCPU: measured
-     * in docs/runtime.md, "Waiting". */
+     * in docs/runtime.md, "Waiting". A caller whose compute shares the
+     * cores (block_waits) would lose to either what it saves. */
     double yield_us, spin_us;
-    if ((st = ai_env_double("AUTOINFRA_YIELD_US", DEFAULT_YIELD_US, 0, 1e7, &yield_us)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_SPIN_US", DEFAULT_TCP_SPIN_US, 0, 1e6, &spin_us)) != AI_OK)
+    double yield_def = cfg->block_waits ? 0 : DEFAULT_YIELD_US;
+    double spin_def = cfg->block_waits ? 0 : DEFAULT_TCP_SPIN_US;
+    if ((st = ai_env_double("AUTOINFRA_YIELD_US", yield_def, 0, 1e7, &yield_us)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_SPIN_US", spin_def, 0, 1e6, &spin_us)) != AI_OK)
         goto err;
     tp->yield_s = yield_us * 1e-6;
     tp->tcp_spin_s = spin_us * 1e-6;
