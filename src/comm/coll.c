@@ -160,8 +160,7 @@ static ai_status_t check_comm(const ai_comm *c, ai_coll coll)
         return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", ai_coll_name(coll));
     ai_status_t st = ai_comm_state(c);
     if (st != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", ai_coll_name(coll),
-                       ai_strerror(st));
+        return comm_state_error(c, ai_coll_name(coll));
     return AI_OK;
 }
 

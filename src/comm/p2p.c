@@ -14,8 +14,7 @@ static ai_status_t check(const ai_comm *c, const char *what, int peer, const voi
     if (!c)
         return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", what);
     if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", what,
-                       c->failure[0] ? c->failure : ai_strerror(c->state));
+        return comm_state_error(c, what);
     if (peer < 0 || peer >= c->size || peer == c->rank)
         return ai_fail(AI_ERR_INVALID, "%s: peer %d is not another rank (rank %d of %d)", what,
                        peer, c->rank, c->size);
