@@ -179,6 +179,11 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status);
  * AI_ERR_REVOKED when it was revoked, AI_ERR_ABORTED otherwise; `what`
  * names the call. */
 ai_status_t comm_state_error(const ai_comm *c, const char *what);
+/* At the start of a call: comm_state_error's error if the communicator is
+ * not usable, or the abort or revoke another rank of this host has
+ * published (one load: a call must not complete on a revoked communicator
+ * from contributions its peers posted before they heard of it). */
+ai_status_t comm_usable(ai_comm *c, const char *what);
 
 /* ---------------------------------------- fault tolerance (comm/ft/)
  * The work behind the fault-tolerance section of autoinfra.h (its

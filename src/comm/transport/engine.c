@@ -747,6 +747,19 @@ ai_status_t comm_state_error(const ai_comm *c, const char *what)
                    c->failure[0] ? c->failure : ai_strerror(c->state));
 }
 
+ai_status_t comm_usable(ai_comm *c, const char *what)
+{
+    if (c->state != AI_OK)
+        return comm_state_error(c, what);
+    comm_shm_header *h = c->tp ? c->tp->shm : NULL;
+    if (h && atomic_load_explicit(&h->abort_rank, memory_order_acquire) > 0) {
+        ai_status_t st = comm_ctl_check(c);
+        if (st != AI_OK)
+            return comm_abort(c, st);
+    }
+    return AI_OK;
+}
+
 ai_status_t comm_abort(ai_comm *c, ai_status_t status)
 {
     if (c->state != AI_OK)
