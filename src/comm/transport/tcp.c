@@ -308,9 +308,13 @@ static int mesh_check(void *arg, int fd, const unsigned char *b, size_t len)
     uint32_t magic = COMM_WIRE_ACK_MAGIC;
     if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
         return ai_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
-    if (ctl)
+    if (ctl) {
+        /* Notices and agreement frames are small and answered: no Nagle
+         * wait behind a delayed acknowledgement (40 ms each). */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         p->ctl_fd = fd;
-    else
+    } else
         (void)chan_open(p, chan, fd); /* without its buffer, the check after the loop fails */
     m->expected--;
     return 1;
