@@ -76,6 +76,19 @@ ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out)
     return AI_OK;
 }
 
+int comm_split_hostport(const char *text, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(text, ':');
+    long p;
+    if (!colon || colon == text || (size_t)(colon - text) >= cap ||
+        ai_parse_long(colon + 1, &p) != AI_OK || p < 1 || p > 65535)
+        return -1;
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
 void comm_backoff(int attempt, double deadline)
 {
     double base = 0.01 * (double)(1u << (attempt < 6 ? attempt : 6));
