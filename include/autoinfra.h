@@ -216,10 +216,16 @@ ai_status_t ai_comm_grow(ai_comm *comm, int joiners, double timeout_s, ai_comm *
 ai_status_t ai_comm_join_addr(const ai_comm *comm, char *buf, size_t len);
 
 /* A newcomer joins the job whose rank 0 listens at job_addr ("host:port",
- * from ai_comm_join_addr; NULL: AUTOINFRA_JOIN_ADDR) with cfg->token (NULL:
- * AUTOINFRA_TOKEN), and waits up to cfg->timeout_s for the members' grow.
- * rank, size, store_host and store_port of cfg are unused; host_id,
- * channels and no_shm are as for ai_comm_create. */
+ * from ai_comm_join_addr; NULL: AUTOINFRA_JOIN_ADDR) and waits up to
+ * cfg->timeout_s (<= 0: AUTOINFRA_TIMEOUT, else 30 s) for the members'
+ * grow. It shows the job token: cfg->token, NULL: AUTOINFRA_TOKEN, else
+ * the empty token; it must be the token the members' communicator was
+ * made with (ai_comm_create's cfg->token, NULL meaning empty, which is
+ * also what ai_comm_create_with_store's communicators keep;
+ * ai_comm_create_env's AUTOINFRA_TOKEN, launcher job id or "autoinfra").
+ * rank, size, store_host, store_port and channels of cfg are unused (the
+ * members' channels and no_shm apply); host_id and block_waits are as for
+ * ai_comm_create. */
 ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
 
 /* Degraded peers: the ranks on hosts whose links, as last measured, are

@@ -270,10 +270,19 @@ int cli_bench_ft_main(int argc, char **argv)
         free(col);
         return 1;
     }
-    if (js)
-        fprintf(js, "{\"kind\":\"bench-ft\",\"command\":\"autoinfra bench ft\",\"hosts\":%d,"
-                    "\"timeout_s\":%g,\"repeats\":%d,\"runs\":[",
-                o.hosts, o.timeout_s, o.repeats);
+    if (js) {
+        /* The command that wrote it; the arguments are options and numbers
+         * (a file name with a quote or backslash is written without it). */
+        fprintf(js, "{\"kind\":\"bench-ft\",\"command\":\"autoinfra bench ft");
+        for (int i = 1; i < argc; i++) {
+            fputc(' ', js);
+            for (const char *q = argv[i]; *q; q++)
+                if (*q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+                    fputc(*q, js);
+        }
+        fprintf(js, "\",\"hosts\":%d,\"timeout_s\":%g,\"repeats\":%d,\"runs\":[", o.hosts,
+                o.timeout_s, o.repeats);
+    }
     printf("# autoinfra bench ft: %d repeats, %d host id(s), timeout %g s; medians (max) in ms\n",
            o.repeats, o.hosts, o.timeout_s);
     printf("# %5s %6s", "ranks", "failed");

@@ -378,6 +378,9 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     ai_status_t st = comm_ft_get(c, &ft);
     if (st != AI_OK)
         return st;
+    if (ft->excluded)
+        return ai_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed in an "
+                       "earlier agreement; it must leave", c->rank);
     int n = c->size;
     agree_run a = {.c = c, .epoch = ++ft->epoch, .excluded_by = -1};
     if ((st = state_alloc(&a.me, n)) != AI_OK)
@@ -409,6 +412,7 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     }
     if (a.excluded) {
         leave(c);
+        ft->excluded = 1;
         st = ai_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed (rank %d "
                      "did, in agreement #%u): it stalled or lost its connections; it must leave",
                      c->rank, a.excluded_by, a.epoch);

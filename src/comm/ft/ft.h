@@ -16,6 +16,7 @@
 typedef struct comm_ft {
     uint32_t epoch;         /* agreements run on this communicator */
     int agreed;             /* failed holds an agreed set */
+    int excluded;           /* the others counted this rank failed: it must leave */
     unsigned char *failed;  /* [size] */
 } comm_ft;
 

@@ -415,7 +415,7 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return st;
     if (timeout <= 0)
         timeout = DEFAULT_JOIN_TIMEOUT_S;
-    const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "autoinfra");
+    const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "");
     uint64_t job_hash = comm_token_hash(token);
     uint32_t door, mine;
     if ((st = comm_resolve_ipv4(host, &door)) != AI_OK ||
