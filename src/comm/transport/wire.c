@@ -92,17 +92,23 @@ void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
     hdr12_pack(b, COMM_WIRE_STORE_MAGIC, type, len);
 }
 
-ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
-                                uint32_t *body_len, size_t *need)
+static ai_status_t hdr12_parse(const unsigned char *b, size_t len, uint32_t magic,
+                               const char *not_magic, uint16_t *type, uint32_t *body_len,
+                               size_t *need)
 {
-    ai_status_t st = lead_parse(b, len, COMM_WIRE_STORE_MAGIC, COMM_WIRE_HDR,
-                                "not an autoinfra peer (malformed frame)", need);
+    ai_status_t st = lead_parse(b, len, magic, 12, not_magic, need);
     if (st != AI_OK || *need)
         return st;
     *type = rd16(b + 6);
     *body_len = rd32(b + 8);
-    *need = 0;
     return AI_OK;
+}
+
+ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
+                                uint32_t *body_len, size_t *need)
+{
+    return hdr12_parse(b, len, COMM_WIRE_STORE_MAGIC, "not an autoinfra peer (malformed frame)",
+                       type, body_len, need);
 }
 
 void comm_wire_entry_pack(unsigned char *b, const comm_rank_info *e)
@@ -258,16 +264,12 @@ void comm_wire_ft_hdr_pack(unsigned char *b, uint16_t kind, uint32_t body_len)
 ai_status_t comm_wire_ft_hdr_parse(const unsigned char *b, size_t len, uint16_t *kind,
                                    uint32_t *body_len, size_t *need)
 {
-    ai_status_t st = lead_parse(b, len, COMM_WIRE_FT_MAGIC, COMM_WIRE_FT_HDR,
-                                "malformed control frame (bad magic)", need);
-    if (st != AI_OK || *need)
-        return st;
-    if (rd32(b + 8) > COMM_WIRE_FT_MAX_BODY)
-        return ai_fail(AI_ERR_PROTO, "control frame of %u bytes (at most %u)", rd32(b + 8),
+    ai_status_t st = hdr12_parse(b, len, COMM_WIRE_FT_MAGIC, "malformed control frame (bad magic)",
+                                 kind, body_len, need);
+    if (st == AI_OK && !*need && *body_len > COMM_WIRE_FT_MAX_BODY)
+        return ai_fail(AI_ERR_PROTO, "control frame of %u bytes (at most %u)", *body_len,
                        COMM_WIRE_FT_MAX_BODY);
-    *kind = rd16(b + 6);
-    *body_len = rd32(b + 8);
-    return AI_OK;
+    return st;
 }
 
 size_t comm_wire_joined_pack(unsigned char *b, const comm_wire_joined *j,
