@@ -138,7 +138,7 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
                             const std::function<void(std::exception_ptr)>& done) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (running_ || !queue_.empty() || stop_) return false;
+    if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
     running_ = true;
   }
   std::exception_ptr e;
@@ -156,9 +156,31 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
   return true;
 }
 
+void CommRunner::revoke(const std::string& reason) {
+  std::deque<Job> drained;
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (revoked_.empty())
+      revoked_ = "autoinfra: rank " + std::to_string(rank_) + ": the communicator was revoked" +
+                 (reason.empty() ? "" : ": " + reason);
+    msg = revoked_;
+    drained.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  cv_.notify_all();
+  for (auto& job : drained) job.done(std::make_exception_ptr(std::runtime_error(msg)));
+}
+
+bool CommRunner::revoked() {
+  std::lock_guard<std::mutex> l(mu_);
+  return !revoked_.empty();
+}
+
 void CommRunner::loop() {
   for (;;) {
     Job job;
+    std::string revoked;
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
     // sleeping, since a wake-up from sleep waits for a core.
@@ -173,12 +195,17 @@ void CommRunner::loop() {
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
       running_ = true;
+      revoked = revoked_;
     }
     std::exception_ptr e;
-    try {
-      job.fn();
-    } catch (...) {
-      e = std::current_exception();
+    if (!revoked.empty()) {
+      e = std::make_exception_ptr(std::runtime_error(revoked));
+    } else {
+      try {
+        job.fn();
+      } catch (...) {
+        e = std::current_exception();
+      }
     }
     {
       std::lock_guard<std::mutex> l(mu_);

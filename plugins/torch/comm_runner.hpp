@@ -64,6 +64,15 @@ class CommRunner {
   bool run_inline(const std::function<void()>& fn,
                   const std::function<void(std::exception_ptr)>& done);
 
+  // Every queued call, and every call issued later, completes at once with
+  // an error carrying reason, without reaching the communicator: a job
+  // that replaces this communicator (shrink, grow) after a failure never
+  // waits for work on it. A call already running returns when the
+  // communicator fails it (a failed peer is spread to every rank in
+  // milliseconds, docs/runtime.md "Failures") or at the timeout.
+  void revoke(const std::string& reason);
+  bool revoked();
+
   // Collectives, run on the progress thread (they block until done and
   // throw std::runtime_error naming the peer and cause on failure).
   void allreduce(at::Tensor& t, Op op);
@@ -111,6 +120,7 @@ class CommRunner {
   std::deque<Job> queue_;
   std::atomic<int> queued_{0};
   bool stop_ = false;
+  std::string revoked_;  // the reason, once revoked
   bool running_ = false;  // a call is running (progress thread or inline)
   std::thread thread_;
 };

@@ -194,6 +194,9 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
   }
 
+  void revoke(const std::string& reason) { runner_->revoke(reason); }
+  bool revoked() { return runner_->revoked(); }
+
   // What `auto` runs next for coll at bytes, asked in issue order.
   ai_choice choice(ai_coll coll, size_t bytes) {
     ai_choice c{};
@@ -286,10 +289,24 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   return c10::make_intrusive<ProcessGroupAutoinfra>(std::make_unique<CommRunner>(comm));
 }
 
+ProcessGroupAutoinfra* autoinfra_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                        const char* what) {
+  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
+  TORCH_CHECK(ai, "autoinfra ", what, ": not an autoinfra process group");
+  return ai;
+}
+
+void revoke(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& reason) {
+  autoinfra_group(pg, "revoke")->revoke(reason);
+}
+
+bool revoked(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return autoinfra_group(pg, "revoked")->revoked();
+}
+
 pybind11::dict choice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& coll,
                       size_t bytes) {
-  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
-  TORCH_CHECK(ai, "autoinfra choice: not an autoinfra process group");
+  auto* ai = autoinfra_group(pg, "choice");
   ai_coll k;
   TORCH_CHECK(ai_coll_parse(coll.c_str(), &k) == AI_OK, "autoinfra choice: ", ai_last_error());
   ai_choice c;
@@ -318,5 +335,8 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "A ProcessGroup of the autoinfra backend, bootstrapped through store.");
   m.def("choice", &aitorch::choice, pybind11::arg("group"), pybind11::arg("coll"),
         pybind11::arg("bytes"), "What auto runs next for coll at bytes (ai_comm_choice).");
+  m.def("revoke", &aitorch::revoke, pybind11::arg("group"), pybind11::arg("reason") = "",
+        "Every queued and later call on group fails at once, naming reason.");
+  m.def("revoked", &aitorch::revoked, pybind11::arg("group"), "Whether group was revoked.");
   m.attr("torch_version") = "1.13";
 }
