@@ -45,7 +45,9 @@ typedef enum ai_status {
     AI_ERR_UNSUPPORTED = -8, /* valid request this build cannot serve */
     AI_ERR_INFEASIBLE = -9,  /* no plan satisfies the constraints */
     AI_ERR_ABORTED = -10,    /* communicator failed earlier; unusable */
-    AI_ERR_NOTFOUND = -11    /* unknown name (algorithm, device, file) */
+    AI_ERR_NOTFOUND = -11,   /* unknown name (algorithm, device, file) */
+    AI_ERR_REVOKED = -12     /* communicator revoked (ai_comm_revoke); unusable but for
+                              * agree, failed, shrink and destroy */
 } ai_status_t;
 
 const char *ai_strerror(ai_status_t status);
@@ -161,6 +163,71 @@ ai_status_t ai_comm_link(const ai_comm *comm, int from_host, int to_host,
                          double *bw_GBps, double *lat_us);
 /* A host's bottleneck bandwidth (GB/s) as measured; NaN before a probe. */
 double ai_comm_host_bw_GBps(const ai_comm *comm, int host);
+
+/* ------------------------------ fault tolerance (tune/fault.c)
+ * Living through a failed or stalled rank without restarting the job
+ * (docs/faults.md has the semantics in full and their measured costs).
+ * The usual recovery: a call fails (AI_ERR_PEER, AI_ERR_TIMEOUT,
+ * AI_ERR_REVOKED or AI_ERR_ABORTED); the rank calls ai_comm_revoke so that
+ * every rank's pending call fails too, then ai_comm_shrink on every
+ * survivor, and goes on with the new communicator. The old one only
+ * answers agree, failed, shrink and destroy. */
+
+/* Make every pending and future call on this communicator, on every live
+ * rank, fail fast with AI_ERR_REVOKED (a rank that learned of a failure
+ * first keeps that failure's error). Any rank may call it, alone, any
+ * number of times; it does not wait for the others. */
+ai_status_t ai_comm_revoke(ai_comm *comm);
+
+/* Collective over the live ranks, also on a revoked or failed
+ * communicator: the survivors agree on the bitwise AND of their *flags
+ * (in: this rank's, out: the AND over the survivors) and on the set of
+ * failed ranks (ai_comm_failed), despite ranks dying or stalling during
+ * the agreement; a rank that dies or does not answer within the timeout
+ * is counted failed. Every survivor that returns AI_OK returns the same
+ * flags and failed set. A rank the others counted failed (it stalled)
+ * gets AI_ERR_PEER and must leave. */
+ai_status_t ai_comm_agree(ai_comm *comm, uint64_t *flags);
+
+/* The ranks known failed, ascending: the agreed set after an
+ * ai_comm_agree or ai_comm_shrink, before that what this rank saw die.
+ * Up to max of them in ranks; *n gets how many there are. */
+ai_status_t ai_comm_failed(ai_comm *comm, int *ranks, int max, int *n);
+
+/* Collective over the live ranks: a new communicator of the survivors
+ * (an agreement decides who they are), ranks renumbered in the old order,
+ * its own transports (shared memory among ranks still on one host, TCP
+ * otherwise) built without the rendezvous store, and the learner's state
+ * for its topology fingerprint. The old communicator is left revoked;
+ * destroy it. */
+ai_status_t ai_comm_shrink(ai_comm *comm, ai_comm **out);
+
+/* Collective over all ranks of a healthy communicator: admit `joiners`
+ * newcomers (ai_comm_join) within timeout_s seconds (<= 0: the
+ * communicator's timeout) and return a larger communicator: the members
+ * keep their ranks, the newcomers take ranks size .. size + joiners - 1 in
+ * the order they were admitted. A newcomer with another job token or a
+ * malformed hello is refused and never counted; too few in time: every
+ * member gets AI_ERR_TIMEOUT and the communicator stays as it was. */
+ai_status_t ai_comm_grow(ai_comm *comm, int joiners, double timeout_s, ai_comm **out);
+
+/* The address newcomers pass to ai_comm_join: "ip:port" of rank 0's join
+ * door, the same string on every rank (len >= 22 is enough). */
+ai_status_t ai_comm_join_addr(const ai_comm *comm, char *buf, size_t len);
+
+/* A newcomer joins the job whose rank 0 listens at job_addr ("host:port",
+ * from ai_comm_join_addr; NULL: AUTOINFRA_JOIN_ADDR) with cfg->token (NULL:
+ * AUTOINFRA_TOKEN), and waits up to cfg->timeout_s for the members' grow.
+ * rank, size, store_host and store_port of cfg are unused; host_id,
+ * channels and no_shm are as for ai_comm_create. */
+ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
+
+/* Degraded links: the peers whose traffic the learner found much slower
+ * than it had measured (a drift on a size bucket of calls that cross that
+ * link), up to max in ranks (peers as ranks of this communicator);
+ * *n gets how many there are. The application may exclude them (revoke,
+ * then shrink without them) or go on. Local to this rank. */
+ai_status_t ai_comm_degraded(const ai_comm *comm, int *ranks, int max, int *n);
 
 /* ---------------------------------------------- collectives (comm/coll.c) */
 

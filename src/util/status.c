@@ -20,6 +20,7 @@ const char *ai_strerror(ai_status_t status)
     case AI_ERR_INFEASIBLE: return "infeasible";
     case AI_ERR_ABORTED: return "communicator aborted";
     case AI_ERR_NOTFOUND: return "not found";
+    case AI_ERR_REVOKED: return "communicator revoked";
     }
     return "unknown error";
 }
