@@ -253,19 +253,24 @@ def kill_self(a, rank, step):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def elastic_main(a):
-    """--elastic, --join: the steps through autoinfra.elastic."""
-    if a.join:
-        rank, world = None, None
-    else:
-        rank, world = job_from_env()
+def setup(a):
+    """Threads and seed set; the corpus and its windows."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     try:
         data = read_corpus(a.corpus)
     except OSError as e:
         sys.exit("train: cannot read the corpus %s: %s" % (a.corpus, e.strerror))
-    ds = Windows(data, a.ctx)
+    return data, Windows(data, a.ctx)
+
+
+def elastic_main(a):
+    """--elastic, --join: the steps through autoinfra.elastic."""
+    if a.join:
+        rank, world = None, None
+    else:
+        rank, world = job_from_env()
+    data, ds = setup(a)
     gb = a.global_batch or a.batch * world
     backend = load_backend(a.backend)
     import autoinfra.elastic as elastic
@@ -347,14 +352,7 @@ def main(argv):
     if a.elastic:
         return elastic_main(a)
     rank, world = job_from_env()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
-
-    try:
-        data = read_corpus(a.corpus)
-    except OSError as e:
-        sys.exit("train: cannot read the corpus %s: %s" % (a.corpus, e.strerror))
-    ds = Windows(data, a.ctx)
+    data, ds = setup(a)
     if len(ds) < world * a.batch:
         sys.exit("train: corpus %s has %d bytes, too few for %d ranks x %d windows of %d"
                  % (a.corpus, len(data), world, a.batch, a.ctx + 1))

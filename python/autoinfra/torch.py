@@ -126,6 +126,16 @@ def _lineage_of(group):
     return rec
 
 
+def _attempt(group, timeout, kind):
+    """The next generation of group's lineage, for a shrink ("s") or a grow
+    ("g"): the group, its lineage, the timeout and the generation's keys."""
+    group = _group(group)
+    rec = _lineage_of(group)
+    rec.gen += 1
+    return (group, rec, rec.timeout_s if timeout is None else float(timeout),
+            "%s%d%s/" % (rec.ns, rec.gen, kind))
+
+
 def _new_group(rec, ns, rank, size, timeout_s, peer_addr=None):
     pg = _C.create(dist.PrefixStore(ns + "comm", rec.store), rank, size, timeout_s,
                    _peer_addr() if peer_addr is None else peer_addr)
@@ -165,12 +175,8 @@ def shrink(group=None, failed=(), timeout=None):
     one of them, at most timeout seconds (default the group's), then go on
     with those that called. Raises RuntimeError naming the cause when this
     rank is left out or the new communicator cannot be made."""
-    group = _group(group)
-    rec = _lineage_of(group)
-    timeout_s = rec.timeout_s if timeout is None else float(timeout)
+    group, rec, timeout_s, ns = _attempt(group, timeout, "s")
     rank, size = group.rank(), group.size()
-    rec.gen += 1
-    ns = "%s%ds/" % (rec.ns, rec.gen)
     st = rec.store
     revoke(group, "shrinking to the survivors")
     st.add(ns + "alive/%d" % rank, 1)
@@ -207,12 +213,8 @@ def grow(group, joiners, timeout=None):
     """A new group of group's members (ranks kept) and the next `joiners`
     processes waiting in join(), ranks size..size+joiners-1. Every member
     calls it with the same joiners (pending_joiners as rank 0 saw it)."""
-    group = _group(group)
-    rec = _lineage_of(group)
-    timeout_s = rec.timeout_s if timeout is None else float(timeout)
+    group, rec, timeout_s, ns = _attempt(group, timeout, "g")
     rank, size = group.rank(), group.size()
-    rec.gen += 1
-    ns = "%s%dg/" % (rec.ns, rec.gen)
     if rank == 0:
         first = rec.store.add(rec.ns + "join/admitted", joiners) - joiners
         for i in range(joiners):
