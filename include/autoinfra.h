@@ -164,7 +164,7 @@ ai_status_t ai_comm_link(const ai_comm *comm, int from_host, int to_host,
 /* A host's bottleneck bandwidth (GB/s) as measured; NaN before a probe. */
 double ai_comm_host_bw_GBps(const ai_comm *comm, int host);
 
-/* ------------------------------ fault tolerance (tune/fault.c)
+/* ------------------------------------- fault tolerance (tune/fault.c)
  * Living through a failed or stalled rank without restarting the job
  * (docs/faults.md has the semantics in full and their measured costs).
  * The usual recovery: a call fails (AI_ERR_PEER, AI_ERR_TIMEOUT,
@@ -222,11 +222,15 @@ ai_status_t ai_comm_join_addr(const ai_comm *comm, char *buf, size_t len);
  * channels and no_shm are as for ai_comm_create. */
 ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
 
-/* Degraded links: the peers whose traffic the learner found much slower
- * than it had measured (a drift on a size bucket of calls that cross that
- * link), up to max in ranks (peers as ranks of this communicator);
- * *n gets how many there are. The application may exclude them (revoke,
- * then shrink without them) or go on. Local to this rank. */
+/* Degraded peers: the ranks on hosts whose links, as last measured, are
+ * much slower than the others' (bottleneck bandwidth under half the
+ * median host's, or latency over 4x the median): up to max of them in
+ * ranks, ascending, *n how many there are; none before a probe and on one
+ * host. The learner measures the links again when it sees a drift (a
+ * call much slower than what it learned), so a link that slowed down
+ * shows here after the few calls the drift takes to show. The
+ * application may exclude them (revoke, then shrink with them out, e.g.
+ * by having them leave) or go on. Local to this rank, no communication. */
 ai_status_t ai_comm_degraded(const ai_comm *comm, int *ranks, int max, int *n);
 
 /* ---------------------------------------------- collectives (comm/coll.c) */

@@ -130,25 +130,28 @@ static void test_abort_notice(void **state)
     unsigned char b[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
     char reason[COMM_WIRE_ABORT_REASON_MAX + 1], longer[COMM_WIRE_ABORT_REASON_MAX + 50];
     int32_t origin;
+    int revoked = -1;
     size_t need;
-    size_t n = comm_wire_abort_pack(b, 4, "rank 4 died");
-    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, reason, &need), AI_OK);
+    size_t n = comm_wire_abort_pack(b, 4, 0, "rank 4 died");
+    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, &revoked, reason, &need), AI_OK);
     assert_int_equal(need, strlen("rank 4 died"));
-    assert_int_equal(comm_wire_abort_parse(b, n, &origin, reason, &need), AI_OK);
+    assert_int_equal(comm_wire_abort_parse(b, n, &origin, &revoked, reason, &need), AI_OK);
     assert_int_equal(need, 0);
     assert_int_equal(origin, 4);
     assert_string_equal(reason, "rank 4 died");
+    assert_int_equal(revoked, 0);
     /* A reason past the bound is cut when packed ... */
     memset(longer, 'z', sizeof longer - 1);
     longer[sizeof longer - 1] = '\0';
-    n = comm_wire_abort_pack(b, 1, longer);
+    n = comm_wire_abort_pack(b, 1, 1, longer);
     assert_int_equal(n, sizeof b);
-    assert_int_equal(comm_wire_abort_parse(b, n, &origin, reason, &need), AI_OK);
+    assert_int_equal(comm_wire_abort_parse(b, n, &origin, &revoked, reason, &need), AI_OK);
     assert_int_equal(strlen(reason), COMM_WIRE_ABORT_REASON_MAX);
+    assert_int_equal(revoked, 1); /* a revoke notice: magic "AIRV" */
     /* ... and refused when a peer claims one. */
     uint16_t len = COMM_WIRE_ABORT_REASON_MAX + 1;
     memcpy(b + 6, &len, 2);
-    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, reason, &need),
+    assert_int_equal(comm_wire_abort_parse(b, COMM_WIRE_ABORT_HDR, &origin, &revoked, reason, &need),
                      AI_ERR_PROTO);
 }
 

@@ -37,6 +37,7 @@ static int parse(int which, uint32_t size, const unsigned char *b, size_t len, s
     uint32_t from, to;
     uint16_t chan;
     int32_t origin;
+    int revoked;
     int rejected;
     ai_status_t st;
     *need = 0;
@@ -58,7 +59,7 @@ static int parse(int which, uint32_t size, const unsigned char *b, size_t len, s
         st = comm_wire_data_hello_parse(b, len, FUZZ_TOKEN, &from, &to, &chan, need);
         break;
     default:
-        st = comm_wire_abort_parse(b, len, &origin, reason, need);
+        st = comm_wire_abort_parse(b, len, &origin, &revoked, reason, need);
         if (st == AI_OK && !*need)
             CHECK(strlen(reason) <= COMM_WIRE_ABORT_REASON_MAX);
         break;

@@ -154,15 +154,11 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
 
 /* --------------------------------------------------------- validation */
 
-static ai_status_t check_comm(const ai_comm *c, ai_coll coll)
+static ai_status_t check_comm(ai_comm *c, ai_coll coll)
 {
     if (!c)
         return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", ai_coll_name(coll));
-    ai_status_t st = ai_comm_state(c);
-    if (st != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", ai_coll_name(coll),
-                       ai_strerror(st));
-    return AI_OK;
+    return comm_usable(c, ai_coll_name(coll));
 }
 
 static ai_status_t check_types(ai_coll coll, ai_dtype dt, ai_op op, int has_op)
@@ -273,7 +269,7 @@ static int in_place(const void *sendbuf, const void *recvbuf)
 /* The checks every collective with a send and a receive buffer shares:
  * communicator, type and op, size (count, or count per rank when
  * per_rank), and both buffers. */
-static ai_status_t check_two_bufs(const ai_comm *comm, ai_coll k, const void *sendbuf,
+static ai_status_t check_two_bufs(ai_comm *comm, ai_coll k, const void *sendbuf,
                                   const void *recvbuf, size_t count, ai_dtype dt, ai_op op,
                                   int reduces, int per_rank)
 {

@@ -55,9 +55,15 @@ static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
     return AI_OK;
 }
 
+uint64_t comm_token_hash(const char *token)
+{
+    const char *t = token ? token : "";
+    return ai_hash64(t, strlen(t), 0x6175746f696e6672ULL);
+}
+
 /* This machine: its kernel's boot id (shared by every network namespace
  * and container on it), hashed; the hostname where there is none. */
-static uint64_t machine_id(void)
+uint64_t comm_machine_id(void)
 {
     char id[64] = "";
     FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
@@ -96,44 +102,118 @@ static ai_status_t check_config(const ai_comm_config *cfg, const ai_kv_store *kv
     return AI_OK;
 }
 
+ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_hash,
+                       uint64_t token_hash, ai_comm **out)
+{
+    ai_comm *c = calloc(1, sizeof *c);
+    if (!c || !(c->tp = calloc(1, sizeof *c->tp)) ||
+        !(c->tp->peers = calloc((size_t)size, sizeof(comm_peer)))) {
+        comm_destroy(c);
+        return ai_fail(AI_ERR_NOMEM, "communicator");
+    }
+    c->rank = rank;
+    c->size = size;
+    c->timeout_s = pp->timeout_s;
+    c->channels = pp->channels;
+    c->active_channels = c->channels;
+    c->state = AI_OK;
+    struct comm_transport *tp = c->tp;
+    tp->listen_fd = -1;
+    tp->no_shm = pp->no_shm;
+    tp->yield_s = pp->yield_s;
+    tp->tcp_spin_s = pp->tcp_spin_s;
+    tp->job_hash = job_hash;
+    tp->token_hash = token_hash;
+    tp->blame = -1;
+    tp->abort_origin = -1;
+    for (int j = 0; j < size; j++) {
+        tp->peers[j].ctl_fd = -1;
+        for (int k = 0; k < COMM_MAX_CHANNELS; k++)
+            tp->peers[j].tx[k].fd = tp->peers[j].rx[k].fd = -1;
+    }
+    *out = c;
+    return AI_OK;
+}
+
+ai_status_t comm_build(ai_comm *c, const comm_rank_info *table)
+{
+    struct comm_transport *tp = c->tp;
+    ai_status_t st;
+    if ((st = group_hosts(c, table)) != AI_OK)
+        return st;
+    for (int j = 0; j < c->size; j++) {
+        comm_peer *p = &tp->peers[j];
+        p->pid = table[j].pid;
+        p->addr = table[j].addr;
+        p->port = table[j].port;
+        p->machine = table[j].machine;
+        snprintf(p->host, sizeof p->host, "%s", table[j].host);
+        if (j == c->rank)
+            p->kind = CHAN_NONE;
+        else
+            p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
+    }
+    /* Spinning only pays when every rank on this machine has a core of its
+     * own; oversubscribed, a spinning rank steals the core its peer needs.
+     * Ranks in other network namespaces (other host ids) on this kernel
+     * count too (docs/runtime.md, "Waiting": 3-6% on the testbed's T3). */
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN), here = 0;
+    for (int j = 0; j < c->size; j++)
+        here += table[j].machine == table[c->rank].machine;
+    tp->spin_passes = here > ncpu ? 2 : 2000;
+    if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
+        return st;
+    /* Rank 0 keeps its listener: the communicator's join door (comm/ft/). */
+    if (tp->listen_fd >= 0 && c->rank != 0) {
+        close(tp->listen_fd);
+        tp->listen_fd = -1;
+    }
+    return AI_OK;
+}
+
+ai_status_t comm_wait_params(int block_waits, comm_params *pp)
+{
+    /* Before it blocks on its doorbell a shared-memory wait yields the
+     * core AUTOINFRA_YIELD_US (bench/results/one-host). A TCP-only wait
+     * polls (yielding the core) before it sleeps in poll(): a rank woken
+     * from sleep waits for a core, and on a VM for a halted vCPU: measured
+     * in docs/runtime.md, "Waiting". A caller whose compute shares the
+     * cores (block_waits) would lose to either what it saves. */
+    double yield_us, spin_us;
+    ai_status_t st;
+    double yield_def = block_waits ? 0 : DEFAULT_YIELD_US;
+    double spin_def = block_waits ? 0 : DEFAULT_TCP_SPIN_US;
+    if ((st = ai_env_double("AUTOINFRA_YIELD_US", yield_def, 0, 1e7, &yield_us)) != AI_OK ||
+        (st = ai_env_double("AUTOINFRA_SPIN_US", spin_def, 0, 1e6, &spin_us)) != AI_OK)
+        return st;
+    pp->yield_s = yield_us * 1e-6;
+    pp->tcp_spin_s = spin_us * 1e-6;
+    return AI_OK;
+}
+
 static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out)
 {
     ai_status_t st = check_config(cfg, kv);
     if (st != AI_OK)
         return st;
-    ai_comm *c = calloc(1, sizeof *c);
+    ai_comm *c = NULL;
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
-    if (!c || !table) {
-        st = ai_fail(AI_ERR_NOMEM, "communicator");
+    if (!table)
+        return ai_fail(AI_ERR_NOMEM, "communicator");
+    comm_params pp = {
+        .timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S,
+        .channels = cfg->channels > 0 ? cfg->channels : DEFAULT_CHANNELS,
+        .no_shm = cfg->no_shm,
+    };
+    if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK)
         goto err;
-    }
-    c->rank = cfg->rank;
-    c->size = cfg->size;
-    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S;
-    c->channels = cfg->channels > 0 ? cfg->channels : DEFAULT_CHANNELS;
-    c->active_channels = c->channels;
-    c->state = AI_OK;
+    uint64_t job_hash = comm_token_hash(cfg->token);
+    if ((st = comm_alloc(cfg->rank, cfg->size, &pp, job_hash, job_hash, &c)) != AI_OK)
+        goto err;
     ai_log_set_rank(c->rank);
-
-    c->tp = calloc(1, sizeof *c->tp);
-    if (!c->tp || !(c->tp->peers = calloc((size_t)c->size, sizeof(comm_peer)))) {
-        st = ai_fail(AI_ERR_NOMEM, "communicator");
-        goto err;
-    }
     struct comm_transport *tp = c->tp;
-    tp->listen_fd = -1;
-    tp->no_shm = cfg->no_shm;
-    const char *token = cfg->token ? cfg->token : "";
-    tp->token_hash = ai_hash64(token, strlen(token), 0x6175746f696e6672ULL);
-    tp->blame = -1;
-    tp->abort_origin = -1;
-    for (int j = 0; j < c->size; j++) {
-        tp->peers[j].ctl_fd = -1;
-        for (int k = 0; k < COMM_MAX_CHANNELS; k++)
-            tp->peers[j].tx[k].fd = tp->peers[j].rx[k].fd = -1;
-    }
 
-    comm_rank_info self = {.pid = (int32_t)getpid(), .machine = machine_id()};
+    comm_rank_info self = {.pid = (int32_t)getpid(), .machine = comm_machine_id()};
     if (cfg->host_id)
         snprintf(self.host, sizeof self.host, "%s", cfg->host_id);
     else if (gethostname(self.host, sizeof self.host - 1) != 0)
@@ -170,47 +250,8 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     } else {
         table[0] = self;
     }
-    if ((st = group_hosts(c, table)) != AI_OK)
+    if ((st = comm_build(c, table)) != AI_OK)
         goto err;
-    for (int j = 0; j < c->size; j++) {
-        comm_peer *p = &tp->peers[j];
-        p->pid = table[j].pid;
-        p->addr = table[j].addr;
-        p->port = table[j].port;
-        snprintf(p->host, sizeof p->host, "%s", table[j].host);
-        if (j == c->rank)
-            p->kind = CHAN_NONE;
-        else
-            p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
-    }
-    /* Spinning only pays when every rank on this machine has a core of its
-     * own; oversubscribed, a spinning rank steals the core its peer needs.
-     * Ranks in other network namespaces (other host ids) on this kernel
-     * count too (docs/runtime.md, "Waiting": 3-6% on the testbed's T3). */
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN), here = 0;
-    for (int j = 0; j < c->size; j++)
-        here += table[j].machine == self.machine;
-    tp->spin_passes = here > ncpu ? 2 : 2000;
-    /* Before it blocks on its doorbell a shared-memory wait yields the
-     * core AUTOINFRA_YIELD_US (bench/results/one-host). A TCP-only wait
-     * polls (yielding the core) before it sleeps in poll(): a rank woken
-     * from sleep waits for a core, and on a VM for a halted vCPU: measured
-     * in docs/runtime.md, "Waiting". A caller whose compute shares the
-     * cores (block_waits) would lose to either what it saves. */
-    double yield_us, spin_us;
-    double yield_def = cfg->block_waits ? 0 : DEFAULT_YIELD_US;
-    double spin_def = cfg->block_waits ? 0 : DEFAULT_TCP_SPIN_US;
-    if ((st = ai_env_double("AUTOINFRA_YIELD_US", yield_def, 0, 1e7, &yield_us)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_SPIN_US", spin_def, 0, 1e6, &spin_us)) != AI_OK)
-        goto err;
-    tp->yield_s = yield_us * 1e-6;
-    tp->tcp_spin_s = spin_us * 1e-6;
-    if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
-        goto err;
-    if (tp->listen_fd >= 0) {
-        close(tp->listen_fd);
-        tp->listen_fd = -1;
-    }
     free(table);
     *out = c;
     return AI_OK;
@@ -232,6 +273,7 @@ void comm_destroy(ai_comm *c)
         return;
     if (c->tuner.release)
         c->tuner.release(c->tuner.ctx);
+    comm_ft_free(c);
     if (c->tp) {
         comm_tcp_close(c);
         comm_shm_close(c);

@@ -152,6 +152,7 @@ struct ai_comm {
     const char *auto_cache[AI_COLL_COUNT][64];
     unsigned links_gen;  /* incremented whenever links are (re)measured */
     comm_tuner tuner;    /* all NULL: no learner */
+    struct comm_ft *ft;  /* agreement state (comm/ft/), NULL until the first */
 };
 
 /* The communicator proper (comm.c). The public communicator section of
@@ -170,8 +171,35 @@ void comm_destroy(ai_comm *c);
  * outside the kernel's ephemeral range, -1 if none. */
 int comm_tcp_free_port(const char *host);
 
-/* Mark failed (first error wins), tell peers, return `status`. */
+/* Mark failed (first error wins), tell peers, return `status`. A status
+ * of AI_ERR_REVOKED (or a failure adopted from a revoke) tells them it is
+ * a revoke. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);
+/* The error of a call on a communicator that is no longer usable:
+ * AI_ERR_REVOKED when it was revoked, AI_ERR_ABORTED otherwise; `what`
+ * names the call. */
+ai_status_t comm_state_error(const ai_comm *c, const char *what);
+/* At the start of a call: comm_state_error's error if the communicator is
+ * not usable, or the abort or revoke another rank of this host has
+ * published (one load: a call must not complete on a revoked communicator
+ * from contributions its peers posted before they heard of it). */
+ai_status_t comm_usable(ai_comm *c, const char *what);
+
+/* ---------------------------------------- fault tolerance (comm/ft/)
+ * The work behind the fault-tolerance section of autoinfra.h (its
+ * semantics are documented there and in docs/faults.md); the public
+ * wrappers in tune/fault.c attach the learner to what shrink, grow and
+ * join return. */
+ai_status_t comm_ft_revoke(ai_comm *c);
+/* aux: a second per-rank value agreed along (shrink's new ports); out
+ * NULL or [size]: every rank's aux as agreed (failed ranks' 0). */
+ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *aux_out);
+ai_status_t comm_ft_failed(const ai_comm *c, int *ranks, int max, int *n);
+ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out);
+ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **out);
+ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len);
+ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
+void comm_ft_free(ai_comm *c);
 
 /* ------------------------------------------------------------ algorithms */
 

@@ -8,14 +8,14 @@
  */
 #include "comm/transport/transport.h"
 
-static ai_status_t check(const ai_comm *c, const char *what, int peer, const void *buf,
+static ai_status_t check(ai_comm *c, const char *what, int peer, const void *buf,
                          size_t bytes)
 {
     if (!c)
         return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", what);
-    if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", what,
-                       c->failure[0] ? c->failure : ai_strerror(c->state));
+    ai_status_t st = comm_usable(c, what);
+    if (st != AI_OK)
+        return st;
     if (peer < 0 || peer >= c->size || peer == c->rank)
         return ai_fail(AI_ERR_INVALID, "%s: peer %d is not another rank (rank %d of %d)", what,
                        peer, c->rank, c->size);

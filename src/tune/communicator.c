@@ -13,7 +13,7 @@
 #include <math.h>
 
 /* c is only valid when st is AI_OK; on failure nothing is left. */
-static ai_status_t with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
+ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
 {
     if (st != AI_OK)
         return st;
@@ -30,14 +30,14 @@ ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     ai_comm *c = NULL;
     ai_status_t st = comm_create(cfg, &c);
-    return with_learner(st, c, out);
+    return tune_with_learner(st, c, out);
 }
 
 ai_status_t ai_comm_create_env(ai_comm **out)
 {
     ai_comm *c = NULL;
     ai_status_t st = comm_create_env(&c);
-    return with_learner(st, c, out);
+    return tune_with_learner(st, c, out);
 }
 
 ai_status_t ai_comm_create_with_store(const ai_comm_config *cfg, const ai_kv_store *kv,
@@ -45,7 +45,7 @@ ai_status_t ai_comm_create_with_store(const ai_comm_config *cfg, const ai_kv_sto
 {
     ai_comm *c = NULL;
     ai_status_t st = comm_create_store(cfg, kv, &c);
-    return with_learner(st, c, out);
+    return tune_with_learner(st, c, out);
 }
 
 void ai_comm_destroy(ai_comm *c)
@@ -72,7 +72,7 @@ ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
 ai_status_t ai_comm_probe(ai_comm *c, int refresh)
 {
     if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
+        return comm_state_error(c, "link probe");
     c->call_seq++;
     const comm_links *l;
     ai_status_t st = comm_links_get(c, refresh, &l);

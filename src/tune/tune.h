@@ -39,6 +39,10 @@ typedef struct tune_bucket_info {
  * installs c->tuner unless AUTOINFRA_TUNE=0; reads the AUTOINFRA_TUNE_*
  * settings and fails on a bad one, leaving c as it was. */
 ai_status_t tune_learner_attach(ai_comm *c);
+/* A public communicator from comm's (tune/communicator.c): when st is
+ * AI_OK, the learner attached to c and c into *out; c destroyed if that
+ * fails. On a failed st, st (c is not looked at). */
+ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out);
 
 /* Open a knowledge base for the learner's writer (rank 0). It never waits
  * for a lock another process holds (the learner opens it inside a

@@ -35,7 +35,7 @@ typedef struct bs_store {
     int njoined;
 } bs_store;
 
-static void bs_answer(int fd, const char *why)
+void comm_store_refuse(int fd, const char *why)
 {
     unsigned char b[COMM_WIRE_HDR + COMM_WIRE_REASON_MAX];
     size_t n = strlen(why) < COMM_WIRE_REASON_MAX ? strlen(why) : COMM_WIRE_REASON_MAX;
@@ -80,7 +80,7 @@ static ai_status_t store_serve(const ai_comm_config *cfg, uint64_t token_hash, i
     }
     for (int r = 0; r < cfg->size; r++)
         s.fd[r] = -1;
-    comm_gate_init(g, lfd, "rendezvous", bs_check, bs_answer, &s);
+    comm_gate_init(g, lfd, "rendezvous", bs_check, comm_store_refuse, &s);
     while (s.njoined < cfg->size) {
         double now = ai_now();
         if (now >= deadline) {

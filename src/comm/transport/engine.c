@@ -251,54 +251,14 @@ static ai_status_t shm_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *mo
 
 /* ----------------------------------------------------------------- TCP */
 
-/* The abort notice peer p left on its control connection: waits up to
- * NOTICE_GRACE_S for it or for the connection's end. 1 with origin and
- * reason filled, 0 if there is none. */
-static int notice_read(const comm_peer *p, int32_t *origin, char *reason)
-{
-    unsigned char buf[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
-    size_t got = 0, need = COMM_WIRE_ABORT_HDR;
-    double end = ai_now() + NOTICE_GRACE_S;
-    if (p->ctl_fd < 0)
-        return 0;
-    while (need > 0) {
-        ssize_t k = recv(p->ctl_fd, buf + got, need, MSG_DONTWAIT);
-        if (k > 0) {
-            got += (size_t)k;
-            if (comm_wire_abort_parse(buf, got, origin, reason, &need) != AI_OK)
-                return 0;
-            continue;
-        }
-        if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            return 0;
-        int ms = (int)((end - ai_now()) * 1000);
-        struct pollfd pfd = {.fd = p->ctl_fd, .events = POLLIN};
-        if (ms <= 0 || poll(&pfd, 1, ms) == 0)
-            return 0;
-    }
-    return 1;
-}
-
-/* This rank learned from rank `via` that rank `origin` failed first. */
-static ai_status_t adopt(ai_comm *c, int32_t origin, const char *reason, int via, const char *how)
-{
-    struct comm_transport *tp = c->tp;
-    if (origin < 0 || origin >= c->size)
-        origin = via; /* a notice from a trusted peer, but keep names real */
-    tp->abort_origin = origin;
-    snprintf(tp->abort_reason, sizeof tp->abort_reason, "%s", reason);
-    tp->blame = origin;
-    return ai_fail(AI_ERR_PEER, "rank %d (host %s) failed first: %s [rank %d %s]", origin,
-                   peer_host(c, origin), reason, via, how);
-}
-
 static ai_status_t tcp_error(ai_comm *c, const comm_req *r, ssize_t n, const char *what)
 {
     int err = errno, peer = r->peer;
-    int32_t origin;
-    char reason[COMM_WIRE_ABORT_REASON_MAX + 1];
-    if (notice_read(&c->tp->peers[peer], &origin, reason))
-        return adopt(c, origin, reason, peer, "aborted because of it and closed its connections");
+    comm_peer *p = &c->tp->peers[peer];
+    if (comm_ctl_notice(c, peer, NOTICE_GRACE_S))
+        return comm_ctl_adopt(c, p->notice_origin, p->notice_reason, p->notice_revoked, peer,
+                              p->notice_revoked ? "revoked it and closed its connections"
+                                                : "aborted because of it and closed its connections");
     c->tp->blame = peer;
     if (n == 0)
         return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
@@ -480,16 +440,9 @@ int comm_proc_is_dead(pid_t pid)
 static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
 {
     struct comm_transport *tp = c->tp;
-    if (tp->shm) {
-        int who = atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire);
-        if (who > 0 && who - 1 != c->rank) {
-            char reason[COMM_ABORT_REASON_MAX + 1];
-            memcpy(reason, tp->shm->abort_reason, sizeof reason);
-            reason[COMM_ABORT_REASON_MAX] = '\0';
-            return adopt(c, tp->shm->abort_origin, reason, who - 1,
-                         "on this host aborted because of it");
-        }
-    }
+    ai_status_t st = comm_ctl_check(c); /* notices: this host's and every peer's */
+    if (st != AI_OK)
+        return st;
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
         if (!reqs[i].done && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
@@ -647,7 +600,7 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
 static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w)
 {
     if (c->state != AI_OK)
-        return ai_fail(AI_ERR_ABORTED, "communicator failed earlier: %s", c->failure);
+        return comm_state_error(c, "wait");
     struct comm_transport *tp = c->tp;
     double idle_since = 0, last_check = 0;
     int idle = 0;
@@ -786,6 +739,27 @@ ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
     return AI_OK;
 }
 
+ai_status_t comm_state_error(const ai_comm *c, const char *what)
+{
+    if (c->state == AI_ERR_REVOKED)
+        return ai_fail(AI_ERR_REVOKED, "%s: communicator revoked (%s)", what, c->failure);
+    return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", what,
+                   c->failure[0] ? c->failure : ai_strerror(c->state));
+}
+
+ai_status_t comm_usable(ai_comm *c, const char *what)
+{
+    if (c->state != AI_OK)
+        return comm_state_error(c, what);
+    comm_shm_header *h = c->tp ? c->tp->shm : NULL;
+    if (h && atomic_load_explicit(&h->abort_rank, memory_order_acquire) > 0) {
+        ai_status_t st = comm_ctl_check(c);
+        if (st != AI_OK)
+            return comm_abort(c, st);
+    }
+    return AI_OK;
+}
+
 ai_status_t comm_abort(ai_comm *c, ai_status_t status)
 {
     if (c->state != AI_OK)
@@ -795,6 +769,10 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     struct comm_transport *tp = c->tp;
     if (!tp)
         return status;
+    /* A revoke, this rank's own or adopted, travels on as a revoke: every
+     * rank that hears of it fails with AI_ERR_REVOKED and tells the others
+     * (a flood, so it reaches everyone even if the revoking rank dies). */
+    int revoked = status == AI_ERR_REVOKED || tp->abort_revoked;
     /* Tell everyone who failed first and how: a rank that learned it from
      * a peer passes the original on; one that found it names the peer its
      * error blamed (or itself). */
@@ -806,17 +784,20 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
         int32_t expected = 0;
         if (atomic_compare_exchange_strong(&tp->shm->abort_rank, &expected, -1)) {
             tp->shm->abort_origin = origin;
+            tp->shm->abort_revoked = revoked;
             snprintf(tp->shm->abort_reason, sizeof tp->shm->abort_reason, "%s", reason);
             atomic_store_explicit(&tp->shm->abort_rank, c->rank + 1, memory_order_release);
         }
     }
     unsigned char notice[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];
-    size_t len = comm_wire_abort_pack(notice, origin, reason);
+    size_t len = comm_wire_abort_pack(notice, origin, revoked, reason);
     /* The notice goes out before the data connections close: a peer that
      * sees them close finds it waiting. Then shut TCP connections down so
-     * peers blocked on us fail now instead of at their timeout. */
+     * peers blocked on us fail now instead of at their timeout. Every
+     * peer gets it, on this host too: one blocked on a third rank sees it
+     * at its next liveness check (comm_ctl_check). */
     for (int i = 0; i < c->size; i++)
-        if (tp->peers[i].kind == CHAN_TCP && tp->peers[i].ctl_fd >= 0)
+        if (tp->peers[i].ctl_fd >= 0 && !tp->peers[i].ctl_dead)
             (void)!send(tp->peers[i].ctl_fd, notice, len, MSG_DONTWAIT | MSG_NOSIGNAL);
     for (int i = 0; i < c->size; i++) {
         comm_peer *p = &tp->peers[i];

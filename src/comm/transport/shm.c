@@ -83,6 +83,7 @@ static ai_status_t map_create(ai_comm *c, const char *name, size_t bytes, uint64
     h->nlocal = c->local_size;
     atomic_store(&h->attached, 1);
     atomic_store(&h->abort_rank, 0);
+    h->abort_revoked = 0;
     atomic_store_explicit(&h->ready, 1, memory_order_release);
     c->tp->shm_base = base;
     c->tp->shm_bytes = bytes;
@@ -196,9 +197,9 @@ void comm_shm_close(ai_comm *c)
 ai_status_t comm_shm_check_local(ai_comm *c)
 {
     struct comm_transport *tp = c->tp;
-    int who = tp->shm ? atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire) : 0;
-    if (who > 0 && who - 1 != c->rank)
-        return ai_fail(AI_ERR_PEER, "rank %d on this host aborted the job", who - 1);
+    ai_status_t st = comm_ctl_check(c); /* an abort or revoke, here or anywhere */
+    if (st != AI_OK)
+        return st;
     const int *local = &c->host_ranks[c->host_first[c->host_of[c->rank]]];
     for (int b = 0; b < c->local_size; b++) {
         comm_peer *p = &tp->peers[local[b]];

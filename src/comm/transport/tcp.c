@@ -303,7 +303,7 @@ static int mesh_check(void *arg, int fd, const unsigned char *b, size_t len)
         return ai_fail(AI_ERR_PROTO, "unexpected rank numbers"), -1;
     comm_peer *p = &c->tp->peers[from];
     int ctl = chan == COMM_WIRE_CTL_CHAN;
-    if (p->kind != CHAN_TCP || (ctl ? p->ctl_fd >= 0 : chan >= p->nchan || p->tx[chan].fd >= 0))
+    if (ctl ? p->ctl_fd >= 0 : (p->kind != CHAN_TCP || chan >= p->nchan || p->tx[chan].fd >= 0))
         return ai_fail(AI_ERR_PROTO, "unexpected or duplicate channel"), -1;
     uint32_t magic = COMM_WIRE_ACK_MAGIC;
     if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
@@ -323,15 +323,18 @@ ai_status_t comm_tcp_mesh(ai_comm *c)
     mesh_accept m = {.c = c};
     for (int j = 0; j < c->size; j++) {
         comm_peer *p = &tp->peers[j];
-        if (p->kind != CHAN_TCP)
+        if (p->kind == CHAN_NONE)
             continue;
-        p->nchan = c->channels;
+        /* Shared-memory pairs get the control connection only. */
+        int nchan = p->kind == CHAN_TCP ? c->channels : 0;
+        if (p->kind == CHAN_TCP)
+            p->nchan = c->channels;
         if (j > c->rank) {
-            m.expected += c->channels + 1;
+            m.expected += nchan + 1;
             continue;
         }
-        for (int k = 0; k <= c->channels; k++) {
-            int fd = -1, ctl = k == c->channels;
+        for (int k = 0; k <= nchan; k++) {
+            int fd = -1, ctl = k == nchan;
             ai_status_t st = chan_connect(c, j, ctl ? COMM_WIRE_CTL_CHAN : (uint16_t)k, deadline, &fd);
             if (st == AI_OK && ctl)
                 p->ctl_fd = fd;
@@ -353,8 +356,8 @@ ai_status_t comm_tcp_mesh(ai_comm *c)
             char missing[256] = "";
             size_t len = 0;
             for (int j = c->rank + 1; j < c->size && len < sizeof missing - 16; j++)
-                if (tp->peers[j].kind == CHAN_TCP &&
-                    (tp->peers[j].tx[tp->peers[j].nchan - 1].fd < 0 || tp->peers[j].ctl_fd < 0))
+                if (tp->peers[j].ctl_fd < 0 || (tp->peers[j].kind == CHAN_TCP &&
+                                                tp->peers[j].tx[tp->peers[j].nchan - 1].fd < 0))
                     len += (size_t)snprintf(missing + len, sizeof missing - len, " %d", j);
             st = ai_fail(AI_ERR_TIMEOUT, "timed out after %.1f s waiting for connections from ranks%s",
                          c->timeout_s, missing);
@@ -393,5 +396,8 @@ void comm_tcp_close(ai_comm *c)
             close(p->ctl_fd);
         }
         p->ctl_fd = -1;
+        free(p->ctl_buf);
+        p->ctl_buf = NULL;
+        p->ctl_len = p->ctl_cap = 0;
     }
 }

@@ -76,8 +76,20 @@ typedef struct comm_peer {
     char host[COMM_HOST_MAX];
     uint32_t addr;                    /* IPv4, network order */
     uint16_t port;                    /* data listen port, host order */
-    int ctl_fd;                       /* TCP peers: the control connection
-                                       * (abort notices), -1 for others */
+    uint64_t machine;                 /* comm_rank_info.machine */
+    int ctl_fd;                       /* the pair's control connection (abort
+                                       * and revoke notices, agreement; every
+                                       * pair has one, shared memory or not),
+                                       * -1 for self or once it failed */
+    /* Control bytes received and not yet consumed (ctl.c): notices are
+     * taken out as they complete, agreement frames wait for the agreement. */
+    unsigned char *ctl_buf;
+    size_t ctl_len, ctl_cap;
+    int ctl_dead;                     /* the connection ended or failed */
+    int notice;                       /* 1: this peer's abort notice arrived */
+    int notice_revoked;               /* ... and it was a revoke */
+    int32_t notice_origin;
+    char notice_reason[COMM_ABORT_REASON_MAX + 1];
     /* Posting order per direction: requests take places at posting, and
      * only the request whose place is next may move. */
     uint64_t tx_posted, tx_next, rx_posted, rx_next;
@@ -94,6 +106,7 @@ typedef struct comm_shm_header {
                                  * notice below is complete */
     _Atomic int32_t ready;
     int32_t abort_origin;       /* the rank that failed first */
+    int32_t abort_revoked;      /* 1: the notice is a revoke (ai_comm_revoke) */
     char abort_reason[COMM_ABORT_REASON_MAX + 1]; /* and how */
 } comm_shm_header;
 
@@ -128,13 +141,15 @@ struct comm_transport {
     size_t shm_bytes;
     comm_shm_header *shm;
     char token_hash_hex[17];
-    uint64_t token_hash;
+    uint64_t token_hash;    /* this communicator's: hellos, shared-memory names */
+    uint64_t job_hash;      /* the job token's, kept by shrink and grow: joiners show it */
     int no_shm;
     /* What this rank tells its peers when it aborts: the rank that failed
      * first (as far as this rank knows) and the cause. An error naming a
      * peer sets blame before it returns; comm_abort takes it. */
     int blame;              /* -1: this rank itself */
     int abort_origin;
+    int abort_revoked;      /* what this rank learned or did was a revoke */
     char abort_reason[COMM_ABORT_REASON_MAX + 1];
 };
 
@@ -154,6 +169,10 @@ typedef struct comm_rank_info {
  * from). */
 ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash,
                            comm_rank_info *self, comm_rank_info *table);
+
+/* bootstrap.c: answer a refused hello with a REJECT frame naming why
+ * (best effort, never blocks); a comm_gate answer function. */
+void comm_store_refuse(int fd, const char *why);
 
 /* bootstrap.c: the same table exchanged through a key-value store the
  * caller shares with every rank (ai_comm_create_with_store). *nonce gets
@@ -207,6 +226,52 @@ void comm_gate_close(comm_gate *g);
 ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out);
 /* A short pause before the attempt-th retry, growing to 0.5 s, jittered. */
 void comm_backoff(int attempt, double deadline);
+
+/* comm.c: a communicator from a rank table, for creation, shrink, grow
+ * and join alike. comm_alloc: the object with its transport, nothing
+ * connected (peers' fds -1). comm_build: hosts grouped from the table,
+ * then the TCP mesh and shared memory, through tp->listen_fd (which this
+ * rank opened on table[rank]'s address and port); rank 0 keeps that
+ * listener open as the communicator's join door (ai_comm_join_addr), the
+ * others close it. On failure the caller destroys c. */
+typedef struct comm_params {
+    double timeout_s;
+    int channels, no_shm;
+    double yield_s, tcp_spin_s;
+} comm_params;
+ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_hash,
+                       uint64_t token_hash, ai_comm **out);
+ai_status_t comm_build(ai_comm *c, const comm_rank_info *table);
+/* The waits' spin and yield times (AUTOINFRA_SPIN_US, _YIELD_US, else the
+ * defaults for block_waits 0 or 1) into pp. */
+ai_status_t comm_wait_params(int block_waits, comm_params *pp);
+/* The hash a job token is known by (NULL: ""), and this machine's id
+ * (comm_rank_info.machine). */
+uint64_t comm_token_hash(const char *token);
+uint64_t comm_machine_id(void);
+
+/* ctl.c: the control connections. comm_ctl_pump reads what peer's
+ * connection has without blocking, takes notices out (peer->notice) and
+ * keeps the rest; AI_ERR_PEER once it ended (ctl_dead). comm_ctl_check:
+ * every peer pumped, the first notice found (or the host's shared-memory
+ * one) adopted as this rank's failure, as the engine's liveness checks do;
+ * AI_OK when there is none. comm_ctl_notice: wait up to grace_s for
+ * peer's notice; 1 if it came. */
+ai_status_t comm_ctl_pump(ai_comm *c, int peer);
+ai_status_t comm_ctl_check(ai_comm *c);
+int comm_ctl_notice(ai_comm *c, int peer, double grace_s);
+/* The failure a notice tells this rank: origin failed first for reason
+ * (AI_ERR_PEER), or revoked (AI_ERR_REVOKED), learned via `via`. */
+ai_status_t comm_ctl_adopt(ai_comm *c, int32_t origin, const char *reason, int revoked, int via,
+                           const char *how);
+/* A whole frame of magic `magic` at the front of peer's kept bytes:
+ * 1 with *frame and *len (header included) set; consume with
+ * comm_ctl_consume. 0 when none is complete. */
+int comm_ctl_frame(ai_comm *c, int peer, const unsigned char **frame, size_t *len);
+void comm_ctl_consume(ai_comm *c, int peer, size_t len);
+/* Send a whole control frame before deadline; AI_ERR_PEER (ctl_dead set)
+ * if the connection failed. */
+ai_status_t comm_ctl_send(ai_comm *c, int peer, const void *frame, size_t len, double deadline);
 
 /* shm.c */
 ai_status_t comm_shm_setup(ai_comm *c);

@@ -210,9 +210,9 @@ ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint6
     return AI_OK;
 }
 
-size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason)
+size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, int revoked, const char *reason)
 {
-    uint32_t magic = COMM_WIRE_ABORT_MAGIC;
+    uint32_t magic = revoked ? COMM_WIRE_REVOKE_MAGIC : COMM_WIRE_ABORT_MAGIC;
     uint16_t version = COMM_PROTO_VERSION;
     size_t n = strlen(reason);
     if (n > COMM_WIRE_ABORT_REASON_MAX)
@@ -227,15 +227,100 @@ size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason
 }
 
 ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *origin,
-                                  char *reason, size_t *need)
+                                  int *revoked, char *reason, size_t *need)
 {
-    ai_status_t st = lead_parse(b, len, COMM_WIRE_ABORT_MAGIC, COMM_WIRE_ABORT_HDR,
-                                "malformed abort notice (bad magic)", need);
+    /* "AIAB" and "AIRV" part at their third byte. */
+    int rv = len >= 3 && b[2] == (unsigned char)'R';
+    ai_status_t st = lead_parse(b, len, rv ? COMM_WIRE_REVOKE_MAGIC : COMM_WIRE_ABORT_MAGIC,
+                                COMM_WIRE_ABORT_HDR, "malformed abort notice (bad magic)", need);
     if (st != AI_OK || *need)
         return st;
     st = text_parse(b, len, COMM_WIRE_ABORT_HDR, rd16(b + 6), COMM_WIRE_ABORT_REASON_MAX,
                     "abort notice reason", reason, need);
-    if (st == AI_OK && !*need)
+    if (st == AI_OK && !*need) {
         *origin = (int32_t)rd32(b + 8);
+        *revoked = rv;
+    }
     return st;
+}
+
+void comm_wire_ft_hdr_pack(unsigned char *b, uint16_t kind, uint32_t body_len)
+{
+    uint32_t magic = COMM_WIRE_FT_MAGIC;
+    uint16_t version = COMM_PROTO_VERSION;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 2);
+    memcpy(b + 6, &kind, 2);
+    memcpy(b + 8, &body_len, 4);
+}
+
+ai_status_t comm_wire_ft_hdr_parse(const unsigned char *b, size_t len, uint16_t *kind,
+                                   uint32_t *body_len, size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_FT_MAGIC, COMM_WIRE_FT_HDR,
+                                "malformed control frame (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
+    if (rd32(b + 8) > COMM_WIRE_FT_MAX_BODY)
+        return ai_fail(AI_ERR_PROTO, "control frame of %u bytes (at most %u)", rd32(b + 8),
+                       COMM_WIRE_FT_MAX_BODY);
+    *kind = rd16(b + 6);
+    *body_len = rd32(b + 8);
+    return AI_OK;
+}
+
+size_t comm_wire_joined_pack(unsigned char *b, const comm_wire_joined *j,
+                             const comm_rank_info *table)
+{
+    size_t body = COMM_WIRE_JOINED_FIXED + (size_t)j->size * COMM_WIRE_ENTRY;
+    comm_wire_hdr_pack(b, COMM_WIRE_JOINED, (uint32_t)body);
+    unsigned char *p = b + COMM_WIRE_HDR;
+    memcpy(p, &j->rank, 4);
+    memcpy(p + 4, &j->size, 4);
+    memcpy(p + 8, &j->nonce, 8);
+    memcpy(p + 16, &j->channels, 4);
+    memcpy(p + 20, &j->no_shm, 4);
+    for (uint32_t i = 0; i < j->size; i++)
+        comm_wire_entry_pack(p + COMM_WIRE_JOINED_FIXED + (size_t)i * COMM_WIRE_ENTRY, &table[i]);
+    return COMM_WIRE_HDR + body;
+}
+
+ai_status_t comm_wire_joined_parse(const unsigned char *b, size_t len, uint32_t max_size,
+                                   comm_wire_joined *j, comm_rank_info *table, char *why,
+                                   int *rejected, size_t *need)
+{
+    uint16_t type;
+    uint32_t body;
+    *rejected = 0;
+    ai_status_t st = comm_wire_hdr_parse(b, len, &type, &body, need);
+    if (st != AI_OK || *need)
+        return st;
+    if (type == COMM_WIRE_REJECT) {
+        st = text_parse(b, len, COMM_WIRE_HDR, body, COMM_WIRE_REASON_MAX, "refusal reason", why,
+                        need);
+        if (st == AI_OK && !*need)
+            *rejected = 1;
+        return st;
+    }
+    if (type != COMM_WIRE_JOINED)
+        return ai_fail(AI_ERR_PROTO, "join answered with frame type %u", (unsigned)type);
+    if (body < COMM_WIRE_JOINED_FIXED)
+        return ai_fail(AI_ERR_PROTO, "join answer of %u bytes", body);
+    if (len < COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED)
+        return more(len, COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED, need);
+    const unsigned char *p = b + COMM_WIRE_HDR;
+    uint32_t r = rd32(p), n = rd32(p + 4), ch = rd32(p + 16), ns = rd32(p + 20);
+    if (n < 2 || n > max_size || r >= n ||
+        body != COMM_WIRE_JOINED_FIXED + (uint64_t)n * COMM_WIRE_ENTRY)
+        return ai_fail(AI_ERR_PROTO, "join answer with rank %u of %u ranks (%u bytes)", r, n, body);
+    if (ch < 1 || ch > COMM_MAX_CHANNELS || ns > 1)
+        return ai_fail(AI_ERR_PROTO, "join answer with %u channels, no_shm %u", ch, ns);
+    if (len < COMM_WIRE_HDR + body)
+        return more(len, COMM_WIRE_HDR + body, need);
+    for (uint32_t i = 0; i < n; i++)
+        comm_wire_entry_unpack(p + COMM_WIRE_JOINED_FIXED + (size_t)i * COMM_WIRE_ENTRY, &table[i]);
+    *j = (comm_wire_joined){.rank = r, .size = n, .nonce = rd64(p + 8), .channels = ch,
+                            .no_shm = ns};
+    *need = 0;
+    return AI_OK;
 }

@@ -22,8 +22,17 @@
  * the 4 bytes "AIOK"; a connection closed without them was not accepted and
  * is retried.
  *
- * Abort notice (control connection): magic "AIAB" | version u16 |
- * reason length u16 | origin rank i32 | reason.
+ * Abort notice (control connection): magic "AIAB" ("AIRV": a revoke) |
+ * version u16 | reason length u16 | origin rank i32 | reason.
+ *
+ * Fault-tolerance frames (control connection; comm/ft/): magic "AIFT" |
+ * version u16 | kind u16 | body length u32 | body, the body the ft room's
+ * (agreement state, grow entries and tables).
+ *
+ * Join (a newcomer to rank 0's join door): a HELLO store frame with rank
+ * COMM_WIRE_JOIN_RANK and size 0; answered by REJECT or by
+ *   JOINED rank u32 | size u32 | nonce u64 | channels u32 | no_shm u32 |
+ *          size entries.
  */
 #ifndef AI_COMM_WIRE_H
 #define AI_COMM_WIRE_H
@@ -37,10 +46,16 @@
 #define COMM_WIRE_DATA_MAGIC 0x50444941u  /* "AIDP" */
 #define COMM_WIRE_ACK_MAGIC 0x4b4f4941u   /* "AIOK" */
 #define COMM_WIRE_ABORT_MAGIC 0x42414941u /* "AIAB" */
+#define COMM_WIRE_REVOKE_MAGIC 0x56524941u /* "AIRV" */
+#define COMM_WIRE_FT_MAGIC 0x54464941u     /* "AIFT" */
+#define COMM_WIRE_FT_HDR 12
+#define COMM_WIRE_FT_MAX_BODY (1u << 24)
+#define COMM_WIRE_JOIN_RANK 0xffffffffu
 
 #define COMM_WIRE_HELLO 1
 #define COMM_WIRE_TABLE 2
 #define COMM_WIRE_REJECT 3
+#define COMM_WIRE_JOINED 4
 
 #define COMM_WIRE_HDR 12
 #define COMM_WIRE_ENTRY (4 + 2 + 2 + 4 + 8 + COMM_HOST_MAX)
@@ -95,9 +110,31 @@ ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint6
 
 /* An abort notice into b (at least COMM_WIRE_ABORT_HDR +
  * COMM_WIRE_ABORT_REASON_MAX bytes); returns its length. */
-size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, const char *reason);
+size_t comm_wire_abort_pack(unsigned char *b, int32_t origin, int revoked, const char *reason);
 /* reason: COMM_WIRE_ABORT_REASON_MAX + 1 bytes, NUL-terminated. */
 ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *origin,
-                                  char *reason, size_t *need);
+                                  int *revoked, char *reason, size_t *need);
+
+/* A fault-tolerance frame's header into b (COMM_WIRE_FT_HDR bytes). */
+void comm_wire_ft_hdr_pack(unsigned char *b, uint16_t kind, uint32_t body_len);
+/* Its parse: magic, version, a body length of at most COMM_WIRE_FT_MAX_BODY. */
+ai_status_t comm_wire_ft_hdr_parse(const unsigned char *b, size_t len, uint16_t *kind,
+                                   uint32_t *body_len, size_t *need);
+
+/* The JOINED answer's fixed part: the newcomer's rank, the grown size,
+ * the nonce of the grown communicator's name, the members' settings. */
+typedef struct comm_wire_joined {
+    uint32_t rank, size;
+    uint64_t nonce;
+    uint32_t channels, no_shm;
+} comm_wire_joined;
+#define COMM_WIRE_JOINED_FIXED 24
+size_t comm_wire_joined_pack(unsigned char *b, const comm_wire_joined *j,
+                             const comm_rank_info *table);
+/* The JOINED answer: j->size (at most max_size) entries into
+ * table[max_size]; a REJECT as for comm_wire_reply_parse. */
+ai_status_t comm_wire_joined_parse(const unsigned char *b, size_t len, uint32_t max_size,
+                                   comm_wire_joined *j, comm_rank_info *table, char *why,
+                                   int *rejected, size_t *need);
 
 #endif

@@ -1,0 +1,494 @@
+/*
+ * New communicators from an old one (docs/faults.md): shrink to the
+ * survivors, grow by newcomers, and a newcomer's join.
+ *
+ * None of them needs the rendezvous store (whose rank 0 may be the dead
+ * rank): every rank already knows every other rank's address, pid and
+ * host from the old communicator's table, and each opens a fresh listener
+ * for the new one's mesh. Shrink agrees on the survivors and their new
+ * ports in one agreement (the port is each rank's aux value). Grow goes
+ * through rank 0: the members send it their new entries over the control
+ * connections, newcomers present the job token's hash at its join door
+ * (its data listener, kept open for the communicator's life, whose address
+ * every rank knows), and rank 0 sends everyone the grown table. A new
+ * communicator's name (hellos, shared-memory segment) is the job token's
+ * hash mixed with the agreement's number (shrink) or rank 0's nonce
+ * (grow), so it never meets the old one's.
+ */
+#include "comm/ft/ft.h"
+#include "comm/transport/wire.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define DEFAULT_JOIN_TIMEOUT_S 30.0
+#define DEFAULT_JOIN_CHANNELS 2
+
+static comm_params params_of(const ai_comm *c)
+{
+    return (comm_params){.timeout_s = c->timeout_s, .channels = c->channels,
+                         .no_shm = c->tp->no_shm, .yield_s = c->tp->yield_s,
+                         .tcp_spin_s = c->tp->tcp_spin_s};
+}
+
+/* A fresh listener on the address the job knows this rank by. */
+static ai_status_t listen_again(const ai_comm *c, int *fd, uint16_t *port)
+{
+    uint32_t addr = c->tp->peers[c->rank].addr;
+    if (addr == 0)
+        addr = htonl(INADDR_LOOPBACK);
+    *port = 0;
+    return comm_tcp_listen(addr, fd, port);
+}
+
+static comm_rank_info entry_of(const ai_comm *c, int j, uint16_t port)
+{
+    const comm_peer *p = &c->tp->peers[j];
+    comm_rank_info e = {.addr = p->addr ? p->addr : htonl(INADDR_LOOPBACK), .port = port,
+                        .pid = p->pid, .machine = p->machine};
+    snprintf(e.host, sizeof e.host, "%s", p->host);
+    return e;
+}
+
+/* The new communicator from its table; lfd (this rank's listener) is
+ * taken over, closed on failure too. */
+static ai_status_t build(const comm_params *pp, int rank, int size, uint64_t job_hash,
+                         uint64_t token_hash, int lfd, const comm_rank_info *table, ai_comm **out)
+{
+    ai_comm *nc = NULL;
+    ai_status_t st = comm_alloc(rank, size, pp, job_hash, token_hash, &nc);
+    if (st != AI_OK) {
+        close(lfd);
+        return st;
+    }
+    nc->tp->listen_fd = lfd;
+    if ((st = comm_build(nc, table)) != AI_OK) {
+        comm_destroy(nc);
+        return st;
+    }
+    ai_log_set_rank(rank);
+    *out = nc;
+    return AI_OK;
+}
+
+/* ---------------------------------------------------------------- shrink */
+
+ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
+{
+    int n = c->size, lfd = -1;
+    uint16_t port;
+    ai_status_t st = listen_again(c, &lfd, &port);
+    if (st != AI_OK)
+        return ai_fail_prefix(st, "rank %d: shrink", c->rank);
+    uint64_t flags = 0, *ports = calloc((size_t)n, sizeof *ports);
+    comm_rank_info *table = calloc((size_t)n, sizeof *table);
+    if (!ports || !table) {
+        st = ai_fail(AI_ERR_NOMEM, "shrink");
+        goto err;
+    }
+    if ((st = comm_ft_agree(c, &flags, port, ports)) != AI_OK)
+        goto err;
+    /* Whoever has not heard of the failure yet hears it now; the old
+     * communicator answers only agree, failed, shrink and destroy. */
+    if (c->state == AI_OK) {
+        ai_fail(AI_ERR_REVOKED, "shrunk into a new communicator");
+        comm_abort(c, AI_ERR_REVOKED);
+    }
+    int size = 0, rank = -1;
+    for (int j = 0; j < n; j++) {
+        if (c->ft->failed[j])
+            continue;
+        if (j == c->rank)
+            rank = size;
+        table[size++] = entry_of(c, j, (uint16_t)ports[j]);
+    }
+    uint64_t token = ai_hash64(&c->ft->epoch, sizeof c->ft->epoch, c->tp->token_hash ^ 0x5348524bULL);
+    comm_params pp = params_of(c);
+    st = build(&pp, rank, size, c->tp->job_hash, token, lfd, table, out);
+    lfd = -1;
+    if (st != AI_OK)
+        goto err;
+    free(ports);
+    free(table);
+    return AI_OK;
+err:
+    if (lfd >= 0)
+        close(lfd);
+    free(ports);
+    free(table);
+    return ai_fail_prefix(st, "rank %d of %d: shrink", c->rank, n);
+}
+
+/* ------------------------------------------------------------------ grow */
+
+typedef struct grow_door {
+    uint64_t job_hash;
+    int want, got;
+    int *fd;                /* [want] admitted newcomers' connections */
+    comm_rank_info *entry;  /* [want] */
+} grow_door;
+
+static int door_check(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    grow_door *d = arg;
+    comm_wire_hello h;
+    size_t need;
+    if (comm_wire_hello_parse(b, len, d->job_hash, &h, &need) != AI_OK)
+        return -1;
+    if (need)
+        return 0;
+    if (h.rank != COMM_WIRE_JOIN_RANK || h.size != 0)
+        return ai_fail(AI_ERR_PROTO, "a rank's rendezvous hello, not a join (this is a running "
+                       "job's join door)"), -1;
+    if (d->got == d->want)
+        return ai_fail(AI_ERR_PROTO, "the job admits no more newcomers now"), -1;
+    d->entry[d->got] = h.entry;
+    d->fd[d->got++] = fd;
+    return 1;
+}
+
+/* Body of a GROW_TABLE frame: status i32 | size u32 | nonce u64 | reason[128] | entries. */
+#define GROW_REASON 128
+#define GROW_FIXED (16 + GROW_REASON)
+
+static ai_status_t send_table(ai_comm *c, int j, ai_status_t status, const char *why,
+                              uint64_t nonce, const comm_rank_info *table, int size,
+                              double deadline)
+{
+    int ns = status == AI_OK ? size : 0;
+    size_t body = GROW_FIXED + (size_t)ns * COMM_WIRE_ENTRY;
+    unsigned char *f = calloc(1, COMM_WIRE_FT_HDR + body);
+    if (!f)
+        return ai_fail(AI_ERR_NOMEM, "grow table");
+    comm_wire_ft_hdr_pack(f, FT_KIND_GROW_TABLE, (uint32_t)body);
+    int32_t s32 = status;
+    uint32_t u = (uint32_t)ns;
+    memcpy(f + COMM_WIRE_FT_HDR, &s32, 4);
+    memcpy(f + COMM_WIRE_FT_HDR + 4, &u, 4);
+    memcpy(f + COMM_WIRE_FT_HDR + 8, &nonce, 8);
+    snprintf((char *)f + COMM_WIRE_FT_HDR + 16, GROW_REASON, "%s", why ? why : "");
+    for (int i = 0; i < ns; i++)
+        comm_wire_entry_pack(f + COMM_WIRE_FT_HDR + GROW_FIXED + (size_t)i * COMM_WIRE_ENTRY,
+                             &table[i]);
+    ai_status_t st = comm_ctl_send(c, j, f, COMM_WIRE_FT_HDR + body, deadline);
+    free(f);
+    return st;
+}
+
+/* Wait for peer j's next control frame of `kind`, until deadline. */
+static ai_status_t ctl_await(ai_comm *c, int j, uint16_t kind, double deadline,
+                             const unsigned char **frame, size_t *len)
+{
+    for (;;) {
+        ai_status_t pst = comm_ctl_pump(c, j);
+        while (comm_ctl_frame(c, j, frame, len)) {
+            uint16_t k;
+            memcpy(&k, *frame + 6, 2);
+            if (k == kind)
+                return AI_OK;
+            comm_ctl_consume(c, j, *len); /* a leftover agreement frame */
+        }
+        if (pst != AI_OK)
+            return ai_fail(AI_ERR_PEER, "rank %d's control connection ended", j);
+        double left = deadline - ai_now();
+        if (left <= 0)
+            return ai_fail(AI_ERR_TIMEOUT, "rank %d did not answer in time", j);
+        struct pollfd pfd = {.fd = c->tp->peers[j].ctl_fd, .events = POLLIN};
+        (void)poll(&pfd, 1, (int)AI_MIN(left * 1000 + 1, 100));
+    }
+}
+
+/* Rank 0: the members' entries and `joiners` newcomers, into table. */
+static ai_status_t grow_gather(ai_comm *c, grow_door *d, comm_rank_info *table, double deadline)
+{
+    int n = c->size, have = 1;
+    unsigned char *in = calloc((size_t)n, 1);
+    comm_gate *g = malloc(sizeof *g);
+    ai_status_t st = AI_OK;
+    if (!in || !g) {
+        st = ai_fail(AI_ERR_NOMEM, "grow");
+        goto out;
+    }
+    comm_gate_init(g, c->tp->listen_fd, "join door", door_check, comm_store_refuse, d);
+    while (have < n || d->got < d->want) {
+        for (int j = 1; j < n; j++) {
+            const unsigned char *f;
+            size_t len;
+            if (in[j])
+                continue;
+            ai_status_t pst = comm_ctl_pump(c, j);
+            while (!in[j] && comm_ctl_frame(c, j, &f, &len)) {
+                uint16_t k;
+                memcpy(&k, f + 6, 2);
+                if (k == FT_KIND_GROW_ENTRY && len == COMM_WIRE_FT_HDR + COMM_WIRE_ENTRY) {
+                    comm_wire_entry_unpack(f + COMM_WIRE_FT_HDR, &table[j]);
+                    in[j] = 1;
+                    have++;
+                }
+                comm_ctl_consume(c, j, len);
+            }
+            if (!in[j] && pst != AI_OK) {
+                st = ai_fail(AI_ERR_PEER, "member rank %d left during the grow", j);
+                goto out;
+            }
+        }
+        double left = deadline - ai_now();
+        if (left <= 0) {
+            st = ai_fail(AI_ERR_TIMEOUT, "%d of %d newcomers and %d of %d members arrived within "
+                         "the grow's timeout", d->got, d->want, have, n);
+            goto out;
+        }
+        if ((st = comm_gate_pass(g, (int)AI_MIN(left * 1000 + 1, 20))) != AI_OK)
+            goto out;
+    }
+    for (int i = 0; i < d->got; i++)
+        table[n + i] = d->entry[i];
+out:
+    if (g)
+        comm_gate_close(g);
+    free(g);
+    free(in);
+    return st;
+}
+
+ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **out)
+{
+    if (c->state != AI_OK)
+        return comm_state_error(c, "grow");
+    if (joiners < 1 || joiners > COMM_WIRE_MAX_RANKS - c->size)
+        return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; want 1 or more", joiners);
+    if (c->size == 1 && c->tp->listen_fd < 0)
+        return ai_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
+                       "no join door (create it with size > 1, or shrink into it)");
+    int n = c->size, size = n + joiners, lfd = -1;
+    double wait = timeout_s > 0 ? timeout_s : c->timeout_s;
+    double deadline = ai_now() + wait;
+    uint16_t port;
+    uint64_t nonce = 0;
+    comm_rank_info *table = calloc((size_t)size, sizeof *table);
+    grow_door d = {.job_hash = c->tp->job_hash, .want = joiners};
+    d.fd = malloc((size_t)joiners * sizeof *d.fd);
+    d.entry = calloc((size_t)joiners, sizeof *d.entry);
+    ai_status_t st = AI_OK;
+    if (!table || !d.fd || !d.entry) {
+        st = ai_fail(AI_ERR_NOMEM, "grow");
+        goto out;
+    }
+    if ((st = listen_again(c, &lfd, &port)) != AI_OK)
+        goto out;
+    comm_rank_info mine = entry_of(c, c->rank, port);
+    if (c->rank != 0) {
+        unsigned char f[COMM_WIRE_FT_HDR + COMM_WIRE_ENTRY];
+        comm_wire_ft_hdr_pack(f, FT_KIND_GROW_ENTRY, COMM_WIRE_ENTRY);
+        comm_wire_entry_pack(f + COMM_WIRE_FT_HDR, &mine);
+        const unsigned char *t;
+        size_t len;
+        if ((st = comm_ctl_send(c, 0, f, sizeof f, deadline)) != AI_OK ||
+            (st = ctl_await(c, 0, FT_KIND_GROW_TABLE, deadline + c->timeout_s, &t, &len)) != AI_OK)
+            goto out;
+        int32_t s32;
+        uint32_t ns;
+        memcpy(&s32, t + COMM_WIRE_FT_HDR, 4);
+        memcpy(&ns, t + COMM_WIRE_FT_HDR + 4, 4);
+        memcpy(&nonce, t + COMM_WIRE_FT_HDR + 8, 8);
+        if (s32 != AI_OK) {
+            char why[GROW_REASON];
+            snprintf(why, sizeof why, "%s", (const char *)t + COMM_WIRE_FT_HDR + 16);
+            comm_ctl_consume(c, 0, len);
+            st = ai_fail(s32 < 0 && s32 > -100 ? (ai_status_t)s32 : AI_ERR_PROTO,
+                         "rank 0 could not grow the communicator: %s", why);
+            goto out;
+        }
+        if (ns != (uint32_t)size || len != COMM_WIRE_FT_HDR + GROW_FIXED + (size_t)ns * COMM_WIRE_ENTRY) {
+            comm_ctl_consume(c, 0, len);
+            st = ai_fail(AI_ERR_PROTO, "rank 0 sent a grown table of %u ranks, want %d", ns, size);
+            goto out;
+        }
+        for (int i = 0; i < size; i++)
+            comm_wire_entry_unpack(t + COMM_WIRE_FT_HDR + GROW_FIXED + (size_t)i * COMM_WIRE_ENTRY,
+                                   &table[i]);
+        comm_ctl_consume(c, 0, len);
+    } else {
+        table[0] = mine;
+        st = grow_gather(c, &d, table, deadline);
+        if (st == AI_OK && getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
+            nonce = ai_hash64(&deadline, sizeof deadline, (uint64_t)getpid());
+        const char *why = st == AI_OK ? NULL : ai_last_error();
+        char reason[GROW_REASON];
+        snprintf(reason, sizeof reason, "%s", why ? why : "");
+        double until = ai_now() + c->timeout_s;
+        for (int j = 1; j < n; j++)
+            (void)send_table(c, j, st, reason, nonce, table, size, until);
+        for (int i = 0; i < d.got; i++) {
+            if (st == AI_OK) {
+                comm_wire_joined jn = {.rank = (uint32_t)(n + i), .size = (uint32_t)size,
+                                       .nonce = nonce, .channels = (uint32_t)c->channels,
+                                       .no_shm = (uint32_t)c->tp->no_shm};
+                unsigned char *b = malloc(COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED +
+                                          (size_t)size * COMM_WIRE_ENTRY);
+                ai_status_t wst = b ? comm_sock_write_full(d.fd[i], b, comm_wire_joined_pack(b, &jn, table),
+                                                           until)
+                                    : AI_ERR_NOMEM;
+                free(b);
+                if (wst != AI_OK)
+                    ai_log(AI_LOG_WARN, "grow: could not send newcomer %d its table", n + i);
+            } else {
+                comm_store_refuse(d.fd[i], reason);
+            }
+        }
+        if (st != AI_OK)
+            goto out;
+    }
+    comm_params pp = params_of(c);
+    uint64_t token = ai_hash64(&nonce, sizeof nonce, c->tp->job_hash);
+    st = build(&pp, c->rank, size, c->tp->job_hash, token, lfd, table, out);
+    lfd = -1;
+out:
+    for (int i = 0; i < d.got; i++)
+        close(d.fd[i]);
+    if (lfd >= 0)
+        close(lfd);
+    free(d.fd);
+    free(d.entry);
+    free(table);
+    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d of %d: grow by %d", c->rank, n, joiners);
+}
+
+/* ------------------------------------------------------------------ join */
+
+ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len)
+{
+    if (!c || !buf)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: NULL communicator or buffer");
+    const comm_peer *p = &c->tp->peers[0];
+    if (c->size == 1 && c->tp->listen_fd < 0)
+        return ai_fail(AI_ERR_UNSUPPORTED, "a communicator of one rank created alone has no join door");
+    char ip[INET_ADDRSTRLEN];
+    uint32_t addr = p->addr ? p->addr : htonl(INADDR_LOOPBACK);
+    inet_ntop(AF_INET, &addr, ip, sizeof ip);
+    if ((size_t)snprintf(buf, len, "%s:%u", ip, (unsigned)p->port) >= len)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short", len);
+    return AI_OK;
+}
+
+/* One attempt at the door: 1 retry (closed unanswered), 0 answered, <0 error. */
+static ai_status_t knock(uint32_t addr, uint16_t port, const unsigned char *hello, double deadline,
+                         comm_wire_joined *j, comm_rank_info **table, int *retry)
+{
+    int fd;
+    *retry = 0;
+    ai_status_t st = comm_sock_connect(addr, port, deadline, &fd);
+    if (st != AI_OK)
+        return st;
+    st = comm_sock_write_full(fd, hello, COMM_WIRE_HELLO_FRAME, deadline);
+    size_t want = COMM_WIRE_HDR, got = 0, need = 0;
+    unsigned char *ans = NULL;
+    char why[COMM_WIRE_REASON_MAX + 1];
+    int rejected = 0;
+    comm_rank_info *t = calloc(COMM_WIRE_MAX_RANKS > 4096 ? 4096 : COMM_WIRE_MAX_RANKS, sizeof *t);
+    if (!t)
+        st = ai_fail(AI_ERR_NOMEM, "join table");
+    while (st == AI_OK) {
+        unsigned char *more = realloc(ans, want);
+        if (!more) {
+            st = ai_fail(AI_ERR_NOMEM, "join answer");
+            break;
+        }
+        ans = more;
+        if ((st = comm_sock_read_full(fd, ans + got, want - got, deadline)) != AI_OK)
+            break;
+        got = want;
+        if ((st = comm_wire_joined_parse(ans, got, 4096, j, t, why, &rejected, &need)) != AI_OK ||
+            !need)
+            break;
+        want = got + need;
+    }
+    free(ans);
+    close(fd);
+    if (st == AI_ERR_PEER && got == 0)
+        *retry = 1;
+    if (st == AI_OK && rejected)
+        st = ai_fail(AI_ERR_PROTO, "refused: %s", why);
+    if (st == AI_OK)
+        *table = t;
+    else
+        free(t);
+    return st;
+}
+
+ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out)
+{
+    ai_status_t st;
+    const char *where = job_addr ? job_addr : ai_env_str("AUTOINFRA_JOIN_ADDR", NULL);
+    if (!cfg)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join: no configuration");
+    if (!where)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join: no job address (pass one from "
+                       "ai_comm_join_addr, or set AUTOINFRA_JOIN_ADDR=host:port)");
+    char host[256];
+    const char *colon = strrchr(where, ':');
+    long port;
+    if (!colon || colon == where || (size_t)(colon - where) >= sizeof host ||
+        ai_parse_long(colon + 1, &port) != AI_OK || port < 1 || port > 65535)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port", where);
+    memcpy(host, where, (size_t)(colon - where));
+    host[colon - where] = '\0';
+    double timeout = cfg->timeout_s;
+    if (timeout <= 0 &&
+        (st = ai_env_double("AUTOINFRA_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S, 0, COMM_MAX_TIMEOUT_S,
+                            &timeout)) != AI_OK)
+        return st;
+    if (timeout <= 0)
+        timeout = DEFAULT_JOIN_TIMEOUT_S;
+    const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "autoinfra");
+    uint64_t job_hash = comm_token_hash(token);
+    uint32_t door, mine;
+    if ((st = comm_resolve_ipv4(host, &door)) != AI_OK ||
+        (st = comm_local_addr_towards(door, &mine)) != AI_OK)
+        return ai_fail_prefix(st, "ai_comm_join: job address %s", where);
+    int lfd = -1;
+    uint16_t lport = 0;
+    if ((st = comm_tcp_listen(mine, &lfd, &lport)) != AI_OK)
+        return st;
+    comm_rank_info self = {.addr = mine, .port = lport, .pid = (int32_t)getpid(),
+                           .machine = comm_machine_id()};
+    const char *hid = cfg->host_id ? cfg->host_id : ai_env_str("AUTOINFRA_HOST", NULL);
+    if (hid)
+        snprintf(self.host, sizeof self.host, "%s", hid);
+    else if (gethostname(self.host, sizeof self.host - 1) != 0)
+        snprintf(self.host, sizeof self.host, "localhost");
+    unsigned char hello[COMM_WIRE_HELLO_FRAME];
+    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, job_hash, &self);
+    double deadline = ai_now() + timeout;
+    comm_wire_joined j;
+    comm_rank_info *table = NULL;
+    for (int attempt = 0;; attempt++) {
+        int retry;
+        st = knock(door, (uint16_t)port, hello, deadline, &j, &table, &retry);
+        if (st == AI_OK || !retry || ai_now() >= deadline)
+            break;
+        comm_backoff(attempt, deadline);
+    }
+    if (st != AI_OK) {
+        close(lfd);
+        return ai_fail_prefix(st, "ai_comm_join: the job at %s", where);
+    }
+    comm_params pp = {.timeout_s = timeout, .channels = (int)j.channels, .no_shm = (int)j.no_shm};
+    if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK) {
+        close(lfd);
+        free(table);
+        return st;
+    }
+    uint64_t tok = ai_hash64(&j.nonce, sizeof j.nonce, job_hash);
+    st = build(&pp, (int)j.rank, (int)j.size, job_hash, tok, lfd, table, out);
+    free(table);
+    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "ai_comm_join: rank %u of %u", j.rank, j.size);
+}
