@@ -147,6 +147,7 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
   } catch (...) {
     e = std::current_exception();
   }
+  revoke_comm();  // if revoke() came while the call ran
   {
     std::lock_guard<std::mutex> l(mu_);
     running_ = false;
@@ -170,6 +171,85 @@ void CommRunner::revoke(const std::string& reason) {
   }
   cv_.notify_all();
   for (auto& job : drained) job.done(std::make_exception_ptr(std::runtime_error(msg)));
+  // Idle: revoke now; a running call's thread revokes when it returns.
+  bool idle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    idle = !running_;
+    if (idle) running_ = true;
+  }
+  if (idle) {
+    revoke_comm();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      running_ = false;
+    }
+    cv_.notify_all();
+  }
+}
+
+void CommRunner::revoke_comm() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (comm_revoked_ || revoked_.empty()) return;
+    comm_revoked_ = true;
+  }
+  ai_comm_revoke(comm_);
+}
+
+void CommRunner::exclusive(const std::function<void()>& fn) {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return !running_ && queue_.empty(); });
+    running_ = true;
+  }
+  std::exception_ptr e;
+  try {
+    fn();
+  } catch (...) {
+    e = std::current_exception();
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    running_ = false;
+  }
+  cv_.notify_all();
+  if (e) std::rethrow_exception(e);
+}
+
+std::unique_ptr<CommRunner> CommRunner::shrink() {
+  ai_comm* out = nullptr;
+  exclusive([&] { check(ai_comm_shrink(comm_, &out), "shrink"); });
+  return std::make_unique<CommRunner>(out);
+}
+
+std::unique_ptr<CommRunner> CommRunner::grow(int joiners, double timeout_s) {
+  ai_comm* out = nullptr;
+  exclusive([&] { check(ai_comm_grow(comm_, joiners, timeout_s, &out), "grow"); });
+  return std::make_unique<CommRunner>(out);
+}
+
+std::vector<int> CommRunner::failed() {
+  std::vector<int> ranks(size_);
+  int n = 0;
+  exclusive([&] { check(ai_comm_failed(comm_, ranks.data(), size_, &n), "failed"); });
+  ranks.resize(static_cast<size_t>(n < size_ ? n : size_));
+  return ranks;
+}
+
+std::string CommRunner::join_addr() {
+  char buf[128];
+  exclusive([&] { check(ai_comm_join_addr(comm_, buf, sizeof buf), "join_addr"); });
+  return buf;
+}
+
+std::unique_ptr<CommRunner> CommRunner::join(const ai_comm_config& cfg, const std::string& job_addr) {
+  ai_comm* out = nullptr;
+  ai_status_t st = ai_comm_join(&cfg, job_addr.c_str(), &out);
+  if (st != AI_OK)
+    throw std::runtime_error(std::string("autoinfra join ") + job_addr + ": " + ai_strerror(st) +
+                             ": " + ai_last_error());
+  return std::make_unique<CommRunner>(out);
 }
 
 bool CommRunner::revoked() {
@@ -207,10 +287,12 @@ void CommRunner::loop() {
         e = std::current_exception();
       }
     }
+    revoke_comm();  // if revoke() came while the call ran
     {
       std::lock_guard<std::mutex> l(mu_);
       running_ = false;
     }
+    cv_.notify_all();
     job.done(e);
   }
 }

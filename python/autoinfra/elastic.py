@@ -23,8 +23,8 @@ member grows the group by them (autoinfra.torch.grow), rank 0 broadcasts the
 optimizer state and the step counter (DDP's construction broadcasts the
 parameters), and the next step runs on the larger group.
 
-Limits: the job's c10d store (hosted by the first rank's process) must
-outlive the failures; a rank that fails outside a collective (in its own
+Limits: joining goes through the job's c10d store (hosted by the first
+rank's process; without it the job still shrinks); a rank that fails outside a collective (in its own
 compute) is found only by the others' next collective; batches must be a
 function of the step (fn gets the step), so that a redone step sees the
 same samples.
@@ -143,13 +143,14 @@ class Trainer:
     def _recover(self, error):
         """Shrink to the survivors after error and make them agree."""
         t_fail = time.time()
-        failed = at.dead_ranks(error)
         old_size = self.size
+        failed = []
         self._drop_ddp()
         for attempt in range(_SHRINK_TRIES):
             old = self.group
             try:
-                self.group = at.shrink(old, failed=failed, timeout=self.timeout)
+                self.group = at.shrink(old)
+                failed = at.failed(old)
                 at.forget(old)
                 del old
                 gc.collect()
@@ -169,7 +170,6 @@ class Trainer:
                 if not _comm_error(e) or attempt == _SHRINK_TRIES - 1:
                     raise
                 error = str(e)
-                failed = at.dead_ranks(error)
                 self._drop_ddp()
         ev = {"kind": "shrink", "step": self.step, "at": t_fail, "ready_at": time.time(),
               "from_size": old_size, "world_size": self.size, "failed": failed,

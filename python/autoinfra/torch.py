@@ -11,10 +11,10 @@ Importing this module registers the backend; then
 The communicator is bootstrapped through the store torch hands the backend;
 init_process_group's timeout becomes the communicator's (every wait).
 
-Groups that outlive a failure (docs/torch.md "Elastic groups"): revoke(group)
-fails every pending and later call on a group at once; shrink(group) makes a
-new group of the survivors, grow(group, joiners) one with newcomers that
-called join(addr). Each returns a new ProcessGroup (its rank() and size()
+Groups that outlive a failure (docs/torch.md "Elastic groups", over the
+runtime's fault-tolerance calls): revoke(group) fails every pending and later
+call on a group at once; shrink(group) makes a new group of the survivors,
+grow(group, joiners) one with newcomers that called join(addr). Each returns a new ProcessGroup (its rank() and size()
 are this process's place in it); the old one is left to be dropped.
 autoinfra.elastic drives them from a training loop.
 
@@ -26,8 +26,6 @@ import datetime
 import importlib.machinery
 import importlib.util
 import os
-import re
-import time
 
 import torch.distributed as dist
 
@@ -79,27 +77,26 @@ def _create(store, rank, size, timeout):
 
 # ------------------------------------------------------------ elastic groups
 #
-# Until the runtime's own shrink and join (include/autoinfra.h) serve the
-# backend, a new group is a new communicator bootstrapped through the job's
-# c10d store (the TCPStore that torch's env:// rendezvous made, hosted by
-# the process of the job's first rank: it must outlive every failure), in
-# a key space of its own: autoinfra/elastic/<lineage>/<generation><kind>/.
-# The lineage is the group a chain of shrinks and grows started from
-# ("world" for the default group), the generation counts the attempts.
+# revoke, shrink and grow are the runtime's (include/autoinfra.h, "fault
+# tolerance"): shrink needs no store, and grow admits newcomers at rank 0's
+# join door. What the runtime leaves to the application, telling the
+# members that a newcomer waits and the newcomer where the door is, goes
+# through the job's c10d store (the TCPStore of torch's env:// rendezvous,
+# hosted by the process of the job's first rank) under
+# autoinfra/elastic/<lineage>/join/: a ticket counter the newcomers draw
+# from, an admitted counter, and per ticket the door's address. The lineage
+# is the group a chain of shrinks and grows started from ("world" for the
+# default group).
 
 _ELASTIC = "autoinfra/elastic/"
-_POLL_S = 0.002
-# The runtime's messages name a dead peer "rank N (pid P on this host) died"
-# or "rank N (host H) died or lost its network" (src/comm/transport).
-_DEAD = re.compile(r"\brank (\d+) \([^)]*\) died")
 
 _stores = {}   # ProcessGroup made by this backend -> (base store, timeout s)
-_lineage = {}  # ProcessGroup made by shrink/grow/join -> _Lineage
+_lineage = {}  # ProcessGroup -> _Lineage, once it is part of one
 
 
 class _Lineage:
-    def __init__(self, store, ns, gen, timeout_s):
-        self.store, self.ns, self.gen, self.timeout_s = store, ns, gen, timeout_s
+    def __init__(self, store, ns, timeout_s):
+        self.store, self.ns, self.timeout_s = store, ns, timeout_s
 
 
 def _base_store(store):
@@ -121,26 +118,13 @@ def _lineage_of(group):
     store, timeout_s = _stores[group]
     default = dist.is_initialized() and group is dist.distributed_c10d._get_default_group()
     name = "world" if default else "pg" + dist.distributed_c10d._pg_names.get(group, "?")
-    rec = _Lineage(store, _ELASTIC + name + "/", 0, timeout_s)
+    rec = _Lineage(store, _ELASTIC + name + "/", timeout_s)
     _lineage[group] = rec
     return rec
 
 
-def _attempt(group, timeout, kind):
-    """The next generation of group's lineage, for a shrink ("s") or a grow
-    ("g"): the group, its lineage, the timeout and the generation's keys."""
-    group = _group(group)
-    rec = _lineage_of(group)
-    rec.gen += 1
-    return (group, rec, rec.timeout_s if timeout is None else float(timeout),
-            "%s%d%s/" % (rec.ns, rec.gen, kind))
-
-
-def _new_group(rec, ns, rank, size, timeout_s, peer_addr=None):
-    pg = _C.create(dist.PrefixStore(ns + "comm", rec.store), rank, size, timeout_s,
-                   _peer_addr() if peer_addr is None else peer_addr)
-    _lineage[pg] = _Lineage(rec.store, rec.ns, rec.gen, rec.timeout_s)
-    return pg
+def _timeout(rec, timeout):
+    return rec.timeout_s if timeout is None else float(timeout)
 
 
 def forget(group):
@@ -150,16 +134,10 @@ def forget(group):
     _stores.pop(group, None)
 
 
-def dead_ranks(error):
-    """The ranks a runtime error message names as dead (died or lost their
-    network), in the numbering of the group whose call failed."""
-    return sorted({int(m) for m in _DEAD.findall(str(error))})
-
-
 def revoke(group=None, reason=""):
     """Every queued and later call on group fails at once with an error
-    naming reason; a call already running fails when the runtime sees the
-    failure (in milliseconds for a dead peer) or at the timeout."""
+    naming reason, and the communicator is revoked (ai_comm_revoke): every
+    rank's pending and later calls on it fail too."""
     _C.revoke(_group(group), reason)
 
 
@@ -167,39 +145,24 @@ def revoked(group=None):
     return _C.revoked(_group(group))
 
 
-def shrink(group=None, failed=(), timeout=None):
-    """A new group of the survivors of group: every member that calls this
-    (after a failure) is in it, ranks renumbered in the old order. failed:
-    ranks of group known dead (dead_ranks of an error); the survivors wait
-    for every rank of group to either call shrink or be named failed by
-    one of them, at most timeout seconds (default the group's), then go on
-    with those that called. Raises RuntimeError naming the cause when this
-    rank is left out or the new communicator cannot be made."""
-    group, rec, timeout_s, ns = _attempt(group, timeout, "s")
-    rank, size = group.rank(), group.size()
-    st = rec.store
+def failed(group=None):
+    """The ranks of group the runtime knows failed: agreed by the survivors
+    after a shrink, before that what this rank saw (ai_comm_failed)."""
+    return list(_C.failed(_group(group)))
+
+
+def shrink(group=None):
+    """A new group of the survivors of group (revoked first, if it was not),
+    ranks renumbered in the old order (ai_comm_shrink: the survivors agree
+    on who they are; no store). Every survivor calls it. Raises
+    RuntimeError naming the cause when it fails (a rank the others counted
+    failed gets one too, and must leave)."""
+    group = _group(group)
+    rec = _lineage_of(group)
     revoke(group, "shrinking to the survivors")
-    st.add(ns + "alive/%d" % rank, 1)
-    for f in failed:
-        if 0 <= f < size and f != rank:
-            st.add(ns + "failed/%d" % f, 1)
-    deadline = time.monotonic() + timeout_s
-    while not st.add(ns + "decided", 0):
-        alive = [r for r in range(size) if st.add(ns + "alive/%d" % r, 0)]
-        dead = {r for r in range(size) if st.add(ns + "failed/%d" % r, 0)}
-        if len(set(alive) | dead) == size or time.monotonic() > deadline:
-            # The first rank to see the set complete (or time run out)
-            # decides for all; the others take its list.
-            if st.add(ns + "decider", 1) == 1:
-                st.set(ns + "members", ",".join(str(r) for r in alive if r not in dead))
-                st.add(ns + "decided", 1)
-        else:
-            time.sleep(_POLL_S)
-    members = [int(x) for x in st.get(ns + "members").decode().split(",") if x]
-    if rank not in members:
-        raise RuntimeError("autoinfra shrink: rank %d of %d is not among the survivors %s (named "
-                           "failed, or too late)" % (rank, size, members))
-    return _new_group(rec, ns, members.index(rank), len(members), timeout_s)
+    new = _C.shrink(group)
+    _lineage[new] = rec
+    return new
 
 
 def pending_joiners(group=None):
@@ -211,22 +174,27 @@ def pending_joiners(group=None):
 
 def grow(group, joiners, timeout=None):
     """A new group of group's members (ranks kept) and the next `joiners`
-    processes waiting in join(), ranks size..size+joiners-1. Every member
-    calls it with the same joiners (pending_joiners as rank 0 saw it)."""
-    group, rec, timeout_s, ns = _attempt(group, timeout, "g")
-    rank, size = group.rank(), group.size()
-    if rank == 0:
+    processes waiting in join(), ranks size..size+joiners-1
+    (ai_comm_grow). Every member calls it with the same joiners
+    (pending_joiners as rank 0 saw it). Too few newcomers within timeout:
+    RuntimeError, and group stays usable."""
+    group = _group(group)
+    rec = _lineage_of(group)
+    if group.rank() == 0:
+        door = _C.join_addr(group)
         first = rec.store.add(rec.ns + "join/admitted", joiners) - joiners
         for i in range(joiners):
-            rec.store.set(rec.ns + "join/%d" % (first + i + 1),
-                          "%d %d %d" % (rec.gen, size + i, size + joiners))
-    return _new_group(rec, ns, rank, size + joiners, timeout_s)
+            rec.store.set(rec.ns + "join/%d" % (first + i + 1), door)
+    new = _C.grow(group, joiners, _timeout(rec, timeout))
+    _lineage[new] = rec
+    return new
 
 
 def join(addr, timeout=60.0, lineage="world"):
     """From a new process: wait (at most timeout s) until the members of the
     job whose c10d store is at addr ("HOST:PORT", the job's MASTER_ADDR and
-    MASTER_PORT) admit it with grow(); returns its group there."""
+    MASTER_PORT) admit it with grow(); returns its group there
+    (ai_comm_join at the door rank 0 names)."""
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ValueError("autoinfra join: address '%s' is not HOST:PORT" % addr)
@@ -240,10 +208,9 @@ def join(addr, timeout=60.0, lineage="world"):
     except RuntimeError as e:
         raise RuntimeError("autoinfra join: no member of the job at %s admitted this process "
                            "within %g s (ticket %d): %s" % (addr, timeout, ticket, e)) from None
-    gen, rank, size = (int(x) for x in st.get(key).decode().split())
-    rec = _Lineage(st, ns, gen, float(timeout))
-    peer = os.environ.get("AUTOINFRA_PEER_ADDR") or host
-    return _new_group(rec, "%s%dg/" % (ns, gen), rank, size, float(timeout), peer)
+    pg = _C.join(st.get(key).decode(), float(timeout))
+    _lineage[pg] = _Lineage(st, ns, float(timeout))
+    return pg
 
 
 def choice(group, coll, nbytes):

@@ -9,7 +9,7 @@
                                      within the timeout, naming it
     check_backend.py revoke N        rank 0 revokes its group with calls queued behind
                                      a running one: they fail at once, naming the
-                                     reason, and so does every later call
+                                     reason, and so does every later call, on every rank
 
 The parent starts N copies of itself with env:// variables on loopback and
 fails if any rank fails or the whole run exceeds its limit.
@@ -334,8 +334,22 @@ def revoke(rank, n):
         print(f"rank 0: queued calls failed {took * 1e3:.1f} ms after the revoke")
     else:
         dist.barrier(group=gloo)
-        dist.all_reduce(big)
-    os._exit(0)  # rank 0's group is revoked; skip torch's teardown
+        try:
+            dist.all_reduce(big)  # rank 0's running call; its revoke may overtake the end
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)
+        # rank 0's revoke reaches this rank's communicator too (ai_comm_revoke)
+        t0 = time.time()
+        try:
+            for _ in range(1000):
+                dist.all_reduce(torch.ones(4))
+                time.sleep(0.01)
+            raise AssertionError("rank 0's revoke never reached rank %d" % rank)
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)
+        print(f"rank {rank}: rank 0's revoke failed its call after {time.time() - t0:.2f} s")
+    dist.barrier(group=gloo)  # rank 0 stays until the others saw its revoke
+    os._exit(0)  # the group is revoked; skip torch's teardown
 
 
 def child(case, n):

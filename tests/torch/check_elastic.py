@@ -151,6 +151,9 @@ def parent(n):
         kinds = [e["kind"] for e in r["events"]]
         if kinds != ["shrink", "grow"]:
             return fail(f"rank {r['rank']}: events {kinds}, want a shrink, then a grow")
+        if r["events"][0]["failed"] != [n - 1]:
+            return fail(f"rank {r['rank']}: the shrink's failed set {r['events'][0]['failed']}, "
+                        f"want [{n - 1}]")
     by_step = {}
     for r in res:
         for s in r["steps"]:
