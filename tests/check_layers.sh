@@ -7,7 +7,8 @@
 #  2. Layers above comm reach comm through its narrow headers only
 #     (comm/comm.h, comm/algo_registry.h, comm/select/*.h), never the
 #     algorithm, transport or kernel rooms.
-#  3. Inside comm, transport/ and kernel/ include nothing of algo/ or select/.
+#  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
+#     or ft/ (the rooms built on them).
 #  4. src/cli and plugins/ include autoinfra.h and their own headers only.
 #  5. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
 #     registry.c) calls an algorithm another per-collective file defines:
@@ -71,7 +72,7 @@ done
 
 for hit in $(includes src/comm/transport src/comm/kernel); do
     case "${hit##*:}" in
-    comm/algo/* | comm/select/*) fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
+    comm/algo/* | comm/select/* | comm/ft/*) fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
     esac
 done
 

@@ -273,7 +273,14 @@ static void kill_trial(uint64_t seed, int n, int nhosts, int nvict, int late)
         if (ref < 0)
             ref = r;
         /* Every survivor: the same flags and failed set ... */
-        assert_int_equal(t->failed[r], t->failed[ref]);
+        if (t->failed[r] != t->failed[ref]) {
+            for (int j = 0; j < n; j++)
+                print_error("rank %d: status %d, agreed failed 0x%llx%s%s\n", j, status[j],
+                            (unsigned long long)t->failed[j], t->victim[j] ? " (victim)" : "",
+                            t->late_victim[j] ? " (victim in the agreement)" : "");
+            fail_msg("seed %llu: ranks %d and %d agreed on different failed sets",
+                     (unsigned long long)seed, ref, r);
+        }
         assert_int_equal(t->flags[r], t->flags[ref]);
         assert_int_equal(t->shrunk_failed[r], t->shrunk_failed[ref]);
         assert_int_equal(t->new_size[r], t->new_size[ref]);

@@ -6,6 +6,7 @@
 
 int cli_launch_main(int argc, char **argv);
 int cli_bench_main(int argc, char **argv);
+int cli_bench_ft_main(int argc, char **argv); /* `bench ft` (cmd_bench_ft.c) */
 int cli_plan_main(int argc, char **argv);
 int cli_cluster_main(int argc, char **argv);
 int cli_kb_main(int argc, char **argv);

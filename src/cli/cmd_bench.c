@@ -93,6 +93,7 @@ static void bench_help(FILE *out)
         "usage: autoinfra bench [options]            (one process per rank)\n"
         "       autoinfra launch -n 4 -- autoinfra bench --coll allreduce --check\n"
         "       autoinfra bench --coll NAME --list   (algorithms, no ranks needed)\n"
+        "       autoinfra bench ft [--help]          (failure costs: forks its own ranks)\n"
         "\n"
         "options:\n"
         "  --coll NAME        allreduce (default), reduce_scatter, allgather,\n"
@@ -737,6 +738,8 @@ int cli_bench_main(int argc, char **argv)
     bench_learn_cands *cands = NULL;
     int64_t wrong_total = 0;
     int rc, rank, p;
+    if (argc > 1 && !strcmp(argv[1], "ft"))
+        return cli_bench_ft_main(argc - 1, argv + 1);
 
     memset(&o, 0, sizeof o);
     rc = bench_parse(argc, argv, &o);

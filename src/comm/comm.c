@@ -364,15 +364,9 @@ ai_status_t comm_create_env(ai_comm **out)
     cfg.store_host = "127.0.0.1";
     cfg.store_port = DEFAULT_STORE_PORT;
     if (addr) {
-        const char *colon = strrchr(addr, ':');
-        long port;
-        if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host ||
-            ai_parse_long(colon + 1, &port) != AI_OK || port < 1 || port > 65535)
+        if (comm_split_hostport(addr, host, sizeof host, &cfg.store_port) != 0)
             return ai_fail(AI_ERR_INVALID, "AUTOINFRA_ADDR='%s' is not host:port", addr);
-        memcpy(host, addr, (size_t)(colon - addr));
-        host[colon - addr] = '\0';
         cfg.store_host = host;
-        cfg.store_port = (int)port;
     } else if (cfg.size > 1 && jobkey[0]) {
         /* Same job, same port: derived from the launcher's job id. */
         cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 20000);

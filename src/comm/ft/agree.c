@@ -242,7 +242,10 @@ static void send_all(agree_run *a, uint32_t kind)
     for (int j = 0; j < c->size; j++) {
         if (j == c->rank || c->tp->peers[j].ctl_dead || c->tp->peers[j].ctl_fd < 0)
             continue;
-        if (comm_ctl_send(c, j, a->frame, len, deadline) != AI_OK)
+        /* A failed send is a detection while the rounds run; the decision,
+         * once taken, is what it is: a peer that died since is the next
+         * agreement's to find. */
+        if (comm_ctl_send(c, j, a->frame, len, deadline) != AI_OK && kind != FT_DECIDE)
             mark_failed(a, j);
     }
 }

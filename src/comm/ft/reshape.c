@@ -379,49 +379,20 @@ ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len)
     return AI_OK;
 }
 
-/* One attempt at the door: 1 retry (closed unanswered), 0 answered, <0 error. */
-static ai_status_t knock(uint32_t addr, uint16_t port, const unsigned char *hello, double deadline,
-                         comm_wire_joined *j, comm_rank_info **table, int *retry)
-{
-    int fd;
-    *retry = 0;
-    ai_status_t st = comm_sock_connect(addr, port, deadline, &fd);
-    if (st != AI_OK)
-        return st;
-    st = comm_sock_write_full(fd, hello, COMM_WIRE_HELLO_FRAME, deadline);
-    size_t want = COMM_WIRE_HDR, got = 0, need = 0;
-    unsigned char *ans = NULL;
+#define JOIN_MAX_RANKS 4096 /* the largest grown table a newcomer accepts */
+
+typedef struct joined_answer {
+    comm_wire_joined j;
+    comm_rank_info *table;
     char why[COMM_WIRE_REASON_MAX + 1];
-    int rejected = 0;
-    comm_rank_info *t = calloc(COMM_WIRE_MAX_RANKS > 4096 ? 4096 : COMM_WIRE_MAX_RANKS, sizeof *t);
-    if (!t)
-        st = ai_fail(AI_ERR_NOMEM, "join table");
-    while (st == AI_OK) {
-        unsigned char *more = realloc(ans, want);
-        if (!more) {
-            st = ai_fail(AI_ERR_NOMEM, "join answer");
-            break;
-        }
-        ans = more;
-        if ((st = comm_sock_read_full(fd, ans + got, want - got, deadline)) != AI_OK)
-            break;
-        got = want;
-        if ((st = comm_wire_joined_parse(ans, got, 4096, j, t, why, &rejected, &need)) != AI_OK ||
-            !need)
-            break;
-        want = got + need;
-    }
-    free(ans);
-    close(fd);
-    if (st == AI_ERR_PEER && got == 0)
-        *retry = 1;
-    if (st == AI_OK && rejected)
-        st = ai_fail(AI_ERR_PROTO, "refused: %s", why);
-    if (st == AI_OK)
-        *table = t;
-    else
-        free(t);
-    return st;
+    int rejected;
+} joined_answer;
+
+static ai_status_t joined_parse(void *arg, const unsigned char *b, size_t len, size_t *need)
+{
+    joined_answer *a = arg;
+    return comm_wire_joined_parse(b, len, JOIN_MAX_RANKS, &a->j, a->table, a->why, &a->rejected,
+                                  need);
 }
 
 ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out)
@@ -434,13 +405,9 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: no job address (pass one from "
                        "ai_comm_join_addr, or set AUTOINFRA_JOIN_ADDR=host:port)");
     char host[256];
-    const char *colon = strrchr(where, ':');
-    long port;
-    if (!colon || colon == where || (size_t)(colon - where) >= sizeof host ||
-        ai_parse_long(colon + 1, &port) != AI_OK || port < 1 || port > 65535)
+    int port;
+    if (comm_split_hostport(where, host, sizeof host, &port) != 0)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port", where);
-    memcpy(host, where, (size_t)(colon - where));
-    host[colon - where] = '\0';
     double timeout = cfg->timeout_s;
     if (timeout <= 0 &&
         (st = ai_env_double("AUTOINFRA_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S, 0, COMM_MAX_TIMEOUT_S,
@@ -468,19 +435,27 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     unsigned char hello[COMM_WIRE_HELLO_FRAME];
     comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, job_hash, &self);
     double deadline = ai_now() + timeout;
-    comm_wire_joined j;
-    comm_rank_info *table = NULL;
+    joined_answer a = {.table = calloc(JOIN_MAX_RANKS, sizeof(comm_rank_info))};
+    if (!a.table) {
+        close(lfd);
+        return ai_fail(AI_ERR_NOMEM, "join table");
+    }
     for (int attempt = 0;; attempt++) {
         int retry;
-        st = knock(door, (uint16_t)port, hello, deadline, &j, &table, &retry);
+        st = comm_store_ask(door, (uint16_t)port, hello, deadline, joined_parse, &a, &retry);
         if (st == AI_OK || !retry || ai_now() >= deadline)
             break;
         comm_backoff(attempt, deadline);
     }
+    if (st == AI_OK && a.rejected)
+        st = ai_fail(AI_ERR_PROTO, "refused: %s", a.why);
     if (st != AI_OK) {
         close(lfd);
+        free(a.table);
         return ai_fail_prefix(st, "ai_comm_join: the job at %s", where);
     }
+    comm_wire_joined j = a.j;
+    comm_rank_info *table = a.table;
     comm_params pp = {.timeout_s = timeout, .channels = (int)j.channels, .no_shm = (int)j.no_shm};
     if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK) {
         close(lfd);

@@ -125,39 +125,30 @@ out:
 
 /* ------------------------------------------------------- other ranks */
 
-/* One attempt: connect, say hello, read the answer. *retry is set when the
- * store closed the connection without an answer (it was full, or it is
- * not up yet): worth another try; a refusal with a reason is final. */
-static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hello,
-                             uint32_t store_addr, comm_rank_info *table, double deadline,
-                             int *retry)
+ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char *hello,
+                           double deadline, comm_answer_parse parse, void *arg, int *retry)
 {
     int fd;
     *retry = 0;
-    ai_status_t st = comm_sock_connect(store_addr, (uint16_t)cfg->store_port, deadline, &fd);
+    ai_status_t st = comm_sock_connect(addr, port, deadline, &fd);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "cannot reach the rendezvous store (rank 0) at %s:%d",
-                              cfg->store_host, cfg->store_port);
+        return st;
     st = comm_sock_write_full(fd, hello, COMM_WIRE_HELLO_FRAME, deadline);
     size_t want = COMM_WIRE_HDR, got = 0, need = 0;
     unsigned char *ans = NULL;
-    char why[COMM_WIRE_REASON_MAX + 1];
-    int rejected = 0;
     while (st == AI_OK) {
         unsigned char *more = realloc(ans, want);
         if (!more) {
-            st = ai_fail(AI_ERR_NOMEM, "rank table");
+            st = ai_fail(AI_ERR_NOMEM, "the answer to a hello");
             break;
         }
         ans = more;
         if ((st = comm_sock_read_full(fd, ans + got, want - got, deadline)) != AI_OK)
             break;
         got = want;
-        if ((st = comm_wire_reply_parse(ans, got, (uint32_t)cfg->size, table, why, &rejected,
-                                        &need)) != AI_OK) {
-            ai_fail_prefix(st, "rendezvous at %s:%d answered with something that is not an "
-                           "autoinfra store of protocol version %d", cfg->store_host,
-                           cfg->store_port, COMM_PROTO_VERSION);
+        if ((st = parse(arg, ans, got, &need)) != AI_OK) {
+            ai_fail_prefix(st, "answered with something that is not an autoinfra peer of "
+                           "protocol version %d", COMM_PROTO_VERSION);
             break;
         }
         if (!need)
@@ -168,9 +159,38 @@ static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hel
     close(fd);
     if (st == AI_ERR_PEER && got == 0)
         *retry = 1; /* closed unanswered */
-    if (st == AI_OK && rejected)
+    return st;
+}
+
+typedef struct join_answer {
+    uint32_t size;
+    comm_rank_info *table;
+    char why[COMM_WIRE_REASON_MAX + 1];
+    int rejected;
+} join_answer;
+
+static ai_status_t table_parse(void *arg, const unsigned char *b, size_t len, size_t *need)
+{
+    join_answer *a = arg;
+    return comm_wire_reply_parse(b, len, a->size, a->table, a->why, &a->rejected, need);
+}
+
+/* One attempt: connect, say hello, read the answer. *retry is set when the
+ * store closed the connection without an answer (it was full, or it is
+ * not up yet): worth another try; a refusal with a reason is final. */
+static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hello,
+                             uint32_t store_addr, comm_rank_info *table, double deadline,
+                             int *retry)
+{
+    join_answer a = {.size = (uint32_t)cfg->size, .table = table};
+    ai_status_t st = comm_store_ask(store_addr, (uint16_t)cfg->store_port, hello, deadline,
+                                    table_parse, &a, retry);
+    if (st != AI_OK)
+        return ai_fail_prefix(st, "rendezvous store (rank 0) at %s:%d", cfg->store_host,
+                              cfg->store_port);
+    if (a.rejected)
         st = ai_fail(AI_ERR_PROTO, "rendezvous at %s:%d refused rank %d: %s", cfg->store_host,
-                     cfg->store_port, cfg->rank, why);
+                     cfg->store_port, cfg->rank, a.why);
     return st;
 }
 

@@ -540,7 +540,11 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
     if (w->passes < tp->spin_passes)
         return AI_OK;
     double now = ai_now();
-    if (now - w->last_check > LIVENESS_PERIOD_S) {
+    /* The host's abort flag is one load: looked at every pass, so a
+     * revoke or abort here (which rings every doorbell) ends the wait at
+     * once; the rest of the liveness check every LIVENESS_PERIOD_S. */
+    int flagged = tp->shm && atomic_load_explicit(&tp->shm->abort_rank, memory_order_acquire) > 0;
+    if (flagged || now - w->last_check > LIVENESS_PERIOD_S) {
         w->last_check = now;
         ai_status_t st = ops->check(c, ctx);
         if (st != AI_OK)
@@ -787,6 +791,9 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
             tp->shm->abort_revoked = revoked;
             snprintf(tp->shm->abort_reason, sizeof tp->shm->abort_reason, "%s", reason);
             atomic_store_explicit(&tp->shm->abort_rank, c->rank + 1, memory_order_release);
+            for (int k = 0; tp->bells && k < c->local_size; k++)
+                if (k != c->local_rank)
+                    comm_bell_ring(&tp->bells[k]); /* sleepers look at the flag now */
         }
     }
     unsigned char notice[COMM_WIRE_ABORT_HDR + COMM_WIRE_ABORT_REASON_MAX];

@@ -76,6 +76,19 @@ ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out)
     return AI_OK;
 }
 
+int comm_split_hostport(const char *text, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(text, ':');
+    long p;
+    if (!colon || colon == text || (size_t)(colon - text) >= cap ||
+        ai_parse_long(colon + 1, &p) != AI_OK || p < 1 || p > 65535)
+        return -1;
+    memcpy(host, text, (size_t)(colon - text));
+    host[colon - text] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
 void comm_backoff(int attempt, double deadline)
 {
     double base = 0.01 * (double)(1u << (attempt < 6 ? attempt : 6));
@@ -308,9 +321,13 @@ static int mesh_check(void *arg, int fd, const unsigned char *b, size_t len)
     uint32_t magic = COMM_WIRE_ACK_MAGIC;
     if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
         return ai_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
-    if (ctl)
+    if (ctl) {
+        /* Notices and agreement frames are small and answered: no Nagle
+         * wait behind a delayed acknowledgement (40 ms each). */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         p->ctl_fd = fd;
-    else
+    } else
         (void)chan_open(p, chan, fd); /* without its buffer, the check after the loop fails */
     m->expected--;
     return 1;

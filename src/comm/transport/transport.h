@@ -170,6 +170,16 @@ typedef struct comm_rank_info {
 ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash,
                            comm_rank_info *self, comm_rank_info *table);
 
+/* bootstrap.c: connect to a store (or a join door) at addr:port, send
+ * the hello frame (COMM_WIRE_HELLO_FRAME bytes), read the framed answer as
+ * parse judges it (wire.h's convention: *need > 0 for more). *retry is set
+ * when the connection closed unanswered (a full gate, a listener not up
+ * yet): worth another try. */
+typedef ai_status_t (*comm_answer_parse)(void *arg, const unsigned char *b, size_t len,
+                                         size_t *need);
+ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char *hello,
+                           double deadline, comm_answer_parse parse, void *arg, int *retry);
+
 /* bootstrap.c: answer a refused hello with a REJECT frame naming why
  * (best effort, never blocks); a comm_gate answer function. */
 void comm_store_refuse(int fd, const char *why);
@@ -191,6 +201,8 @@ ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int
 ai_status_t comm_sock_read_full(int fd, void *buf, size_t n, double deadline);
 ai_status_t comm_sock_write_full(int fd, const void *buf, size_t n, double deadline);
 ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out);
+/* "host:port" into host[cap] and a port in 1..65535; 0, or -1 if it is not that. */
+int comm_split_hostport(const char *text, char *host, size_t cap, int *port);
 
 /* gate.c: a listener's untrusted connections (see there). */
 #define COMM_GATE_MAX 128

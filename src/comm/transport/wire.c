@@ -76,14 +76,20 @@ static ai_status_t text_parse(const unsigned char *b, size_t len, size_t at, siz
     return AI_OK;
 }
 
-void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
+/* The 12-byte header of store and fault-tolerance frames: magic |
+ * version u16 | type u16 | body length u32. */
+static void hdr12_pack(unsigned char *b, uint32_t magic, uint16_t type, uint32_t len)
 {
-    uint32_t magic = COMM_WIRE_STORE_MAGIC;
     uint16_t version = COMM_PROTO_VERSION;
     memcpy(b, &magic, 4);
     memcpy(b + 4, &version, 2);
     memcpy(b + 6, &type, 2);
     memcpy(b + 8, &len, 4);
+}
+
+void comm_wire_hdr_pack(unsigned char *b, uint16_t type, uint32_t len)
+{
+    hdr12_pack(b, COMM_WIRE_STORE_MAGIC, type, len);
 }
 
 ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
@@ -246,12 +252,7 @@ ai_status_t comm_wire_abort_parse(const unsigned char *b, size_t len, int32_t *o
 
 void comm_wire_ft_hdr_pack(unsigned char *b, uint16_t kind, uint32_t body_len)
 {
-    uint32_t magic = COMM_WIRE_FT_MAGIC;
-    uint16_t version = COMM_PROTO_VERSION;
-    memcpy(b, &magic, 4);
-    memcpy(b + 4, &version, 2);
-    memcpy(b + 6, &kind, 2);
-    memcpy(b + 8, &body_len, 4);
+    hdr12_pack(b, COMM_WIRE_FT_MAGIC, kind, body_len);
 }
 
 ai_status_t comm_wire_ft_hdr_parse(const unsigned char *b, size_t len, uint16_t *kind,
