@@ -141,20 +141,24 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
     if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
     running_ = true;
   }
+  done(owned(fn));
+  return true;
+}
+
+std::exception_ptr CommRunner::owned(const std::function<void()>& fn) {
   std::exception_ptr e;
   try {
     fn();
   } catch (...) {
     e = std::current_exception();
   }
-  revoke_comm();  // if revoke() came while the call ran
+  revoke_comm();  // if revoke() came while fn ran
   {
     std::lock_guard<std::mutex> l(mu_);
     running_ = false;
   }
   cv_.notify_all();
-  done(e);
-  return true;
+  return e;
 }
 
 void CommRunner::revoke(const std::string& reason) {
@@ -178,14 +182,7 @@ void CommRunner::revoke(const std::string& reason) {
     idle = !running_;
     if (idle) running_ = true;
   }
-  if (idle) {
-    revoke_comm();
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_ = false;
-    }
-    cv_.notify_all();
-  }
+  if (idle) owned([] {});
 }
 
 void CommRunner::revoke_comm() {
@@ -203,18 +200,7 @@ void CommRunner::exclusive(const std::function<void()>& fn) {
     cv_.wait(l, [this] { return !running_ && queue_.empty(); });
     running_ = true;
   }
-  std::exception_ptr e;
-  try {
-    fn();
-  } catch (...) {
-    e = std::current_exception();
-  }
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    running_ = false;
-  }
-  cv_.notify_all();
-  if (e) std::rethrow_exception(e);
+  if (auto e = owned(fn)) std::rethrow_exception(e);
 }
 
 std::unique_ptr<CommRunner> CommRunner::shrink() {
@@ -277,23 +263,8 @@ void CommRunner::loop() {
       running_ = true;
       revoked = revoked_;
     }
-    std::exception_ptr e;
-    if (!revoked.empty()) {
-      e = std::make_exception_ptr(std::runtime_error(revoked));
-    } else {
-      try {
-        job.fn();
-      } catch (...) {
-        e = std::current_exception();
-      }
-    }
-    revoke_comm();  // if revoke() came while the call ran
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_ = false;
-    }
-    cv_.notify_all();
-    job.done(e);
+    job.done(revoked.empty() ? owned(job.fn)
+                             : owned([&revoked] { throw std::runtime_error(revoked); }));
   }
 }
 

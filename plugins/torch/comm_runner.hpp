@@ -117,6 +117,9 @@ class CommRunner {
   // the communicator is this thread's).
   void exclusive(const std::function<void()>& fn);
   void revoke_comm();  // ai_comm_revoke once, by the owning thread
+  // Run fn as the communicator's owner (running_ set by the caller): its
+  // exception, if any; then a pending revoke, and the communicator freed.
+  std::exception_ptr owned(const std::function<void()>& fn);
   // AI_OK or throw: the message names the call and carries ai_last_error()
   // (the peer and the cause); after the communicator failed, the first
   // failure's message.
