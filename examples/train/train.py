@@ -17,6 +17,15 @@ steps. Rank 0 prints step, loss, step time and tokens/s as it goes; --json
 FILE writes one object (docs/train.md). Same seed, same corpus, same ranks:
 the same loss curve for a backend (one thread per rank, no dropout).
 
+--elastic trains through autoinfra.elastic (docs/train.md "Elastic
+training"): a rank that dies costs the survivors at most the interrupted
+step, and a process started with --join HOST:PORT (the job's MASTER_ADDR
+and MASTER_PORT) is taken into the job at the next step's end and trained
+on from the others' state. Each step's global batch (--global-batch, by
+default --batch x the ranks) is drawn from the step number and split
+evenly over the ranks of the moment, in the training process (no loader
+workers), so that a redone step sees the same samples.
+
 Needs Debian's python3-torch, installed for /usr/bin/python3 only.
 Exit status: 0, 1 training failed (e.g. a peer died: the error is printed
 by every rank that saw it), 2 usage error.
@@ -157,7 +166,22 @@ def parse_args(argv):
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.add_argument("--die-at", type=int, metavar="STEP",
                    help="the last rank kills itself (SIGKILL) at this step: the failure test")
+    p.add_argument("--elastic", action="store_true",
+                   help="train on through lost ranks and joiners (autoinfra.elastic; autoinfra backend)")
+    p.add_argument("--join", metavar="HOST:PORT",
+                   help="join the elastic job whose store is at HOST:PORT (implies --elastic)")
+    p.add_argument("--global-batch", type=int,
+                   help="--elastic: sequences per step over all ranks (default --batch x the ranks; "
+                        "needed with --join)")
     a = p.parse_args(argv)
+    if a.join:
+        a.elastic = True
+        if a.global_batch is None:
+            p.error("--join needs --global-batch (the job's)")
+    if a.elastic and a.backend != "autoinfra":
+        p.error("--elastic needs --backend autoinfra")
+    if a.global_batch is not None and a.global_batch < 1:
+        p.error("--global-batch must be at least 1")
     layers, dim, heads, ctx = PRESETS[a.model]
     a.layers = a.layers or layers
     a.dim = a.dim or dim
@@ -219,17 +243,116 @@ def learner_choice(backend, sizes):
     return [dict(backend.choice(None, "allreduce", n), bytes=n) for n in sorted(set(sizes))]
 
 
-def main(argv):
-    a = parse_args(argv)
-    rank, world = job_from_env()
+def kill_self(a, rank, step):
+    """--die-at: record when (for bench/train-faults), then SIGKILL."""
+    if a.json:
+        root, ext = os.path.splitext(a.json)
+        with open("%s.killed%s" % (root, ext), "w") as f:
+            json.dump({"rank": rank, "step": step + 1, "killed_at": time.time()}, f)
+            f.write("\n")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def setup(a):
+    """Threads and seed set; the corpus and its windows."""
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-
     try:
         data = read_corpus(a.corpus)
     except OSError as e:
         sys.exit("train: cannot read the corpus %s: %s" % (a.corpus, e.strerror))
-    ds = Windows(data, a.ctx)
+    return data, Windows(data, a.ctx)
+
+
+def elastic_main(a):
+    """--elastic, --join: the steps through autoinfra.elastic."""
+    if a.join:
+        rank, world = None, None
+    else:
+        rank, world = job_from_env()
+    data, ds = setup(a)
+    gb = a.global_batch or a.batch * world
+    backend = load_backend(a.backend)
+    import autoinfra.elastic as elastic
+    model = GPT(a.layers, a.dim, a.heads, a.ctx)
+    params = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    ddp_kwargs = {"bucket_cap_mb": a.bucket_cap_mb}
+    if a.join:
+        el = elastic.Trainer(model, opt, gb, join=a.join, timeout=a.timeout,
+                             ddp_kwargs=ddp_kwargs, log=say)
+        say("train: joined at step %d as rank %d of %d" % (el.step, el.rank, el.size))
+    else:
+        dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=a.timeout))
+        el = elastic.Trainer(model, opt, gb, timeout=a.timeout, ddp_kwargs=ddp_kwargs, log=say)
+    if el.rank == 0 and not a.join:
+        print("train: %s elastic, %d ranks, %d layers dim %d heads %d ctx %d, %.2fM parameters "
+              "(%.1f MiB of gradients), global batch %d, corpus %s (%d bytes)"
+              % (a.backend, el.size, a.layers, a.dim, a.heads, a.ctx, params / 1e6,
+                 grad_bytes / 2**20, gb, a.corpus, len(data)), flush=True)
+
+    def step_fn(ddp, step, lo, hi):
+        if a.die_at is not None and step == a.die_at and rank is not None and rank == world - 1:
+            kill_self(a, rank, step)
+        # The step's global batch, drawn from the step number: every world
+        # size and every redo sees the same samples.
+        g = torch.Generator().manual_seed(a.seed * 1000003 + step)
+        idx = torch.randint(0, len(ds), (gb,), generator=g)[lo:hi].tolist()
+        x = torch.stack([ds[i][0] for i in idx])
+        y = torch.stack([ds[i][1] for i in idx])
+        logits = ddp(x)
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+
+    records = []
+    t_prev = time.time()
+    try:
+        while el.step < a.steps:
+            rec = el.run_step(step_fn)
+            rec["step_time_s"] = rec["done_at"] - t_prev
+            t_prev = time.time()
+            records.append(rec)
+            if el.rank == 0 and not a.quiet:
+                print("step %3d/%d  loss %.4f  ranks %d  step %.3f s%s"
+                      % (rec["step"], a.steps, rec["loss"], rec["world_size"], rec["step_time_s"],
+                         "  (redone %d)" % rec["redone"] if rec["redone"] else ""), flush=True)
+        el.group.barrier().wait()
+    except Exception as e:
+        print("train: rank %d failed at step %d: %s: %s"
+              % (el.rank, el.step + 1, type(e).__name__, str(e).strip().splitlines()[0]),
+              file=sys.stderr, flush=True)
+        return 1
+    if el.rank == 0 and a.json:
+        result = {
+            "setup": "autoinfra-elastic", "backend": a.backend, "elastic": True,
+            "joined": bool(a.join), "world_size": el.size,
+            "model": {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads,
+                      "ctx": a.ctx, "parameters": params},
+            "global_batch": gb, "steps": a.steps, "seed": a.seed, "lr": a.lr,
+            "bucket_cap_mb": a.bucket_cap_mb, "grad_bytes": grad_bytes,
+            "corpus": a.corpus, "corpus_bytes": len(data), "tokens_per_step": gb * a.ctx,
+            "first_step": records[0]["step"] if records else None,
+            "losses": [r["loss"] for r in records],
+            "world_sizes": [r["world_size"] for r in records],
+            "done_at": [r["done_at"] for r in records],
+            "step_times_s": [r["step_time_s"] for r in records],
+            "redone": [r["redone"] for r in records],
+            "events": el.events,
+        }
+        with open(a.json, "w") as f:
+            json.dump(result, f)
+            f.write("\n")
+    return 0
+
+
+def main(argv):
+    a = parse_args(argv)
+    if a.elastic:
+        return elastic_main(a)
+    rank, world = job_from_env()
+    data, ds = setup(a)
     if len(ds) < world * a.batch:
         sys.exit("train: corpus %s has %d bytes, too few for %d ranks x %d windows of %d"
                  % (a.corpus, len(data), world, a.batch, a.ctx + 1))
@@ -264,7 +387,7 @@ def main(argv):
         dist.barrier()
         for step in range(a.steps):
             if a.die_at is not None and step == a.die_at and rank == world - 1:
-                os.kill(os.getpid(), signal.SIGKILL)
+                kill_self(a, rank, step)
             t0 = time.perf_counter()
             try:
                 x, y = next(batches)

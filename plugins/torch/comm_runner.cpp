@@ -138,27 +138,115 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
                             const std::function<void(std::exception_ptr)>& done) {
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (running_ || !queue_.empty() || stop_) return false;
+    if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
     running_ = true;
   }
+  done(owned(fn));
+  return true;
+}
+
+std::exception_ptr CommRunner::owned(const std::function<void()>& fn) {
   std::exception_ptr e;
   try {
     fn();
   } catch (...) {
     e = std::current_exception();
   }
+  revoke_comm();  // if revoke() came while fn ran
   {
     std::lock_guard<std::mutex> l(mu_);
     running_ = false;
   }
   cv_.notify_all();
-  done(e);
-  return true;
+  return e;
+}
+
+void CommRunner::revoke(const std::string& reason) {
+  std::deque<Job> drained;
+  std::string msg;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (revoked_.empty())
+      revoked_ = "autoinfra: rank " + std::to_string(rank_) + ": the communicator was revoked" +
+                 (reason.empty() ? "" : ": " + reason);
+    msg = revoked_;
+    drained.swap(queue_);
+    queued_.store(0, std::memory_order_release);
+  }
+  cv_.notify_all();
+  for (auto& job : drained) job.done(std::make_exception_ptr(std::runtime_error(msg)));
+  // Idle: revoke now; a running call's thread revokes when it returns.
+  bool idle;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    idle = !running_;
+    if (idle) running_ = true;
+  }
+  if (idle) owned([] {});
+}
+
+void CommRunner::revoke_comm() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (comm_revoked_ || revoked_.empty()) return;
+    comm_revoked_ = true;
+  }
+  ai_comm_revoke(comm_);
+}
+
+void CommRunner::exclusive(const std::function<void()>& fn) {
+  {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return !running_ && queue_.empty(); });
+    running_ = true;
+  }
+  if (auto e = owned(fn)) std::rethrow_exception(e);
+}
+
+std::unique_ptr<CommRunner> CommRunner::shrink() {
+  ai_comm* out = nullptr;
+  exclusive([&] { check(ai_comm_shrink(comm_, &out), "shrink"); });
+  return std::make_unique<CommRunner>(out);
+}
+
+std::unique_ptr<CommRunner> CommRunner::grow(int joiners, double timeout_s) {
+  ai_comm* out = nullptr;
+  exclusive([&] { check(ai_comm_grow(comm_, joiners, timeout_s, &out), "grow"); });
+  return std::make_unique<CommRunner>(out);
+}
+
+std::vector<int> CommRunner::failed() {
+  std::vector<int> ranks(size_);
+  int n = 0;
+  exclusive([&] { check(ai_comm_failed(comm_, ranks.data(), size_, &n), "failed"); });
+  ranks.resize(static_cast<size_t>(n < size_ ? n : size_));
+  return ranks;
+}
+
+std::string CommRunner::join_addr() {
+  char buf[128];
+  exclusive([&] { check(ai_comm_join_addr(comm_, buf, sizeof buf), "join_addr"); });
+  return buf;
+}
+
+std::unique_ptr<CommRunner> CommRunner::join(const ai_comm_config& cfg, const std::string& job_addr) {
+  ai_comm* out = nullptr;
+  ai_status_t st = ai_comm_join(&cfg, job_addr.c_str(), &out);
+  if (st != AI_OK)
+    throw std::runtime_error(std::string("autoinfra join ") + job_addr + ": " + ai_strerror(st) +
+                             ": " + ai_last_error());
+  return std::make_unique<CommRunner>(out);
+}
+
+bool CommRunner::revoked() {
+  std::lock_guard<std::mutex> l(mu_);
+  return !revoked_.empty();
 }
 
 void CommRunner::loop() {
   for (;;) {
     Job job;
+    std::string revoked;
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
     // sleeping, since a wake-up from sleep waits for a core.
@@ -173,18 +261,10 @@ void CommRunner::loop() {
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
       running_ = true;
+      revoked = revoked_;
     }
-    std::exception_ptr e;
-    try {
-      job.fn();
-    } catch (...) {
-      e = std::current_exception();
-    }
-    {
-      std::lock_guard<std::mutex> l(mu_);
-      running_ = false;
-    }
-    job.done(e);
+    job.done(revoked.empty() ? owned(job.fn)
+                             : owned([&revoked] { throw std::runtime_error(revoked); }));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -64,6 +65,30 @@ class CommRunner {
   bool run_inline(const std::function<void()>& fn,
                   const std::function<void(std::exception_ptr)>& done);
 
+  // Every queued call, and every call issued later, completes at once with
+  // an error carrying reason, without reaching the communicator, and the
+  // communicator is revoked (ai_comm_revoke: every rank's pending and later
+  // calls fail): a job that replaces it after a failure never waits for
+  // work on it. The runtime's revoke runs on the thread that owns the
+  // communicator at that moment: at once when it is idle, else when the
+  // running call returns (which the other ranks' revoke or failure makes
+  // fail in milliseconds, or the timeout).
+  void revoke(const std::string& reason);
+  bool revoked();
+
+  // The fault-tolerance calls of include/autoinfra.h, run while no call is
+  // (each waits for the running one): a new runner on the new communicator.
+  // shrink: the survivors' (after revoke or a failure); grow: the members'
+  // and joiners' newcomers' (a healthy communicator); failed: the ranks the
+  // runtime knows failed (agreed after a shrink); join_addr: what
+  // newcomers pass to join().
+  std::unique_ptr<CommRunner> shrink();
+  std::unique_ptr<CommRunner> grow(int joiners, double timeout_s);
+  std::vector<int> failed();
+  std::string join_addr();
+  // A newcomer: the communicator ai_comm_join makes with cfg at job_addr.
+  static std::unique_ptr<CommRunner> join(const ai_comm_config& cfg, const std::string& job_addr);
+
   // Collectives, run on the progress thread (they block until done and
   // throw std::runtime_error naming the peer and cause on failure).
   void allreduce(at::Tensor& t, Op op);
@@ -88,6 +113,13 @@ class CommRunner {
 
  private:
   void loop();
+  // Run fn on this thread while no call runs and nothing is queued (then
+  // the communicator is this thread's).
+  void exclusive(const std::function<void()>& fn);
+  void revoke_comm();  // ai_comm_revoke once, by the owning thread
+  // Run fn as the communicator's owner (running_ set by the caller): its
+  // exception, if any; then a pending revoke, and the communicator freed.
+  std::exception_ptr owned(const std::function<void()>& fn);
   // AI_OK or throw: the message names the call and carries ai_last_error()
   // (the peer and the cause); after the communicator failed, the first
   // failure's message.
@@ -111,6 +143,8 @@ class CommRunner {
   std::deque<Job> queue_;
   std::atomic<int> queued_{0};
   bool stop_ = false;
+  std::string revoked_;  // the reason, once revoked
+  bool comm_revoked_ = false;  // ai_comm_revoke was called
   bool running_ = false;  // a call is running (progress thread or inline)
   std::thread thread_;
 };

@@ -194,6 +194,10 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
   }
 
+  void revoke(const std::string& reason) { runner_->revoke(reason); }
+  bool revoked() { return runner_->revoked(); }
+  CommRunner& runner() { return *runner_; }
+
   // What `auto` runs next for coll at bytes, asked in issue order.
   ai_choice choice(ai_coll coll, size_t bytes) {
     ai_choice c{};
@@ -261,6 +265,14 @@ struct StoreAdapter {
   }
 };
 
+// The job token (AUTOINFRA_TOKEN, else empty), alike for the communicators
+// made through the store and for newcomers' joins: a join door refuses a
+// newcomer whose token hash differs from the job's.
+const char* job_token() {
+  const char* t = std::getenv("AUTOINFRA_TOKEN");
+  return t ? t : "";
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store,
                                               int rank, int size, double timeout_s,
                                               const std::string& peer_addr) {
@@ -271,6 +283,7 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   cfg.size = size;
   cfg.timeout_s = timeout_s;
   cfg.store_host = peer_addr.empty() ? nullptr : peer_addr.c_str();
+  cfg.token = job_token();
   // The runtime's own waits block too, for the same reason as poll_us().
   cfg.block_waits = 1;
   poll_us();  // a bad AUTOINFRA_TORCH_POLL_US fails here, named
@@ -286,10 +299,64 @@ c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Sto
   return c10::make_intrusive<ProcessGroupAutoinfra>(std::make_unique<CommRunner>(comm));
 }
 
+ProcessGroupAutoinfra* autoinfra_group(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                        const char* what) {
+  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
+  TORCH_CHECK(ai, "autoinfra ", what, ": not an autoinfra process group");
+  return ai;
+}
+
+void revoke(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& reason) {
+  autoinfra_group(pg, "revoke")->revoke(reason);
+}
+
+bool revoked(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return autoinfra_group(pg, "revoked")->revoked();
+}
+
+// The fault-tolerance calls, without the GIL (they wait for peers); their
+// std::runtime_error (naming the call and the cause) reaches Python as a
+// RuntimeError.
+template <typename F>
+auto nogil(F fn) -> decltype(fn()) {
+  pybind11::gil_scoped_release nogil;
+  return fn();
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> shrink(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto& r = autoinfra_group(pg, "shrink")->runner();
+  return c10::make_intrusive<ProcessGroupAutoinfra>(nogil([&] { return r.shrink(); }));
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> grow(const c10::intrusive_ptr<c10d::ProcessGroup>& pg,
+                                            int joiners, double timeout_s) {
+  auto& r = autoinfra_group(pg, "grow")->runner();
+  return c10::make_intrusive<ProcessGroupAutoinfra>(nogil([&] { return r.grow(joiners, timeout_s); }));
+}
+
+std::vector<int> failed(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto& r = autoinfra_group(pg, "failed")->runner();
+  return nogil([&] { return r.failed(); });
+}
+
+std::string join_addr(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto& r = autoinfra_group(pg, "join_addr")->runner();
+  return nogil([&] { return r.join_addr(); });
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> join(const std::string& job_addr, double timeout_s) {
+  ai_comm_config cfg{};
+  cfg.timeout_s = timeout_s;
+  cfg.token = job_token();
+  cfg.block_waits = 1;  // as create()'s
+  poll_us();
+  return c10::make_intrusive<ProcessGroupAutoinfra>(
+      nogil([&] { return CommRunner::join(cfg, job_addr); }));
+}
+
 pybind11::dict choice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const std::string& coll,
                       size_t bytes) {
-  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
-  TORCH_CHECK(ai, "autoinfra choice: not an autoinfra process group");
+  auto* ai = autoinfra_group(pg, "choice");
   ai_coll k;
   TORCH_CHECK(ai_coll_parse(coll.c_str(), &k) == AI_OK, "autoinfra choice: ", ai_last_error());
   ai_choice c;
@@ -318,5 +385,18 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "A ProcessGroup of the autoinfra backend, bootstrapped through store.");
   m.def("choice", &aitorch::choice, pybind11::arg("group"), pybind11::arg("coll"),
         pybind11::arg("bytes"), "What auto runs next for coll at bytes (ai_comm_choice).");
+  m.def("revoke", &aitorch::revoke, pybind11::arg("group"), pybind11::arg("reason") = "",
+        "Every queued and later call on group fails at once, naming reason.");
+  m.def("revoked", &aitorch::revoked, pybind11::arg("group"), "Whether group was revoked.");
+  m.def("shrink", &aitorch::shrink, pybind11::arg("group"),
+        "A group of the survivors (ai_comm_shrink), ranks renumbered in the old order.");
+  m.def("grow", &aitorch::grow, pybind11::arg("group"), pybind11::arg("joiners"),
+        pybind11::arg("timeout_s"), "The group with `joiners` newcomers (ai_comm_grow).");
+  m.def("failed", &aitorch::failed, pybind11::arg("group"),
+        "The ranks the runtime knows failed (ai_comm_failed).");
+  m.def("join_addr", &aitorch::join_addr, pybind11::arg("group"),
+        "The address newcomers pass to join (ai_comm_join_addr).");
+  m.def("join", &aitorch::join, pybind11::arg("job_addr"), pybind11::arg("timeout_s"),
+        "A newcomer's group in the job at job_addr (ai_comm_join).");
   m.attr("torch_version") = "1.13";
 }

@@ -11,10 +11,18 @@ Importing this module registers the backend; then
 The communicator is bootstrapped through the store torch hands the backend;
 init_process_group's timeout becomes the communicator's (every wait).
 
+Groups that outlive a failure (docs/torch.md "Elastic groups", over the
+runtime's fault-tolerance calls): revoke(group) fails every pending and later
+call on a group at once; shrink(group) makes a new group of the survivors,
+grow(group, joiners) one with newcomers that called join(addr). Each returns a new ProcessGroup (its rank() and size()
+are this process's place in it); the old one is left to be dropped.
+autoinfra.elastic drives them from a training loop.
+
 The compiled part, _autoinfra_torch.so, is found at $AUTOINFRA_TORCH_LIB (the
 file, or the folder holding it), else next to this file, else in the build
 tree of this source checkout (build/plugins/torch/).
 """
+import datetime
 import importlib.machinery
 import importlib.util
 import os
@@ -62,7 +70,147 @@ def _peer_addr():
 
 
 def _create(store, rank, size, timeout):
-    return _C.create(store, rank, size, timeout.total_seconds(), _peer_addr())
+    pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr())
+    _stores[pg] = (_base_store(store), timeout.total_seconds())
+    return pg
+
+
+# ------------------------------------------------------------ elastic groups
+#
+# revoke, shrink and grow are the runtime's (include/autoinfra.h, "fault
+# tolerance"): shrink needs no store, and grow admits newcomers at rank 0's
+# join door. What the runtime leaves to the application, telling the
+# members that a newcomer waits and the newcomer where the door is, goes
+# through the job's c10d store (the TCPStore of torch's env:// rendezvous,
+# hosted by the process of the job's first rank) under
+# autoinfra/elastic/<lineage>/join/: a ticket counter the newcomers draw
+# from, an admitted counter, and per ticket the door's address. The lineage
+# is the group a chain of shrinks and grows started from ("world" for the
+# default group).
+
+_ELASTIC = "autoinfra/elastic/"
+
+_stores = {}   # ProcessGroup made by this backend -> (base store, timeout s)
+_lineage = {}  # ProcessGroup -> _Lineage, once it is part of one
+
+
+class _Lineage:
+    def __init__(self, store, ns, timeout_s):
+        self.store, self.ns, self.timeout_s = store, ns, timeout_s
+
+
+def _base_store(store):
+    while isinstance(store, dist.PrefixStore):
+        store = store.underlying_store
+    return store
+
+
+def _group(group):
+    return group if group is not None else dist.distributed_c10d._get_default_group()
+
+
+def _lineage_of(group):
+    group = _group(group)
+    if group in _lineage:
+        return _lineage[group]
+    if group not in _stores:
+        raise ValueError("autoinfra: not a group of the autoinfra backend")
+    store, timeout_s = _stores[group]
+    default = dist.is_initialized() and group is dist.distributed_c10d._get_default_group()
+    name = "world" if default else "pg" + dist.distributed_c10d._pg_names.get(group, "?")
+    rec = _Lineage(store, _ELASTIC + name + "/", timeout_s)
+    _lineage[group] = rec
+    return rec
+
+
+def _timeout(rec, timeout):
+    return rec.timeout_s if timeout is None else float(timeout)
+
+
+def forget(group):
+    """Drop this module's record of a group that was replaced, so that the
+    group (its progress thread and connections) goes when the caller drops it."""
+    _lineage.pop(group, None)
+    _stores.pop(group, None)
+
+
+def revoke(group=None, reason=""):
+    """Every queued and later call on group fails at once with an error
+    naming reason, and the communicator is revoked (ai_comm_revoke): every
+    rank's pending and later calls on it fail too."""
+    _C.revoke(_group(group), reason)
+
+
+def revoked(group=None):
+    return _C.revoked(_group(group))
+
+
+def failed(group=None):
+    """The ranks of group the runtime knows failed: agreed by the survivors
+    after a shrink, before that what this rank saw (ai_comm_failed)."""
+    return list(_C.failed(_group(group)))
+
+
+def shrink(group=None):
+    """A new group of the survivors of group (revoked first, if it was not),
+    ranks renumbered in the old order (ai_comm_shrink: the survivors agree
+    on who they are; no store). Every survivor calls it. Raises
+    RuntimeError naming the cause when it fails (a rank the others counted
+    failed gets one too, and must leave)."""
+    group = _group(group)
+    rec = _lineage_of(group)
+    revoke(group, "shrinking to the survivors")
+    new = _C.shrink(group)
+    _lineage[new] = rec
+    return new
+
+
+def pending_joiners(group=None):
+    """How many processes called join() on group's lineage and were not yet
+    admitted by grow()."""
+    rec = _lineage_of(group)
+    return rec.store.add(rec.ns + "join/tickets", 0) - rec.store.add(rec.ns + "join/admitted", 0)
+
+
+def grow(group, joiners, timeout=None):
+    """A new group of group's members (ranks kept) and the next `joiners`
+    processes waiting in join(), ranks size..size+joiners-1
+    (ai_comm_grow). Every member calls it with the same joiners
+    (pending_joiners as rank 0 saw it). Too few newcomers within timeout:
+    RuntimeError, and group stays usable."""
+    group = _group(group)
+    rec = _lineage_of(group)
+    if group.rank() == 0:
+        door = _C.join_addr(group)
+        first = rec.store.add(rec.ns + "join/admitted", joiners) - joiners
+        for i in range(joiners):
+            rec.store.set(rec.ns + "join/%d" % (first + i + 1), door)
+    new = _C.grow(group, joiners, _timeout(rec, timeout))
+    _lineage[new] = rec
+    return new
+
+
+def join(addr, timeout=60.0, lineage="world"):
+    """From a new process: wait (at most timeout s) until the members of the
+    job whose c10d store is at addr ("HOST:PORT", the job's MASTER_ADDR and
+    MASTER_PORT) admit it with grow(); returns its group there
+    (ai_comm_join at the door rank 0 names)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError("autoinfra join: address '%s' is not HOST:PORT" % addr)
+    wait = datetime.timedelta(seconds=timeout)
+    st = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
+    ns = _ELASTIC + lineage + "/"
+    ticket = st.add(ns + "join/tickets", 1)
+    key = ns + "join/%d" % ticket
+    try:
+        st.wait([key], wait)
+    except RuntimeError as e:
+        raise RuntimeError("autoinfra join: no member of the job at %s admitted this process "
+                           "within %g s (ticket %d): %s" % (addr, timeout, ticket, e)) from None
+    pg = _C.join(st.get(key).decode(), float(timeout))
+    _lineage[pg] = _Lineage(st, ns, float(timeout))
+    return pg
 
 
 def choice(group, coll, nbytes):

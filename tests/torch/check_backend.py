@@ -7,6 +7,9 @@
                                      bit-identical across ranks and equal gloo's
     check_backend.py kill N          rank N-1 dies mid-run; the others must raise
                                      within the timeout, naming it
+    check_backend.py revoke N        rank 0 revokes its group with calls queued behind
+                                     a running one: they fail at once, naming the
+                                     reason, and so does every later call, on every rank
 
 The parent starts N copies of itself with env:// variables on loopback and
 fails if any rank fails or the whole run exceeds its limit.
@@ -299,6 +302,56 @@ def kill(rank, n):
     os._exit(0)  # the communicator is failed; skip torch's teardown
 
 
+def revoke(rank, n):
+    import torch
+    import torch.distributed as dist
+    import autoinfra.torch as at
+    big = torch.ones(1 << 20)  # 4 MiB: queued, never run inline
+    gloo = dist.new_group(backend="gloo")
+    dist.barrier()
+    if rank == 0:
+        running = dist.all_reduce(big, async_op=True)  # waits for the others' call
+        queued = [dist.all_reduce(torch.ones(1 << 18), async_op=True) for _ in range(3)]
+        t0 = time.time()
+        at.revoke(None, "test reason")
+        for w in queued:
+            try:
+                w.wait()
+                raise AssertionError("a call queued on a revoked group completed")
+            except RuntimeError as e:
+                assert "revoked" in str(e) and "test reason" in str(e), str(e)
+        took = time.time() - t0
+        assert took < 1, f"queued calls took {took:.2f} s to fail after the revoke"
+        assert at.revoked(None) and not running.is_completed()
+        dist.barrier(group=gloo)  # now the others join the running call
+        running.wait()
+        assert torch.equal(big, torch.full_like(big, n)), "the running call's result"
+        try:
+            dist.all_reduce(torch.ones(4))
+            raise AssertionError("a call after the revoke completed")
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)
+        print(f"rank 0: queued calls failed {took * 1e3:.1f} ms after the revoke")
+    else:
+        dist.barrier(group=gloo)
+        try:
+            dist.all_reduce(big)  # rank 0's running call; its revoke may overtake the end
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)
+        # rank 0's revoke reaches this rank's communicator too (ai_comm_revoke)
+        t0 = time.time()
+        try:
+            for _ in range(1000):
+                dist.all_reduce(torch.ones(4))
+                time.sleep(0.01)
+            raise AssertionError("rank 0's revoke never reached rank %d" % rank)
+        except RuntimeError as e:
+            assert "revoked" in str(e), str(e)
+        print(f"rank {rank}: rank 0's revoke failed its call after {time.time() - t0:.2f} s")
+    dist.barrier(group=gloo)  # rank 0 stays until the others saw its revoke
+    os._exit(0)  # the group is revoked; skip torch's teardown
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
@@ -308,7 +361,7 @@ def child(case, n):
     timeout = datetime.timedelta(seconds=10 if case == "kill" else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
-    {"collectives": collectives, "ddp": ddp, "kill": kill}[case](rank, n)
+    {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke}[case](rank, n)
     dist.destroy_process_group()
 
 
