@@ -466,6 +466,12 @@ ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_c
 int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
 /* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
 ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
+/* Fault injection for bench/chaos (docs/chaos.md), off until called: the
+ * next message header this process sends, on any communicator, has byte
+ * (v % 16) XORed with (v >> 8) & 0xff (0xff when that is 0), so that the
+ * receiver's frame checks must catch it. Async-signal-safe (one atomic
+ * store): a signal handler may call it. */
+void ai_fault_corrupt_next_frame(unsigned v);
 
 #ifdef __cplusplus
 }
