@@ -6,12 +6,13 @@
  * rank can compute on its own. Built on the public header only.
  *
  *   chaos-rank [--seed S] [--calls N] [--max-bytes B] [--seconds T]
- *              [--mark K] [--report all|errors]
+ *              [--stop-file F] [--mark K] [--report all|errors]
  *
- * It stops at the first failed call, after N calls (0: no limit) or after
- * T seconds (0: no limit), whichever comes first; with T, every 32nd call
- * is preceded by a one-element allreduce through which the ranks agree to
- * stop (each rank's clock runs out at another call). Lines on stdout, one
+ * It stops at the first failed call, after N calls (0: no limit), after T
+ * seconds (0: no limit) or once file F exists, whichever comes first; with
+ * T or F, every 32nd call is preceded by a one-element allreduce through
+ * which the ranks agree to stop (each rank sees its clock run out or the
+ * file appear at another call). Lines on stdout, one
  * per event, times on CLOCK_MONOTONIC (the machine's clock, shared by the
  * orchestrator and every network namespace):
  *
@@ -39,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_s(void)
 {
@@ -227,7 +229,7 @@ static void print_err(long i, const char *coll, size_t bytes, const char *algo, 
 static int usage(void)
 {
     fprintf(stderr, "usage: chaos-rank [--seed S] [--calls N] [--max-bytes B] [--seconds T] "
-                    "[--mark K] [--report all|errors]\n");
+                    "[--stop-file F] [--mark K] [--report all|errors]\n");
     return 2;
 }
 
@@ -237,6 +239,7 @@ int main(int argc, char **argv)
     long calls = 0, mark = -1;
     size_t max_bytes = 1 << 20;
     double seconds = 0;
+    const char *stop_file = NULL;
     int report_all = 0;
     for (int a = 1; a < argc; a++) {
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
@@ -251,6 +254,10 @@ int main(int argc, char **argv)
             mark = strtol(v, &end, 10);
         else if (!strcmp(argv[a], "--seconds"))
             seconds = strtod(v, &end);
+        else if (!strcmp(argv[a], "--stop-file")) {
+            stop_file = v;
+            end = (char *)v + strlen(v);
+        }
         else if (!strcmp(argv[a], "--max-bytes")) {
             if (ai_parse_size(v, &max_bytes) != AI_OK || max_bytes < 8 || max_bytes > (1u << 28)) {
                 fprintf(stderr, "chaos-rank: --max-bytes '%s' is not a size in 8..256M\n", v);
@@ -292,10 +299,12 @@ int main(int argc, char **argv)
     int rc = 0;
     long i = 0;
     for (; calls == 0 || i < calls; i++) {
-        if (t_end > 0 && i % 32 == 0) {
+        if ((t_end > 0 || stop_file) && i % 32 == 0) {
             /* ranks stop together: each rank's clock says "time up" at a
              * different call, so they agree on it (the maximum of their flags) */
-            int32_t up = now_s() > t_end, any = -1;
+            int32_t up = (t_end > 0 && now_s() > t_end) ||
+                         (stop_file && access(stop_file, F_OK) == 0);
+            int32_t any = -1;
             st = ai_allreduce(comm, &up, &any, 1, AI_I32, AI_MAX, NULL);
             if (st == AI_OK && any == 1)
                 break;
