@@ -22,7 +22,9 @@
  *   ok I COLL BYTES ALGO T0 T1         a call that returned AI_OK with the right data
  *                                      (--report all)
  *   wrong I COLL BYTES ALGO T1 DETAIL  a call that returned AI_OK with wrong data
- *   err I COLL BYTES ALGO T1 CODE MSG  a call that failed (its status name and message)
+ *   err I COLL BYTES ALGO T1 STATUS MSG
+ *                                      a call that failed: ai_strerror's text with '_'
+ *                                      for ' ' ("peer_failed"), the detailed message
  *   done CALLS T                       the schedule ended without a failure
  *
  * Exit status: 0 done, 3 a call failed (the fault was detected), 4 wrong
@@ -223,7 +225,13 @@ static void print_err(long i, const char *coll, size_t bytes, const char *algo, 
     for (char *p = msg; *p; p++)
         if (*p == '\n')
             *p = ' ';
-    printf("err %ld %s %zu %s %.6f %s %s\n", i, coll, bytes, algo, t, ai_strerror(st), msg);
+    /* the status as one word: "peer failed" -> "peer_failed" */
+    char name[64];
+    snprintf(name, sizeof name, "%s", ai_strerror(st));
+    for (char *p = name; *p; p++)
+        if (*p == ' ')
+            *p = '_';
+    printf("err %ld %s %zu %s %.6f %s %s\n", i, coll, bytes, algo, t, name, msg);
 }
 
 static int usage(void)
