@@ -10,7 +10,7 @@
  *
  * It stops at the first failed call, after N calls (0: no limit), after T
  * seconds (0: no limit) or once file F exists, whichever comes first; with
- * T or F, every 32nd call is preceded by a one-element allreduce through
+ * T or F, every 8th call is preceded by a one-element allreduce through
  * which the ranks agree to stop (each rank sees its clock run out or the
  * file appear at another call). Lines on stdout, one
  * per event, times on CLOCK_MONOTONIC (the machine's clock, shared by the
@@ -118,34 +118,6 @@ static int value(long i, int r, size_t j)
     return (int)((((uint64_t)i * 131u + (uint64_t)r * 17u + j * 7u) % 31u) + 1u);
 }
 
-static void put(void *buf, ai_dtype dt, size_t j, int v)
-{
-    switch (dt) {
-    case AI_F32: ((float *)buf)[j] = (float)v; break;
-    case AI_F64: ((double *)buf)[j] = (double)v; break;
-    case AI_F16: ((uint16_t *)buf)[j] = ai_f32_to_f16((float)v); break;
-    case AI_BF16: ((uint16_t *)buf)[j] = ai_f32_to_bf16((float)v); break;
-    case AI_I32: ((int32_t *)buf)[j] = v; break;
-    case AI_I64: ((int64_t *)buf)[j] = v; break;
-    case AI_U8: ((uint8_t *)buf)[j] = (uint8_t)v; break;
-    default: break;
-    }
-}
-
-static double get(const void *buf, ai_dtype dt, size_t j)
-{
-    switch (dt) {
-    case AI_F32: return ((const float *)buf)[j];
-    case AI_F64: return ((const double *)buf)[j];
-    case AI_F16: return ai_f16_to_f32(((const uint16_t *)buf)[j]);
-    case AI_BF16: return ai_bf16_to_f32(((const uint16_t *)buf)[j]);
-    case AI_I32: return ((const int32_t *)buf)[j];
-    case AI_I64: return (double)((const int64_t *)buf)[j];
-    case AI_U8: return ((const uint8_t *)buf)[j];
-    default: return 0;
-    }
-}
-
 static int reduced(long i, int size, size_t j, ai_op op)
 {
     int acc = value(i, 0, j);
@@ -182,7 +154,7 @@ static int check(const call *c, long i, int rank, int size, const void *out, cha
         case AI_BROADCAST: want = value(i, c->root, j); break;
         default: want = 0; break;
         }
-        double got = get(out, c->dt, j);
+        double got = ai_elem_get(out, c->dt, j);
         if (got != (double)want) {
             snprintf(why, wlen, "element %zu of %zu is %g, expected %d", j, n, got, want);
             return 1;
@@ -198,7 +170,7 @@ static ai_status_t run_call(ai_comm *comm, const call *c, long i, int rank, int 
     if (c->coll == AI_REDUCE_SCATTER || c->coll == AI_ALLTOALL)
         nin = c->count * (size_t)size;
     for (size_t j = 0; j < nin; j++)
-        put(in, c->dt, j, value(i, rank, j));
+        ai_elem_set(in, c->dt, j, value(i, rank, j));
     ai_algo_opts o = {.algo = c->algo};
     const ai_algo_opts *opts = c->algo ? &o : NULL;
     switch (c->coll) {
@@ -285,6 +257,8 @@ int main(int argc, char **argv)
         }
         a++;
     }
+    /* line by line: the orchestrator watches for progress as it happens */
+    setvbuf(stdout, NULL, _IOLBF, 0);
     ai_comm *comm = NULL;
     ai_status_t st = ai_comm_create_env(&comm);
     if (st != AI_OK) {
@@ -307,7 +281,7 @@ int main(int argc, char **argv)
     int rc = 0;
     long i = 0;
     for (; calls == 0 || i < calls; i++) {
-        if ((t_end > 0 || stop_file) && i % 32 == 0) {
+        if ((t_end > 0 || stop_file) && i % 8 == 0) {
             /* ranks stop together: each rank's clock says "time up" at a
              * different call, so they agree on it (the maximum of their flags) */
             int32_t up = (t_end > 0 && now_s() > t_end) ||

@@ -67,6 +67,11 @@ const char *ai_op_name(ai_op op);
 ai_status_t ai_dtype_parse(const char *name, ai_dtype *out);
 ai_status_t ai_op_parse(const char *name, ai_op *out);
 
+/* Element i of a buffer of type dt, written from / read as a double (for
+ * test patterns and checks: benchmarks, bench/chaos). */
+void ai_elem_set(void *buf, ai_dtype dt, size_t i, double v);
+double ai_elem_get(const void *buf, ai_dtype dt, size_t i);
+
 /* Conversions used for f16 / bf16 (IEEE 754 binary16, bfloat16; round to
  * nearest even). */
 float ai_f16_to_f32(uint16_t h);
