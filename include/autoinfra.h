@@ -69,6 +69,11 @@ const char *ai_op_name(ai_op op);
 ai_status_t ai_dtype_parse(const char *name, ai_dtype *out);
 ai_status_t ai_op_parse(const char *name, ai_op *out);
 
+/* Element i of a buffer of type dt, written from / read as a double (for
+ * test patterns and checks: benchmarks, bench/chaos). */
+void ai_elem_set(void *buf, ai_dtype dt, size_t i, double v);
+double ai_elem_get(const void *buf, ai_dtype dt, size_t i);
+
 /* Conversions used for f16 / bf16 (IEEE 754 binary16, bfloat16; round to
  * nearest even). */
 float ai_f16_to_f32(uint16_t h);
@@ -543,6 +548,12 @@ ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_c
 int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
 /* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
 ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
+/* Fault injection for bench/chaos (docs/chaos.md), off until called: the
+ * next message header this process sends, on any communicator, has byte
+ * (v % 16) XORed with (v >> 8) & 0xff (0xff when that is 0), so that the
+ * receiver's frame checks must catch it. Async-signal-safe (one atomic
+ * store): a signal handler may call it. */
+void ai_fault_corrupt_next_frame(unsigned v);
 
 #ifdef __cplusplus
 }

@@ -397,34 +397,6 @@ static double bus_factor(ai_coll coll, int p)
 
 /* ------------------------------------------------------------ data */
 
-static void put(void *buf, ai_dtype dt, size_t i, double v)
-{
-    switch (dt) {
-    case AI_F32: ((float *)buf)[i] = (float)v; break;
-    case AI_F64: ((double *)buf)[i] = v; break;
-    case AI_F16: ((uint16_t *)buf)[i] = ai_f32_to_f16((float)v); break;
-    case AI_BF16: ((uint16_t *)buf)[i] = ai_f32_to_bf16((float)v); break;
-    case AI_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
-    case AI_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
-    case AI_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
-    default: break;
-    }
-}
-
-static double get(const void *buf, ai_dtype dt, size_t i)
-{
-    switch (dt) {
-    case AI_F32: return ((const float *)buf)[i];
-    case AI_F64: return ((const double *)buf)[i];
-    case AI_F16: return ai_f16_to_f32(((const uint16_t *)buf)[i]);
-    case AI_BF16: return ai_bf16_to_f32(((const uint16_t *)buf)[i]);
-    case AI_I32: return ((const int32_t *)buf)[i];
-    case AI_I64: return (double)((const int64_t *)buf)[i];
-    case AI_U8: return ((const uint8_t *)buf)[i];
-    default: return 0;
-    }
-}
-
 /* Input of rank r at (global) element i of a reduction; see the top
  * comment for why these values. */
 static double val_reduce(ai_op op, int p, int r, size_t i)
@@ -479,26 +451,26 @@ void bench_fill_inputs(const bench_opts *o, const bench_shape *s, int rank, int 
                         void *rbuf)
 {
     for (size_t i = 0; i < s->recv_elems; i++)
-        put(rbuf, o->dt, i, BENCH_SENTINEL);
+        ai_elem_set(rbuf, o->dt, i, BENCH_SENTINEL);
     switch (o->coll) {
     case AI_ALLREDUCE:
     case AI_REDUCE:
     case AI_REDUCE_SCATTER:
         for (size_t i = 0; i < s->send_elems; i++)
-            put(sbuf, o->dt, i, val_reduce(o->op, p, rank, i));
+            ai_elem_set(sbuf, o->dt, i, val_reduce(o->op, p, rank, i));
         break;
     case AI_ALLGATHER:
         for (size_t i = 0; i < s->send_elems; i++)
-            put(sbuf, o->dt, i, val_copy(rank, i));
+            ai_elem_set(sbuf, o->dt, i, val_copy(rank, i));
         break;
     case AI_ALLTOALL:
         for (size_t i = 0; i < s->send_elems; i++)
-            put(sbuf, o->dt, i, val_a2a(rank, (int)(i / s->count), i % s->count));
+            ai_elem_set(sbuf, o->dt, i, val_a2a(rank, (int)(i / s->count), i % s->count));
         break;
     case AI_BROADCAST:
         if (rank == o->root)
             for (size_t i = 0; i < s->recv_elems; i++)
-                put(rbuf, o->dt, i, val_copy(o->root, i));
+                ai_elem_set(rbuf, o->dt, i, val_copy(o->root, i));
         break;
     default:
         break;
@@ -538,7 +510,7 @@ static int64_t count_wrong(const bench_opts *o, const bench_shape *s, int rank, 
         }
         /* For integer dtypes avg truncates; the constructed sums divide
          * exactly, so the same comparison holds. */
-        wrong += get(rbuf, o->dt, i) != want;
+        wrong += ai_elem_get(rbuf, o->dt, i) != want;
     }
     return wrong;
 }

@@ -67,6 +67,11 @@ void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void 
  * communicator is failed. */
 ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n);
 
+/* Fault injection for bench/chaos (engine.c): the next message header this
+ * process builds gets byte (v % 16) XORed with (v >> 8) & 0xff (0: 0xff).
+ * One atomic store: callable from a signal handler. */
+void comm_fault_corrupt_next(unsigned v);
+
 /* Blocking conveniences built on the above. */
 ai_status_t comm_send(ai_comm *c, int peer, const void *buf, size_t bytes);
 ai_status_t comm_recv(ai_comm *c, int peer, void *buf, size_t bytes);

@@ -815,3 +815,5 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
     *out = ch;
     return AI_OK;
 }
+
+void ai_fault_corrupt_next_frame(unsigned v) { comm_fault_corrupt_next(v); }

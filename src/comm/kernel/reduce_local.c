@@ -67,6 +67,34 @@ const char *ai_op_name(ai_op op)
     return ((unsigned)op < AI_OP_COUNT) ? op_names[op] : "unknown";
 }
 
+void ai_elem_set(void *buf, ai_dtype dt, size_t i, double v)
+{
+    switch (dt) {
+    case AI_F32: ((float *)buf)[i] = (float)v; break;
+    case AI_F64: ((double *)buf)[i] = v; break;
+    case AI_F16: ((uint16_t *)buf)[i] = ai_f32_to_f16((float)v); break;
+    case AI_BF16: ((uint16_t *)buf)[i] = ai_f32_to_bf16((float)v); break;
+    case AI_I32: ((int32_t *)buf)[i] = (int32_t)v; break;
+    case AI_I64: ((int64_t *)buf)[i] = (int64_t)v; break;
+    case AI_U8: ((uint8_t *)buf)[i] = (uint8_t)v; break;
+    default: break;
+    }
+}
+
+double ai_elem_get(const void *buf, ai_dtype dt, size_t i)
+{
+    switch (dt) {
+    case AI_F32: return ((const float *)buf)[i];
+    case AI_F64: return ((const double *)buf)[i];
+    case AI_F16: return ai_f16_to_f32(((const uint16_t *)buf)[i]);
+    case AI_BF16: return ai_bf16_to_f32(((const uint16_t *)buf)[i]);
+    case AI_I32: return ((const int32_t *)buf)[i];
+    case AI_I64: return (double)((const int64_t *)buf)[i];
+    case AI_U8: return ((const uint8_t *)buf)[i];
+    default: return 0;
+    }
+}
+
 ai_status_t ai_dtype_parse(const char *name, ai_dtype *out)
 {
     if (!name)

@@ -21,6 +21,7 @@
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,6 +107,14 @@ static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[p
 
 /* ------------------------------------------------------------- framing */
 
+/* Fault injection (bench/chaos, docs/chaos.md): nonzero once
+ * comm_fault_corrupt_next() armed it, consumed by the next header this
+ * process builds. Lock-free, so that a signal handler may arm it; one
+ * relaxed load per message when unarmed. */
+static _Atomic unsigned fault_corrupt;
+
+void comm_fault_corrupt_next(unsigned v) { atomic_store(&fault_corrupt, v | 0x80000000u); }
+
 static void hdr_build(const ai_comm *c, comm_req *r, int k)
 {
     uint32_t magic = COMM_MSG_MAGIC, seq = r->seq;
@@ -113,6 +122,12 @@ static void hdr_build(const ai_comm *c, comm_req *r, int k)
     memcpy(r->hdr[k], &magic, 4);
     memcpy(r->hdr[k] + 4, &seq, 4);
     memcpy(r->hdr[k] + 8, &len, 8);
+    if (atomic_load_explicit(&fault_corrupt, memory_order_relaxed)) {
+        unsigned v = atomic_exchange(&fault_corrupt, 0u);
+        unsigned char mask = (unsigned char)(v >> 8);
+        if (v)
+            r->hdr[k][v % COMM_HDR_BYTES] ^= mask ? mask : 0xff;
+    }
 }
 
 static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
