@@ -139,7 +139,8 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
   {
     std::lock_guard<std::mutex> l(mu_);
     if (running_ || !queue_.empty() || stop_) return false;
-    running_ = true;
+    running_ = inline_ = true;
+    set_wait_mode();
   }
   std::exception_ptr e;
   try {
@@ -147,13 +148,31 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
   } catch (...) {
     e = std::current_exception();
   }
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    running_ = false;
+    running_ = inline_ = false;
+    set_wait_mode();
+    wake = !queue_.empty() || stop_;
   }
-  cv_.notify_all();
+  // The progress thread sleeps until a call is queued; it needs waking
+  // only if one was queued meanwhile (it saw running_ and slept again).
+  // Waking it after every inline call would cost each a context switch.
+  if (wake) cv_.notify_all();
   done(e);
   return true;
+}
+
+void CommRunner::set_wait_mode() { ai_comm_set_block_waits(comm_, !inline_ && waiters_ == 0); }
+
+void CommRunner::wait_begin() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (waiters_++ == 0) set_wait_mode();
+}
+
+void CommRunner::wait_end() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--waiters_ == 0) set_wait_mode();
 }
 
 void CommRunner::loop() {

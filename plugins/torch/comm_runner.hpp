@@ -63,6 +63,13 @@ class CommRunner {
   // cores each is a wait for a core.
   bool run_inline(const std::function<void()>& fn,
                   const std::function<void(std::exception_ptr)>& done);
+  // A thread starts (begin) or stops (end) waiting for a queued call's
+  // result. While one waits, or a call runs inline, nothing of this process
+  // computes beside the call, so the runtime's waits poll before they sleep
+  // (a wake-up from sleep waits for a core); otherwise they block at once,
+  // leaving the cores to the compute the call overlaps (ai_comm_set_block_waits).
+  void wait_begin();
+  void wait_end();
 
   // Collectives, run on the progress thread (they block until done and
   // throw std::runtime_error naming the peer and cause on failure).
@@ -112,6 +119,10 @@ class CommRunner {
   std::atomic<int> queued_{0};
   bool stop_ = false;
   bool running_ = false;  // a call is running (progress thread or inline)
+  bool inline_ = false;   // the running call runs on its caller's thread
+  int waiters_ = 0;       // threads in wait_begin..wait_end
+  // Under mu_: the runtime's wait mode for inline_ and waiters_.
+  void set_wait_mode();
   std::thread thread_;
 };
 

@@ -196,15 +196,19 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
      * polls (yielding the core) before it sleeps in poll(): a rank woken
      * from sleep waits for a core, and on a VM for a halted vCPU: measured
      * in docs/runtime.md, "Waiting". A caller whose compute shares the
-     * cores (block_waits) would lose to either what it saves. */
-    double yield_us, spin_us;
-    double yield_def = cfg->block_waits ? 0 : DEFAULT_YIELD_US;
-    double spin_def = cfg->block_waits ? 0 : DEFAULT_TCP_SPIN_US;
-    if ((st = ai_env_double("AUTOINFRA_YIELD_US", yield_def, 0, 1e7, &yield_us)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_SPIN_US", spin_def, 0, 1e6, &spin_us)) != AI_OK)
-        goto err;
-    tp->yield_s = yield_us * 1e-6;
-    tp->tcp_spin_s = spin_us * 1e-6;
+     * cores (block_waits) would lose to either what it saves. The user's
+     * settings hold in both modes. */
+    for (int block = 0; block < 2; block++) {
+        double yield_us, spin_us;
+        if ((st = ai_env_double("AUTOINFRA_YIELD_US", block ? 0 : DEFAULT_YIELD_US, 0, 1e7,
+                                &yield_us)) != AI_OK ||
+            (st = ai_env_double("AUTOINFRA_SPIN_US", block ? 0 : DEFAULT_TCP_SPIN_US, 0, 1e6,
+                                &spin_us)) != AI_OK)
+            goto err;
+        tp->yield_s[block] = yield_us * 1e-6;
+        tp->tcp_spin_s[block] = spin_us * 1e-6;
+    }
+    atomic_store(&tp->block_waits, cfg->block_waits != 0);
     if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
         goto err;
     if (tp->listen_fd >= 0) {
@@ -219,6 +223,12 @@ err:
     free(table);
     comm_destroy(c);
     return st;
+}
+
+void comm_set_block_waits(ai_comm *c, int block)
+{
+    if (c->tp)
+        atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
 }
 
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)

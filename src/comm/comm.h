@@ -172,6 +172,8 @@ int comm_tcp_free_port(const char *host);
 
 /* Mark failed (first error wins), tell peers, return `status`. */
 ai_status_t comm_abort(ai_comm *c, ai_status_t status);
+/* ai_comm_set_block_waits' work: the transport's wait mode. */
+void comm_set_block_waits(ai_comm *c, int block);
 
 /* ------------------------------------------------------------ algorithms */
 
