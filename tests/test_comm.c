@@ -15,6 +15,8 @@
 
 #include <arpa/inet.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -201,6 +203,81 @@ static void test_wait_blocks(void **state)
     assert_int_equal(ranks_run(2, &o, idle_body, "recursive_doubling"), 0);
     assert_int_equal(ranks_run(2, &o, idle_body, "direct"), 0);
     assert_int_equal(ranks_run(4, &o, idle_body, "direct"), 0);
+}
+
+/* ai_comm_set_block_waits from another thread while a wait runs (as the
+ * torch backend's callers do): the wait takes either mode up, still ends
+ * with the right sum when the sleeping peer arrives, and still blocks
+ * (after at most the default 200 us of yielding), not spins. */
+typedef struct toggler {
+    ai_comm *c;
+    _Atomic int stop;
+    int flips;
+} toggler;
+
+static void *toggle_body(void *arg)
+{
+    toggler *t = arg;
+    while (!atomic_load(&t->stop)) {
+        ai_comm_set_block_waits(t->c, t->flips++ & 1);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static double thread_cpu_s(void)
+{
+    struct rusage r;
+    getrusage(RUSAGE_THREAD, &r);
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+}
+
+static int toggle_wait_body(ai_comm *c, void *arg)
+{
+    ai_algo_opts o = {.algo = arg};
+    int rank = ai_comm_rank(c), size = ai_comm_size(c);
+    float x = 1;
+    if (ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F32, AI_SUM, &o) != AI_OK)
+        return 70;
+    toggler t = {.c = c};
+    pthread_t th;
+    if (rank == 0 && pthread_create(&th, NULL, toggle_body, &t) != 0)
+        return 74;
+    if (rank == size - 1) {
+        struct timespec ts = {0, 500000000};
+        nanosleep(&ts, NULL);
+    }
+    double cpu0 = thread_cpu_s(), t0 = ai_now();
+    x = (float)rank;
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F32, AI_SUM, &o);
+    double wall = ai_now() - t0, cpu = thread_cpu_s() - cpu0;
+    if (rank == 0) {
+        atomic_store(&t.stop, 1);
+        pthread_join(th, NULL);
+    }
+    if (st != AI_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, ai_last_error());
+        return 71;
+    }
+    if (x != (float)(size * (size - 1) / 2))
+        return 72;
+    if (rank == 0) {
+        fprintf(stderr, "%s: waited %.3f s using %.3f s of CPU, wait mode set %d times\n",
+                (const char *)arg, wall, cpu, t.flips);
+        if (wall < 0.4 || cpu > 0.05 || t.flips < 10)
+            return 73;
+    }
+    return 0;
+}
+
+static void test_wait_mode_switched_during_wait(void **state)
+{
+    (void)state;
+    ranks_opts o = {.timeout_s = 10, .deadline_s = 30};
+    assert_int_equal(ranks_run(2, &o, toggle_wait_body, "recursive_doubling"), 0);
+    assert_int_equal(ranks_run(3, &o, toggle_wait_body, "direct"), 0);
 }
 
 /* ------------------------------------------------- rendezvous defences */
@@ -544,6 +621,7 @@ int main(void)
         cmocka_unit_test(test_killed_peer_direct),
         cmocka_unit_test(test_stalled_peer_direct),
         cmocka_unit_test(test_wait_blocks),
+        cmocka_unit_test(test_wait_mode_switched_during_wait),
         cmocka_unit_test(test_killed_peer_tcp),
         cmocka_unit_test(test_killed_peer_mixed),
         cmocka_unit_test(test_stalled_peer_shm),
