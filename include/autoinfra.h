@@ -155,6 +155,12 @@ int ai_comm_nhosts(const ai_comm *comm);
 int ai_comm_host_of(const ai_comm *comm, int rank);
 /* AI_OK while usable; the error that broke it otherwise. */
 ai_status_t ai_comm_state(const ai_comm *comm);
+/* How the communicator's waits behave from now on: 1 as block_waits in
+ * ai_comm_config (sleep at once), 0 poll first (the defaults). The one
+ * call that another thread may make while a call runs; the running wait
+ * takes it up at its next idle pass. For a progress thread: block while
+ * its caller computes, poll while the caller waits for the result. */
+void ai_comm_set_block_waits(ai_comm *comm, int block);
 
 /* Measure the links between the communicator's hosts (collective: every
  * rank calls it; host leaders exchange probe messages, ~H rounds of 1 MiB,

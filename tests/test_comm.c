@@ -15,6 +15,8 @@
 
 #include <arpa/inet.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -157,38 +159,76 @@ static void test_mismatched_counts(void **state)
 /* A rank waiting for a peer that sleeps 1 s must block, not spin: it may
  * use a small share of that second's CPU (spinning, then yielding, then
  * asleep in a futex woken by the peer's move). Both the message engine
- * (recursive_doubling) and the shared slots (direct). */
+ * (recursive_doubling) and the shared slots (direct). With `toggle`,
+ * another thread of rank 0 sets the wait mode (ai_comm_set_block_waits)
+ * back and forth meanwhile, as the torch backend's callers do: the wait
+ * takes either mode up, still ends with the right sum, and still blocks
+ * (after at most the default 200 us of yielding). */
+typedef struct idle_case {
+    const char *algo;
+    int toggle;
+} idle_case;
+
+typedef struct toggler {
+    ai_comm *c;
+    _Atomic int stop;
+    int flips;
+} toggler;
+
+static void *toggle_body(void *arg)
+{
+    toggler *t = arg;
+    while (!atomic_load(&t->stop)) {
+        ai_comm_set_block_waits(t->c, t->flips++ & 1);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static double thread_cpu_s(void)
+{
+    struct rusage r;
+    getrusage(RUSAGE_THREAD, &r);
+    return (double)(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           (double)(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+}
+
 static int idle_body(ai_comm *c, void *arg)
 {
-    ai_algo_opts o = {.algo = arg};
+    const idle_case *k = arg;
+    ai_algo_opts o = {.algo = k->algo};
     int rank = ai_comm_rank(c), size = ai_comm_size(c);
     float x = 1;
     if (ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F32, AI_SUM, &o) != AI_OK)
         return 70;
+    toggler t = {.c = c};
+    pthread_t th;
+    int toggling = k->toggle && rank == 0;
+    if (toggling && pthread_create(&th, NULL, toggle_body, &t) != 0)
+        return 74;
     if (rank == size - 1) {
         struct timespec ts = {1, 0};
         nanosleep(&ts, NULL);
     }
-    struct rusage r0, r1;
-    getrusage(RUSAGE_SELF, &r0);
-    double t0 = ai_now();
+    double cpu0 = thread_cpu_s(), t0 = ai_now();
     x = (float)rank;
-    if (ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F32, AI_SUM, &o) != AI_OK) {
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, &x, 1, AI_F32, AI_SUM, &o);
+    double wall = ai_now() - t0, cpu = thread_cpu_s() - cpu0;
+    if (toggling) {
+        atomic_store(&t.stop, 1);
+        pthread_join(th, NULL);
+    }
+    if (st != AI_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, ai_last_error());
         return 71;
     }
-    double wall = ai_now() - t0;
-    getrusage(RUSAGE_SELF, &r1);
-    double cpu = (double)(r1.ru_utime.tv_sec - r0.ru_utime.tv_sec + r1.ru_stime.tv_sec -
-                          r0.ru_stime.tv_sec) +
-                 (double)(r1.ru_utime.tv_usec - r0.ru_utime.tv_usec + r1.ru_stime.tv_usec -
-                          r0.ru_stime.tv_usec) * 1e-6;
     if (x != (float)(size * (size - 1) / 2))
         return 72;
     if (rank == 0) {
-        fprintf(stderr, "%s, %d ranks: waited %.3f s using %.3f s of CPU\n", (const char *)arg,
-                size, wall, cpu);
-        if (wall < 0.9 || cpu > 0.05)
+        fprintf(stderr, "%s, %d ranks: waited %.3f s using %.3f s of CPU, wait mode set %d times\n",
+                k->algo, size, wall, cpu, t.flips);
+        if (wall < 0.9 || cpu > 0.05 || (k->toggle && t.flips < 10))
             return 73;
     }
     return 0;
@@ -198,9 +238,19 @@ static void test_wait_blocks(void **state)
 {
     (void)state;
     ranks_opts o = {.timeout_s = 10, .deadline_s = 30};
-    assert_int_equal(ranks_run(2, &o, idle_body, "recursive_doubling"), 0);
-    assert_int_equal(ranks_run(2, &o, idle_body, "direct"), 0);
-    assert_int_equal(ranks_run(4, &o, idle_body, "direct"), 0);
+    idle_case rd = {"recursive_doubling", 0}, direct = {"direct", 0};
+    assert_int_equal(ranks_run(2, &o, idle_body, &rd), 0);
+    assert_int_equal(ranks_run(2, &o, idle_body, &direct), 0);
+    assert_int_equal(ranks_run(4, &o, idle_body, &direct), 0);
+}
+
+static void test_wait_mode_switched_during_wait(void **state)
+{
+    (void)state;
+    ranks_opts o = {.timeout_s = 10, .deadline_s = 30};
+    idle_case rd = {"recursive_doubling", 1}, direct = {"direct", 1};
+    assert_int_equal(ranks_run(2, &o, idle_body, &rd), 0);
+    assert_int_equal(ranks_run(3, &o, idle_body, &direct), 0);
 }
 
 /* ------------------------------------------------- rendezvous defences */
@@ -544,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_killed_peer_direct),
         cmocka_unit_test(test_stalled_peer_direct),
         cmocka_unit_test(test_wait_blocks),
+        cmocka_unit_test(test_wait_mode_switched_during_wait),
         cmocka_unit_test(test_killed_peer_tcp),
         cmocka_unit_test(test_killed_peer_mixed),
         cmocka_unit_test(test_stalled_peer_shm),

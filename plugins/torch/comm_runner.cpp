@@ -139,7 +139,8 @@ bool CommRunner::run_inline(const std::function<void()>& fn,
   {
     std::lock_guard<std::mutex> l(mu_);
     if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
-    running_ = true;
+    running_ = inline_ = true;
+    set_wait_mode();
   }
   done(owned(fn));
   return true;
@@ -153,11 +154,17 @@ std::exception_ptr CommRunner::owned(const std::function<void()>& fn) {
     e = std::current_exception();
   }
   revoke_comm();  // if revoke() came while fn ran
+  bool wake;
   {
     std::lock_guard<std::mutex> l(mu_);
-    running_ = false;
+    running_ = inline_ = false;
+    set_wait_mode();
+    wake = !queue_.empty() || stop_ || exclusive_waiters_ > 0;
   }
-  cv_.notify_all();
+  // The progress thread sleeps until a call is queued and exclusive() until
+  // the runner is idle: wake them only if one was queued or waits, since
+  // waking after every inline call would cost each a context switch.
+  if (wake) cv_.notify_all();
   return e;
 }
 
@@ -197,7 +204,9 @@ void CommRunner::revoke_comm() {
 void CommRunner::exclusive(const std::function<void()>& fn) {
   {
     std::unique_lock<std::mutex> l(mu_);
+    ++exclusive_waiters_;
     cv_.wait(l, [this] { return !running_ && queue_.empty(); });
+    --exclusive_waiters_;
     running_ = true;
   }
   if (auto e = owned(fn)) std::rethrow_exception(e);
@@ -241,6 +250,18 @@ std::unique_ptr<CommRunner> CommRunner::join(const ai_comm_config& cfg, const st
 bool CommRunner::revoked() {
   std::lock_guard<std::mutex> l(mu_);
   return !revoked_.empty();
+}
+
+void CommRunner::set_wait_mode() { ai_comm_set_block_waits(comm_, !inline_ && waiters_ == 0); }
+
+void CommRunner::wait_begin() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (waiters_++ == 0) set_wait_mode();
+}
+
+void CommRunner::wait_end() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (--waiters_ == 0) set_wait_mode();
 }
 
 void CommRunner::loop() {

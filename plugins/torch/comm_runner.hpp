@@ -64,6 +64,13 @@ class CommRunner {
   // cores each is a wait for a core.
   bool run_inline(const std::function<void()>& fn,
                   const std::function<void(std::exception_ptr)>& done);
+  // A thread starts (begin) or stops (end) waiting for a queued call's
+  // result. While one waits, or a call runs inline, nothing of this process
+  // computes beside the call, so the runtime's waits poll before they sleep
+  // (a wake-up from sleep waits for a core); otherwise they block at once,
+  // leaving the cores to the compute the call overlaps (ai_comm_set_block_waits).
+  void wait_begin();
+  void wait_end();
 
   // Every queued call, and every call issued later, completes at once with
   // an error carrying reason, without reaching the communicator, and the
@@ -146,6 +153,11 @@ class CommRunner {
   std::string revoked_;  // the reason, once revoked
   bool comm_revoked_ = false;  // ai_comm_revoke was called
   bool running_ = false;  // a call is running (progress thread or inline)
+  bool inline_ = false;   // the running call runs on its caller's thread
+  int waiters_ = 0;       // threads in wait_begin..wait_end
+  int exclusive_waiters_ = 0;  // threads in exclusive() waiting for the runner to be idle
+  // Under mu_: the runtime's wait mode for inline_ and waiters_.
+  void set_wait_mode();
   std::thread thread_;
 };
 

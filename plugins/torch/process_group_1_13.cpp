@@ -28,42 +28,78 @@ Op to_op(const c10d::ReduceOp& op, const char* what) {
   return Op::Sum;
 }
 
-// A Work that the progress thread completes: Work's own state (wait,
-// isCompleted, exception) and a Future holding the output tensors, which
-// DDP's reducer and comm hooks chain on.
+// A Work that the progress thread (or its caller, inline) completes:
+// Work's own state (wait, isCompleted, exception) and a Future holding the
+// output tensors, which DDP's reducer and comm hooks chain on. The Future
+// is made when first asked for: most calls (dist.all_reduce and the like)
+// never ask, and making and completing one costs about a microsecond.
 class AutoinfraWork : public c10d::Work {
  public:
-  AutoinfraWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<c10::ivalue::Future>(
-            c10::ListType::create(c10::TensorType::get()))) {}
+  AutoinfraWork(CommRunner* runner, int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type), runner_(runner), outputs_(std::move(outputs)) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
   // Poll (yielding) poll_us() before sleeping on Work's condition variable
-  // (comm_runner.hpp: 0 by default, the caller sleeps at once).
+  // (comm_runner.hpp: 0 by default, the caller sleeps at once). While it
+  // waits, the runtime's own waits for this call poll (wait_begin).
   bool wait(std::chrono::milliseconds timeout) override {
+    if (done_.load(std::memory_order_acquire)) return c10d::Work::wait(timeout);
+    runner_->wait_begin();
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
     while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
-    return c10d::Work::wait(timeout);
+    try {
+      bool ok = c10d::Work::wait(timeout);
+      runner_->wait_end();
+      return ok;
+    } catch (...) {
+      runner_->wait_end();
+      throw;
+    }
   }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    std::lock_guard<std::mutex> l(future_mu_);
+    if (!future_) {
+      future_ = c10::make_intrusive<c10::ivalue::Future>(list_type());
+      if (finished_) settle(future_, error_);
+    }
+    return future_;
+  }
 
   // The future first: whoever wait() releases may ask for its value.
   void complete(std::exception_ptr e) {
-    if (e)
-      future_->setError(e);
-    else
-      future_->markCompleted(c10::IValue(outputs_));
+    c10::intrusive_ptr<c10::ivalue::Future> f;
+    {
+      std::lock_guard<std::mutex> l(future_mu_);
+      finished_ = true;
+      error_ = e;
+      f = future_;
+    }
+    if (f) settle(f, e);  // outside the lock: it runs the future's callbacks
     finish(e);
     done_.store(true, std::memory_order_release);
   }
 
  private:
+  static const c10::TypePtr& list_type() {
+    static const c10::TypePtr t = c10::ListType::create(c10::TensorType::get());
+    return t;
+  }
+  void settle(const c10::intrusive_ptr<c10::ivalue::Future>& f, std::exception_ptr e) {
+    if (e)
+      f->setError(e);
+    else
+      f->markCompleted(c10::IValue(outputs_));
+  }
+
+  CommRunner* runner_;  // outlives every call it has not completed
   std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::mutex future_mu_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by getFuture
+  bool finished_ = false;                           // under future_mu_
+  std::exception_ptr error_;                        // under future_mu_
   std::atomic<bool> done_{false};
 };
 
@@ -217,7 +253,7 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
                                       std::function<void()> fn) {
     size_t bytes = 0;
     for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
-    auto work = c10::make_intrusive<AutoinfraWork>(getRank(), type, std::move(outputs));
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type, std::move(outputs));
     auto done = [work](std::exception_ptr e) { work->complete(e); };
     if (bytes > kInlineBytes || !runner_->run_inline(fn, done))
       runner_->enqueue(std::move(fn), std::move(done));

@@ -120,8 +120,11 @@ ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_h
     struct comm_transport *tp = c->tp;
     tp->listen_fd = -1;
     tp->no_shm = pp->no_shm;
-    tp->yield_s = pp->yield_s;
-    tp->tcp_spin_s = pp->tcp_spin_s;
+    for (int m = 0; m < 2; m++) {
+        tp->yield_s[m] = pp->yield_s[m];
+        tp->tcp_spin_s[m] = pp->tcp_spin_s[m];
+    }
+    atomic_store(&tp->block_waits, pp->block_waits != 0);
     tp->job_hash = job_hash;
     tp->token_hash = token_hash;
     tp->blame = -1;
@@ -178,16 +181,20 @@ ai_status_t comm_wait_params(int block_waits, comm_params *pp)
      * polls (yielding the core) before it sleeps in poll(): a rank woken
      * from sleep waits for a core, and on a VM for a halted vCPU: measured
      * in docs/runtime.md, "Waiting". A caller whose compute shares the
-     * cores (block_waits) would lose to either what it saves. */
-    double yield_us, spin_us;
+     * cores (block_waits) would lose to either what it saves. The user's
+     * settings hold in both modes. */
     ai_status_t st;
-    double yield_def = block_waits ? 0 : DEFAULT_YIELD_US;
-    double spin_def = block_waits ? 0 : DEFAULT_TCP_SPIN_US;
-    if ((st = ai_env_double("AUTOINFRA_YIELD_US", yield_def, 0, 1e7, &yield_us)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_SPIN_US", spin_def, 0, 1e6, &spin_us)) != AI_OK)
-        return st;
-    pp->yield_s = yield_us * 1e-6;
-    pp->tcp_spin_s = spin_us * 1e-6;
+    for (int block = 0; block < 2; block++) {
+        double yield_us, spin_us;
+        if ((st = ai_env_double("AUTOINFRA_YIELD_US", block ? 0 : DEFAULT_YIELD_US, 0, 1e7,
+                                &yield_us)) != AI_OK ||
+            (st = ai_env_double("AUTOINFRA_SPIN_US", block ? 0 : DEFAULT_TCP_SPIN_US, 0, 1e6,
+                                &spin_us)) != AI_OK)
+            return st;
+        pp->yield_s[block] = yield_us * 1e-6;
+        pp->tcp_spin_s[block] = spin_us * 1e-6;
+    }
+    pp->block_waits = block_waits != 0;
     return AI_OK;
 }
 
@@ -260,6 +267,12 @@ err:
     free(table);
     comm_destroy(c);
     return st;
+}
+
+void comm_set_block_waits(ai_comm *c, int block)
+{
+    if (c->tp)
+        atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
 }
 
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)

@@ -205,6 +205,8 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
 ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len);
 ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
 void comm_ft_free(ai_comm *c);
+/* ai_comm_set_block_waits' work: the transport's wait mode. */
+void comm_set_block_waits(ai_comm *c, int block);
 
 /* ------------------------------------------------------------ algorithms */
 

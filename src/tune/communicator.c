@@ -66,6 +66,7 @@ int ai_comm_host_of(const ai_comm *c, int rank)
     return rank >= 0 && rank < c->size ? c->host_of[rank] : -1;
 }
 ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
+void ai_comm_set_block_waits(ai_comm *c, int block) { comm_set_block_waits(c, block); }
 
 /* ------------------------------------------------------ measured links */
 

@@ -34,9 +34,12 @@
 
 static comm_params params_of(const ai_comm *c)
 {
+    const struct comm_transport *tp = c->tp;
     return (comm_params){.timeout_s = c->timeout_s, .channels = c->channels,
-                         .no_shm = c->tp->no_shm, .yield_s = c->tp->yield_s,
-                         .tcp_spin_s = c->tp->tcp_spin_s};
+                         .no_shm = tp->no_shm,
+                         .yield_s = {tp->yield_s[0], tp->yield_s[1]},
+                         .tcp_spin_s = {tp->tcp_spin_s[0], tp->tcp_spin_s[1]},
+                         .block_waits = atomic_load(&tp->block_waits)};
 }
 
 /* A fresh listener on the address the job knows this rank by. */

@@ -568,7 +568,8 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
     if (now - w->since > c->timeout_s)
         return comm_abort(c, ops->expired(c, ctx, now - w->since));
     shm_bell *me = my_bell(c);
-    if (!me || now - w->since < tp->yield_s) {
+    int mode = atomic_load_explicit(&tp->block_waits, memory_order_relaxed);
+    if (!me || now - w->since < tp->yield_s[mode]) {
         sched_yield();
         return AI_OK;
     }
@@ -699,7 +700,9 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
             continue;
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */
-        else if (tcp_only && now - idle_since < tp->tcp_spin_s)
+        else if (tcp_only &&
+                 now - idle_since <
+                     tp->tcp_spin_s[atomic_load_explicit(&tp->block_waits, memory_order_relaxed)])
             sched_yield();
         else
             tcp_poll(c, reqs, n, tcp_only);

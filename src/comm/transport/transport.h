@@ -129,12 +129,18 @@ typedef struct shm_flag {
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
     int spin_passes;        /* idle passes before yielding the CPU */
-    double yield_s;         /* a shared-memory wait yields this long, then blocks */
+    /* Waiting, per mode ([0] polling first, [1] blocking at once; see
+     * ai_comm_set_block_waits): a shared-memory wait yields yield_s, then
+     * blocks; a TCP-only wait polls (yielding) tcp_spin_s before it sleeps.
+     * block_waits picks the mode; another thread may set it during a wait,
+     * which takes it up at its next idle pass. */
+    double yield_s[2];
+    double tcp_spin_s[2];
+    _Atomic int block_waits;
     shm_bell *bells;        /* [local_size] in the segment; bells[local_rank] is mine */
     shm_flag *flags;        /* [local_size] */
     unsigned char *slots;   /* [2][local_size][SHM_SLOT_BYTES] */
     uint32_t slot_calls;    /* small allreduces run (the same on every local rank) */
-    double tcp_spin_s;      /* a TCP-only wait polls (yielding) this long before it sleeps */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
@@ -249,13 +255,15 @@ void comm_backoff(int attempt, double deadline);
 typedef struct comm_params {
     double timeout_s;
     int channels, no_shm;
-    double yield_s, tcp_spin_s;
+    double yield_s[2], tcp_spin_s[2]; /* per wait mode, as in comm_transport */
+    int block_waits;                  /* the mode to start in */
 } comm_params;
 ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_hash,
                        uint64_t token_hash, ai_comm **out);
 ai_status_t comm_build(ai_comm *c, const comm_rank_info *table);
-/* The waits' spin and yield times (AUTOINFRA_SPIN_US, _YIELD_US, else the
- * defaults for block_waits 0 or 1) into pp. */
+/* The waits' spin and yield times of both modes (AUTOINFRA_SPIN_US,
+ * _YIELD_US, else each mode's defaults) and the mode to start in
+ * (block_waits) into pp. */
 ai_status_t comm_wait_params(int block_waits, comm_params *pp);
 /* The hash a job token is known by (NULL: ""), and this machine's id
  * (comm_rank_info.machine). */
@@ -290,7 +298,7 @@ ai_status_t comm_shm_setup(ai_comm *c);
 void comm_shm_close(ai_comm *c);
 
 /* engine.c: waiting on shared memory. An idle wait spins tp->spin_passes
- * passes, then yields the core for tp->yield_s, then blocks in a futex on
+ * passes, then yields the core for tp->yield_s[mode], then blocks in a futex on
  * its doorbell, at most COMM_BLOCK_MS at a time, so the liveness checks
  * (every 50 ms) and the timeout still run. Only for waits whose every
  * pending transfer rings the doorbell (shared memory; a TCP socket does
