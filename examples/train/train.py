@@ -295,12 +295,17 @@ def learner_choice(backend, sizes):
     return [dict(backend.choice(None, "allreduce", n), bytes=n) for n in sorted(set(sizes))]
 
 
+def usage_error(msg):
+    print("train: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
 def resolve_shares(a, world, backend):
     """(global batch, shares, micro-batch, bucket MiB, balancer or None)."""
     plan = a.plan_obj
     if plan:
         if plan["ranks"] != world:
-            sys.exit("train: --plan %s is for %d ranks, the job has %d" % (a.plan, plan["ranks"], world))
+            usage_error("--plan %s is for %d ranks, the job has %d" % (a.plan, plan["ranks"], world))
         B, shares = plan["global_batch"], list(plan["shares"])
         micro = a.micro_batch or plan["micro_batch"]
         cap = a.bucket_cap_mb or float(plan["bucket_cap_mb"])
@@ -308,12 +313,12 @@ def resolve_shares(a, world, backend):
         B = a.global_batch or (sum(a.fixed_shares) if a.fixed_shares else a.batch * world)
         if a.fixed_shares:
             if len(a.fixed_shares) != world or sum(a.fixed_shares) != B:
-                sys.exit("train: --shares %s: %d ranks need %d shares summing to the global batch %d"
-                         % (a.shares, world, world, B))
+                usage_error("--shares %s: %d ranks need %d shares summing to the global batch %d"
+                            % (a.shares, world, world, B))
             shares = a.fixed_shares
         else:
             if B < world:
-                sys.exit("train: a global batch of %d cannot give each of %d ranks a sample" % (B, world))
+                usage_error("a global batch of %d cannot give each of %d ranks a sample" % (B, world))
             shares = [B // world + (i < B % world) for i in range(world)]
         micro = a.micro_batch or max(shares)
         cap = a.bucket_cap_mb or 25.0
@@ -322,7 +327,7 @@ def resolve_shares(a, world, backend):
         if backend is None:
             backend = load_backend("autoinfra")  # the balancer is in the extension
         if B < world:
-            sys.exit("train: --shares auto needs a global batch of at least %d (the ranks)" % world)
+            usage_error("--shares auto needs a global batch of at least %d (the ranks)" % world)
         balancer = backend.Shares(world, B, 0.03)
         # The balancer gives every rank at least one sample.
         start = shares if min(shares) >= 1 else backend.shares_split([max(b, 0.5) for b in shares], B)
