@@ -201,9 +201,9 @@ static void ar_fit(ar_model *ar)
 static void fmt_size(double bytes, char *buf, size_t len)
 {
     if (bytes >= 1 << 20)
-        snprintf(buf, len, "%g MiB", bytes / (1 << 20));
+        snprintf(buf, len, "%.4g MiB", bytes / (1 << 20));
     else if (bytes >= 1 << 10)
-        snprintf(buf, len, "%g KiB", bytes / (1 << 10));
+        snprintf(buf, len, "%.4g KiB", bytes / (1 << 10));
     else
         snprintf(buf, len, "%g B", bytes);
 }
@@ -478,9 +478,12 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         if ((rb[j] + m - 1) / m > M)
             M = (rb[j] + m - 1) / m;
     e->micro_batches = M;
+    /* the contract's shares sum to B: a replica's samples are listed at
+     * its first-stage rank, which takes them in; later stages get their
+     * work from the stage before (0 here) */
     for (int s = 0; s < P; s++)
         for (int j = 0; j < k; j++)
-            e->shares[order[s * k + j]] = rb[j];
+            e->shares[order[s * k + j]] = s == 0 ? rb[j] : 0;
     /* 1F1B: (M-1) x the bottleneck stage + one pass through all stages,
      * each boundary crossed by activations forward and gradients back */
     double act = (double)m * x->ctx * x->dim * 4;
