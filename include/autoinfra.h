@@ -486,6 +486,9 @@ ai_status_t ai_shares_model(const ai_shares *shares, int rank, double *fixed_s,
  * Until every rank has been observed the shares stay as they are. */
 ai_status_t ai_shares_rebalance(ai_shares *shares, int *local_batch, int *changed,
                                 double *predicted_s);
+/* Make local_batch[nranks] (each >= 1, summing to the global batch) the
+ * current shares, e.g. a plan's, that re-balancing then starts from. */
+ai_status_t ai_shares_set(ai_shares *shares, const int *local_batch);
 
 
 /* ------------------------------------- clock and sizes (util/misc.c) */
