@@ -410,6 +410,8 @@ typedef struct ai_train_plan_options {
     int global_batch;        /* samples per step over all ranks */
     int ranks;               /* 0: every profiled rank */
     const char *fix;         /* "shares=8/8/4/4,micro_batch=4,bucket_cap_mb=25,pipeline=2" */
+    const ai_cluster *cluster; /* NULL, or the spec whose slowest NIC is the catalogue link
+                                * for sizes the KB cannot say (default 10 Gbit/s, 50 us) */
 } ai_train_plan_options;
 
 typedef struct ai_train_plan ai_train_plan;

@@ -3,12 +3,13 @@
  * (docs/planner.md, "Planning the training job from the knowledge base").
  *
  *   autoinfra plan train --kb KB --global-batch B [--fingerprint FP] [--model PRESET]
- *                        [--ranks N] [--fix shares=..,micro_batch=..,bucket_cap_mb=..,pipeline=..]
+ *                        [--profile FILE] [--cluster C.json] [--ranks N] [--fix shares=..,micro_batch=..,bucket_cap_mb=..,pipeline=..]
  *                        [--explain] [--json] [--out plan.json]
  */
 #include "autoinfra.h"
 #include "cli.h"
 
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,10 @@ static void usage(FILE *out)
             "  --fingerprint FP  the profiled fingerprint (default: the only one)\n"
             "  --model PRESET    the profiled model (default: the only one)\n"
             "  --ranks N         plan ranks 0..N-1 (default: every profiled rank)\n"
+            "  --profile FILE    the fingerprint and model of this profile JSON (as\n"
+            "                    imported; --fingerprint and --model override)\n"
+            "  --cluster C.json  its slowest NIC is the catalogue link for allreduce sizes\n"
+            "                    the KB cannot say (default 10 Gbit/s, 50 us)\n"
             "  --fix             pin shares=b0/b1/..., micro_batch=M, bucket_cap_mb=X,\n"
             "                    pipeline=P (stages; 1: none)\n"
             "  --explain         every term of the predicted step with its source, and\n"
@@ -36,11 +41,36 @@ static void usage(FILE *out)
             "--kb KB as for `autoinfra kb` (default: $AUTOINFRA_KB, else the user's cache).\n");
 }
 
+/* The fingerprint and model preset a profile JSON names (1), or a message
+ * and 0. */
+static int profile_names(const char *path, char fp[17], char preset[32])
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    const char *f = NULL, *p = NULL;
+    if (!j) {
+        fprintf(stderr, "autoinfra plan train: --profile %s:%d:%d: %s\n", path, e.line, e.column,
+                e.text);
+        return 0;
+    }
+    int ok = json_unpack(j, "{s:s, s:{s:s}}", "fingerprint", &f, "model", "preset", &p) == 0 &&
+             strlen(f) == 16 && strlen(p) < 32;
+    if (ok) {
+        snprintf(fp, 17, "%s", f);
+        snprintf(preset, 32, "%s", p);
+    } else {
+        fprintf(stderr, "autoinfra plan train: --profile %s: no fingerprint (16 hex digits) and"
+                        " model.preset\n", path);
+    }
+    json_decref(j);
+    return ok;
+}
+
 /* The option of argv[*i] that takes a value, or NULL; *m as cli_match_opt. */
 static const char *match_any(int argc, char **argv, int *i, const char **v, int *m)
 {
     static const char *const opts[] = {"--kb", "--fingerprint", "--model", "--fix", "--out",
-                                       "--global-batch", "--ranks"};
+                                       "--global-batch", "--ranks", "--profile", "--cluster"};
     for (size_t k = 0; k < sizeof opts / sizeof opts[0]; k++)
         if ((*m = cli_match_opt(argc, argv, i, opts[k], v)) != 0)
             return opts[k];
@@ -50,7 +80,7 @@ static const char *match_any(int argc, char **argv, int *i, const char **v, int 
 int cli_plan_train_main(int argc, char **argv)
 {
     ai_train_plan_options o = {0};
-    const char *kbp = NULL, *outp = NULL;
+    const char *kbp = NULL, *outp = NULL, *profp = NULL, *clusterp = NULL;
     int json = 0, explain = 0, m;
     const char *opt;
     for (int i = 1; i < argc; i++) {
@@ -82,6 +112,10 @@ int cli_plan_train_main(int argc, char **argv)
                 o.fix = v;
             else if (!strcmp(opt, "--out"))
                 outp = v;
+            else if (!strcmp(opt, "--profile"))
+                profp = v;
+            else if (!strcmp(opt, "--cluster"))
+                clusterp = v;
             else if (!strcmp(opt, "--global-batch")) {
                 if (cli_parse_int(v, 1, 1000000, &o.global_batch)) {
                     fprintf(stderr, "autoinfra plan train: --global-batch '%s': want 1..1000000\n",
@@ -113,9 +147,24 @@ int cli_plan_train_main(int argc, char **argv)
     }
     ai_kb *kb = NULL;
     ai_train_plan *plan = NULL;
+    ai_cluster *cluster = NULL;
     char *text = NULL, *js = NULL;
+    char fp[17], preset[32];
     int rc = 1;
     ai_status_t st;
+    if (profp && profile_names(profp, fp, preset)) {
+        if (!o.fingerprint)
+            o.fingerprint = fp;
+        if (!o.model)
+            o.model = preset;
+    } else if (profp) {
+        goto out;
+    }
+    if (clusterp && ai_cluster_load(clusterp, &cluster) != AI_OK) {
+        fprintf(stderr, "autoinfra plan train: %s\n", ai_last_error());
+        goto out;
+    }
+    o.cluster = cluster;
     if ((st = ai_kb_open(path, 1, &kb)) != AI_OK) {
         fprintf(stderr, "autoinfra plan train: cannot open the knowledge base %s: %s\n", path,
                 ai_last_error());
@@ -154,6 +203,7 @@ out:
     free(text);
     free(js);
     ai_train_plan_destroy(plan);
+    ai_cluster_destroy(cluster);
     ai_kb_close(kb);
     return rc;
 }

@@ -16,8 +16,9 @@
  *       slowest rank, one allreduce after the other; each allreduce's
  *       time the learner's best arm at that size (log-log interpolated
  *       between measured buckets: kb:learner), else an alpha-beta ring
- *       fitted to the measured buckets (model), else the catalogue's
- *       10 Gbit/s, 50 us (catalogue);
+ *       fitted to the measured buckets (model), else a ring on the
+ *       cluster spec's slowest NIC, or 10 Gbit/s and 50 us without one
+ *       (catalogue);
  *   step = max_i compute_i + what of the reduction is left after the
  *       slowest backward ends + max_i optimizer_i (kb:profile).
  * A pipeline of P stages (ranks grouped by speed, layers in proportion to
@@ -72,6 +73,8 @@ typedef struct {
     double A, B;  /* fitted t = A + B bytes (world allreduce); valid when fitted */
     int fitted;
     char fp[17];
+    double cat_alpha, cat_bps; /* the catalogue link */
+    char cat[64];
 } ar_model;
 
 typedef struct {
@@ -247,9 +250,9 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
             snprintf(src, TRAIN_SRC, "model (ring fitted to %d kb:learner sizes, on %d of %d ranks)",
                      ar->n, k, R);
     } else {
-        alpha = TRAIN_CAT_ALPHA;
-        beta = 1 / TRAIN_CAT_BPS;
-        snprintf(src, TRAIN_SRC, "catalogue (ring at 10 Gbit/s, 50 us: kb:learner has %s)",
+        alpha = ar->cat_alpha;
+        beta = 1 / ar->cat_bps;
+        snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
                  ar->n ? "one size only" : "no allreduce");
     }
     return 2.0 * (k - 1) * alpha + 2.0 * (k - 1) / k * bytes * beta;
@@ -835,6 +838,20 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
         }
     }
     snprintf(x.ar.fp, sizeof x.ar.fp, "%s", p->fp);
+    x.ar.cat_alpha = TRAIN_CAT_ALPHA;
+    x.ar.cat_bps = TRAIN_CAT_BPS;
+    snprintf(x.ar.cat, sizeof x.ar.cat, "10 Gbit/s, 50 us");
+    for (int i = 0; o->cluster && i < ai_cluster_node_count(o->cluster); i++) {
+        ai_node_info ni;
+        if (ai_cluster_node(o->cluster, i, &ni) != AI_OK || !(ni.nic_Gbps > 0))
+            continue;
+        if (i == 0 || ni.nic_Gbps * 0.125e9 < x.ar.cat_bps)
+            x.ar.cat_bps = ni.nic_Gbps * 0.125e9;
+        if (i == 0 || ni.nic_latency_us * 1e-6 > x.ar.cat_alpha)
+            x.ar.cat_alpha = ni.nic_latency_us * 1e-6;
+        snprintf(x.ar.cat, sizeof x.ar.cat, "%.3g Gbit/s, %.3g us, the cluster's slowest NIC",
+                 x.ar.cat_bps * 8e-9, x.ar.cat_alpha * 1e6);
+    }
     if ((st = ai_kb_foreach(kb, p->fp, collect_arm, &x.ar)) != AI_OK)
         goto fail;
     if (x.ar.n && x.ar.nranks != R)
