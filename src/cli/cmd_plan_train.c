@@ -139,12 +139,8 @@ int cli_plan_train_main(int argc, char **argv)
         return 2;
     }
     char path[1024];
-    if (kbp)
-        snprintf(path, sizeof path, "%s", kbp);
-    else if (ai_kb_default_path(path, sizeof path) != AI_OK) {
-        fprintf(stderr, "autoinfra plan train: %s\n", ai_last_error());
+    if (cli_kb_path(kbp, "plan train", path, sizeof path))
         return 1;
-    }
     ai_kb *kb = NULL;
     ai_train_plan *plan = NULL;
     ai_cluster *cluster = NULL;

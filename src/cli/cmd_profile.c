@@ -128,12 +128,8 @@ int cli_profile_main(int argc, char **argv)
         return 2;
     }
     char path[1024];
-    if (kbp)
-        snprintf(path, sizeof path, "%s", kbp);
-    else if (ai_kb_default_path(path, sizeof path) != AI_OK) {
-        fprintf(stderr, "autoinfra profile: %s\n", ai_last_error());
+    if (cli_kb_path(kbp, "profile", path, sizeof path))
         return 1;
-    }
     ai_kb *kb;
     if (ai_kb_open(path, !is_import, &kb) != AI_OK) {
         fprintf(stderr, "autoinfra profile %s: cannot open the knowledge base %s: %s\n", sub, path,
@@ -158,14 +154,7 @@ int cli_profile_main(int argc, char **argv)
         fprintf(stderr, "autoinfra profile show: %s\n", st != AI_OK ? ai_last_error() : "out of memory");
         rc = 1;
     } else if (json) {
-        json_t *root = json_pack("{s:s, s:O}", "kb", path, "profiles", x.out);
-        char *s = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
-        if (s)
-            printf("%s\n", s);
-        else
-            rc = 1;
-        free(s);
-        json_decref(root);
+        rc = cli_print_json(json_pack("{s:s, s:O}", "kb", path, "profiles", x.out));
     } else if (!x.n) {
         printf("knowledge base %s holds no compute profile%s%s\n", path, fp ? " of " : "",
                fp ? fp : "");

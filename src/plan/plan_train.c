@@ -154,6 +154,20 @@ static double rank_compute(const rank_model *r, int b, int m)
     return b <= 0 ? 0 : (b / m) * fwd_bwd(r, m) + fwd_bwd(r, b % m);
 }
 
+/* Room for one more of n elements in *arr (capacity *cap); -1 if none. */
+static int grow(void **arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    int c = *cap ? 2 * *cap : 16;
+    void *p = realloc(*arr, (size_t)c * elem);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
 /* ---------------------------------------------------- allreduce model */
 
 static int collect_arm(const ai_kb_arm *a, void *arg)
@@ -161,14 +175,8 @@ static int collect_arm(const ai_kb_arm *a, void *arg)
     ar_model *ar = arg;
     if (a->coll != AI_ALLREDUCE || !a->best)
         return 0;
-    if (ar->n == ar->cap) {
-        int cap = ar->cap ? 2 * ar->cap : 32;
-        ar_point *np = realloc(ar->pt, (size_t)cap * sizeof *np);
-        if (!np)
-            return 1;
-        ar->pt = np;
-        ar->cap = cap;
-    }
+    if (grow((void **)&ar->pt, ar->n, &ar->cap, sizeof *ar->pt))
+        return 1;
     ar_point *p = &ar->pt[ar->n++];
     p->bytes = (double)a->bytes;
     p->s = a->mean_us * 1e-6;
@@ -277,14 +285,8 @@ static int add_term(train_eval *e, double s, const char *src, const char *fmt, .
     __attribute__((format(printf, 4, 5)));
 static int add_term(train_eval *e, double s, const char *src, const char *fmt, ...)
 {
-    if (e->nterms == e->capterms) {
-        int cap = e->capterms ? 2 * e->capterms : 16;
-        term *nt = realloc(e->terms, (size_t)cap * sizeof *nt);
-        if (!nt)
-            return -1;
-        e->terms = nt;
-        e->capterms = cap;
-    }
+    if (grow((void **)&e->terms, e->nterms, &e->capterms, sizeof *e->terms))
+        return -1;
     term *t = &e->terms[e->nterms++];
     va_list ap;
     va_start(ap, fmt);
@@ -675,14 +677,8 @@ static int collect_profile(const ai_kb_profile *pr, void *arg)
         seen = !strcmp(c->presets[i], pr->preset);
     if (!seen && c->npresets < 8)
         snprintf(c->presets[c->npresets++], 32, "%s", pr->preset);
-    if (c->n == c->cap) {
-        int cap = c->cap ? 2 * c->cap : 16;
-        ai_kb_profile *np = realloc(c->prof, (size_t)cap * sizeof *np);
-        if (!np)
-            return 1;
-        c->prof = np;
-        c->cap = cap;
-    }
+    if (grow((void **)&c->prof, c->n, &c->cap, sizeof *c->prof))
+        return 1;
     c->prof[c->n++] = *pr;
     return 0;
 }
