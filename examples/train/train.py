@@ -501,6 +501,11 @@ def main(argv):
         mine = dict(rank=rank, host=os.environ.get("AUTOINFRA_HOST") or socket.gethostname(), **mine)
         every = [None] * world
         dist.all_gather_object(every, mine)
+        if backend is not None:
+            # The learner names the communicator (links probed, the KB's matching
+            # fingerprint taken) at its first call of AUTOINFRA_TUNE_MIN (64 KiB) or
+            # more: before it the fingerprint is one no timing is stored under.
+            dist.all_reduce(torch.zeros(1 << 14))
         fp = backend.fingerprint(None) if backend is not None else None
         if rank == 0:
             prof = {"kind": "compute-profile", "version": 1, "fingerprint": fp,
