@@ -451,6 +451,69 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
 ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path);
 ai_status_t ai_kb_import_json(ai_kb *kb, const char *path);
 
+/*
+ * Compute profiles: what each rank of a training job measured of its own
+ * compute for one model (docs/formats.md, "Compute profile"), kept beside
+ * the arms under the communicator's fingerprint, one per (fingerprint,
+ * model preset, rank); the training-job planner reads them. point[]:
+ * the seconds of a forward and backward pass of `batch` samples.
+ */
+#define AI_PROFILE_POINTS 16
+typedef struct ai_kb_profile {
+    char fingerprint[17];
+    char preset[32];  /* the model's name ("medium") */
+    int layers, dim, heads, ctx;
+    long long params, grad_bytes;
+    int rank;
+    char host[64];
+    double gemm_gflops, attention_gflops; /* measured at the model's shapes */
+    double optimizer_s;                   /* one optimizer step */
+    int npoints;
+    struct { int batch; double fwd_bwd_s; } point[AI_PROFILE_POINTS];
+    double measured_at; /* seconds since the epoch it was stored; ignored by put */
+} ai_kb_profile;
+
+/* Store one rank's profile (replacing the one of that fingerprint, preset
+ * and rank); AI_ERR_INVALID for figures out of range. */
+ai_status_t ai_kb_profile_put(ai_kb *kb, const ai_kb_profile *profile);
+/* Visit every profile (fingerprint NULL: all), ordered by fingerprint,
+ * preset, rank, each with its points by batch; fn returns nonzero to stop. */
+typedef int (*ai_kb_profile_fn)(const ai_kb_profile *profile, void *arg);
+ai_status_t ai_kb_profile_foreach(ai_kb *kb, const char *fingerprint, ai_kb_profile_fn fn,
+                                  void *arg);
+/* Import a profile JSON file (all ranks in one transaction, nothing when
+ * any figure is bad: ai_last_error names the JSON path and what is wanted);
+ * *nranks (may be NULL) receives how many ranks it held. */
+ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks);
+
+/* ---------------------- training-job planner (plan/plan_train.c)
+ * The data-parallel training job (examples/train) planned from what the
+ * knowledge base measured: each rank's compute profile and the learner's
+ * allreduce timings of the same fingerprint (docs/planner.md, "Planning
+ * the training job from the knowledge base"). */
+
+typedef struct ai_train_plan_options {
+    const char *fingerprint; /* NULL: the one fingerprint the KB has profiles of */
+    const char *model;       /* model preset; NULL: the fingerprint's one profiled model */
+    int global_batch;        /* samples per step over all ranks */
+    int ranks;               /* 0: every profiled rank */
+    const char *fix;         /* "shares=8/8/4/4,micro_batch=4,bucket_cap_mb=25,pipeline=2" */
+    const ai_cluster *cluster; /* NULL, or the spec whose slowest NIC is the catalogue link
+                                * for sizes the KB cannot say (default 10 Gbit/s, 50 us) */
+} ai_train_plan_options;
+
+typedef struct ai_train_plan ai_train_plan;
+/* Choose shares, micro-batch, DDP bucket cap and pipeline; AI_ERR_NOTFOUND
+ * when the KB lacks the profiles. The plan keeps no reference to kb. */
+ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *opts, ai_train_plan **out);
+void ai_train_plan_destroy(ai_train_plan *plan);
+double ai_train_plan_step_time(const ai_train_plan *plan);
+/* The plan as the training-plan JSON of docs/formats.md (what train.py
+ * --plan runs), or as text (explain: every term with its source, and what
+ * else was considered). The caller free()s *out. */
+ai_status_t ai_train_plan_json(const ai_train_plan *plan, char **out);
+ai_status_t ai_train_plan_text(const ai_train_plan *plan, int explain, char **out);
+
 /* ------------------------------- Open MPI export (tune/export/ompi.c) */
 
 /* Teach other stacks what the KB learned (docs/exports.md). Each bucket
@@ -513,6 +576,9 @@ ai_status_t ai_shares_model(const ai_shares *shares, int rank, double *fixed_s,
  * Until every rank has been observed the shares stay as they are. */
 ai_status_t ai_shares_rebalance(ai_shares *shares, int *local_batch, int *changed,
                                 double *predicted_s);
+/* Make local_batch[nranks] (each >= 1, summing to the global batch) the
+ * current shares, e.g. a plan's, that re-balancing then starts from. */
+ai_status_t ai_shares_set(ai_shares *shares, const int *local_batch);
 
 
 /* ------------------------------------- clock and sizes (util/misc.c) */

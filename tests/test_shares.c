@@ -301,6 +301,34 @@ static void test_rebalance_after_slowdown(void **state)
     }
 }
 
+/* Shares set from outside (a plan's) are what re-balancing keeps until
+ * the models say otherwise; bad shares are refused. */
+static void test_set(void **state)
+{
+    (void)state;
+    ai_shares *s = NULL;
+    int b[3];
+    assert_int_equal(ai_shares_create(3, 8, 0.02, &s), AI_OK);
+    assert_int_equal(ai_shares_set(s, (const int[]){5, 2, 1}), AI_OK);
+    assert_int_equal(ai_shares_rebalance(s, b, NULL, NULL), AI_OK);
+    assert_int_equal(b[0], 5);
+    assert_int_equal(b[1], 2);
+    assert_int_equal(b[2], 1);
+    /* Observations that the set shares balance exactly leave them. */
+    for (int step = 0; step < 6; step++)
+        for (int i = 0; i < 3; i++)
+            assert_int_equal(ai_shares_observe(s, i, b[i], 0.4 * (i == 0 ? 1 : i == 1 ? 2.5 : 5)), AI_OK);
+    int changed = -1;
+    assert_int_equal(ai_shares_rebalance(s, b, &changed, NULL), AI_OK);
+    assert_int_equal(changed, 0);
+    assert_int_equal(b[0], 5);
+    assert_int_equal(ai_shares_set(s, (const int[]){5, 2, 2}), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "sum to 9, not the global batch 8"));
+    assert_int_equal(ai_shares_set(s, (const int[]){8, 0, 0}), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "rank 1's share is 0"));
+    ai_shares_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +336,7 @@ int main(void)
         cmocka_unit_test(test_grad_weights_exact),
         cmocka_unit_test(test_predictor_recovers),
         cmocka_unit_test(test_rebalance_after_slowdown),
+        cmocka_unit_test(test_set),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

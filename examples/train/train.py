@@ -10,12 +10,22 @@ tokenizer is the identity on bytes, a vocabulary of 256.
     build/autoinfra launch -n 4 -- /usr/bin/python3 examples/train/train.py \\
         --backend autoinfra --model tiny --steps 40
 
-Each rank reads its own share of the windows (a DistributedSampler over all
-windows of ctx+1 bytes, shuffled by --seed) through a DataLoader with worker
-processes; DDP averages the gradients in buckets of --bucket-cap-mb; AdamW
-steps. Rank 0 prints step, loss, step time and tokens/s as it goes; --json
-FILE writes one object (docs/train.md). Same seed, same corpus, same ranks:
-the same loss curve for a backend (one thread per rank, no dropout).
+Every step takes the next --global-batch windows of ctx+1 bytes from one
+order of all windows (shuffled by --seed, the same on every rank) and
+splits them over the ranks by their batch shares: even, given
+(--shares b0,b1,...), a plan's (--plan), or adaptive (--shares auto: every
+--rebalance-every steps the balancer re-splits them from each rank's
+measured compute time, so that all ranks reach the gradient reduction
+together). A rank runs its share in micro-batches of at most --micro-batch,
+accumulating gradients under DDP's no_sync but for the last, each
+micro-batch's loss scaled so that DDP's averaged gradient is the exact
+global-batch mean (docs/train.md, "Batch shares"). AdamW steps. Rank 0
+prints step, loss, step time, tokens/s, the shares and every rank's
+straggler time; --json FILE writes one object (docs/train.md);
+--profile-out FILE measures every rank's compute at the model's shapes
+first and writes the compute profile. Same seed, same corpus, same global
+batch: the same loss curve whatever the shares (one thread per rank, no
+dropout).
 
 --elastic trains through autoinfra.elastic (docs/train.md "Elastic
 training"): a rank that dies costs the survivors at most the interrupted
@@ -31,11 +41,13 @@ Exit status: 0, 1 training failed (e.g. a peer died: the error is printed
 by every rank that saw it), 2 usage error.
 """
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
 import signal
+import socket
 import statistics
 import sys
 import time
@@ -45,7 +57,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import Dataset
 
 CORPUS_DIR = "/usr/share/common-licenses"
 # layers, dim, heads, ctx. medium has 5.1M float32 parameters (19.5 MiB of
@@ -150,14 +162,30 @@ def parse_args(argv):
     p.add_argument("--dim", type=int)
     p.add_argument("--heads", type=int)
     p.add_argument("--ctx", type=int)
-    p.add_argument("--batch", type=int, default=8, help="sequences per rank and step (default 8)")
+    p.add_argument("--batch", type=int, default=8,
+                   help="sequences per rank and step when --global-batch is not given (default 8)")
+    p.add_argument("--global-batch", type=int, metavar="B",
+                   help="sequences per step over all ranks (default --batch x ranks)")
+    p.add_argument("--shares", metavar="even|auto|b0,b1,...",
+                   help="the split of the global batch over the ranks (default even, or the plan's)")
+    p.add_argument("--micro-batch", type=int, metavar="M",
+                   help="largest micro-batch; a share runs in ceil(b/M) of them (default: one)")
+    p.add_argument("--rebalance-every", type=int, default=5, metavar="K",
+                   help="--shares auto re-balances every K steps (default 5)")
+    p.add_argument("--plan", metavar="FILE",
+                   help="a train-plan JSON (autoinfra plan train): its shares, micro_batch, "
+                        "bucket_cap_mb and global batch")
+    p.add_argument("--profile-out", metavar="FILE",
+                   help="measure every rank's compute at the model's shapes first; rank 0 writes "
+                        "the compute profile here (--steps 0: only that)")
+    p.add_argument("--target-loss", type=float, metavar="X",
+                   help="report the time at which the smoothed loss first reaches X")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--warmup", type=int, default=5,
                    help="steps left out of the step-time median (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient buckets (default 25)")
-    p.add_argument("--workers", type=int, default=1, help="DataLoader worker processes (>= 1, default 1)")
+    p.add_argument("--bucket-cap-mb", type=float, help="DDP's gradient buckets (default 25, or the plan's)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a collective may wait for a peer (init_process_group timeout, default 60)")
@@ -170,9 +198,6 @@ def parse_args(argv):
                    help="train on through lost ranks and joiners (autoinfra.elastic; autoinfra backend)")
     p.add_argument("--join", metavar="HOST:PORT",
                    help="join the elastic job whose store is at HOST:PORT (implies --elastic)")
-    p.add_argument("--global-batch", type=int,
-                   help="--elastic: sequences per step over all ranks (default --batch x the ranks; "
-                        "needed with --join)")
     a = p.parse_args(argv)
     if a.join:
         a.elastic = True
@@ -180,23 +205,72 @@ def parse_args(argv):
             p.error("--join needs --global-batch (the job's)")
     if a.elastic and a.backend != "autoinfra":
         p.error("--elastic needs --backend autoinfra")
-    if a.global_batch is not None and a.global_batch < 1:
-        p.error("--global-batch must be at least 1")
+    if a.elastic and (a.shares or a.plan or a.profile_out or a.micro_batch):
+        p.error("--elastic splits each step evenly over the ranks of the moment: no --shares, "
+                "--plan, --profile-out or --micro-batch")
     layers, dim, heads, ctx = PRESETS[a.model]
     a.layers = a.layers or layers
     a.dim = a.dim or dim
     a.heads = a.heads or heads
     a.ctx = a.ctx or ctx
-    for name in ("layers", "dim", "heads", "ctx", "batch", "steps", "workers", "threads"):
+    for name in ("layers", "dim", "heads", "ctx", "batch", "threads", "rebalance_every"):
         if getattr(a, name) < 1:
-            p.error("--%s must be at least 1" % name)
+            p.error("--%s must be at least 1" % name.replace("_", "-"))
+    if a.steps < 0 or (a.steps == 0 and not a.profile_out):
+        p.error("--steps must be at least 1 (0 only with --profile-out)")
     if a.dim % a.heads:
         p.error("--dim (%d) must be a multiple of --heads (%d)" % (a.dim, a.heads))
-    if a.warmup < 0 or a.warmup >= a.steps:
+    if a.steps and (a.warmup < 0 or a.warmup >= a.steps):
         p.error("--warmup must be in 0..steps-1")
-    if a.bucket_cap_mb <= 0 or a.timeout <= 0 or a.lr <= 0:
+    if (a.bucket_cap_mb is not None and a.bucket_cap_mb <= 0) or a.timeout <= 0 or a.lr <= 0:
         p.error("--bucket-cap-mb, --timeout and --lr must be positive")
+    if a.global_batch is not None and a.global_batch < 1:
+        p.error("--global-batch must be at least 1")
+    if a.micro_batch is not None and a.micro_batch < 1:
+        p.error("--micro-batch must be at least 1")
+    a.adapt = a.shares == "auto"
+    a.fixed_shares = None
+    if a.shares not in (None, "even", "auto"):
+        try:
+            a.fixed_shares = [int(x) for x in a.shares.split(",")]
+        except ValueError:
+            p.error("--shares takes even, auto or comma-separated integers, not '%s'" % a.shares)
+        if any(b < 0 for b in a.fixed_shares) or not any(a.fixed_shares):
+            p.error("--shares %s: every share >= 0, and one at least > 0" % a.shares)
+    if a.plan and a.shares not in (None, "auto"):
+        p.error("--plan gives the shares: --shares %s goes with no plan (with a plan: auto, to "
+                "adapt from the plan's)" % a.shares)
+    a.plan_obj = load_plan(p, a.plan) if a.plan else None
     return a
+
+
+def load_plan(p, path):
+    """The train-plan JSON of `autoinfra plan train`, checked; its errors
+    name the file and the field."""
+    try:
+        with open(path) as f:
+            plan = json.load(f)
+    except OSError as e:
+        p.error("--plan %s: %s" % (path, e.strerror))
+    except ValueError as e:
+        p.error("--plan %s: not JSON: %s" % (path, e))
+    if not isinstance(plan, dict) or plan.get("kind") != "train-plan" or plan.get("version") != 1:
+        p.error("--plan %s: not a train-plan of version 1 (kind, version)" % path)
+    for key, typ in (("ranks", int), ("global_batch", int), ("micro_batch", int)):
+        if not isinstance(plan.get(key), typ) or isinstance(plan.get(key), bool) or plan[key] < 1:
+            p.error("--plan %s: %s must be an integer >= 1, not %r" % (path, key, plan.get(key)))
+    cap = plan.get("bucket_cap_mb")
+    if not isinstance(cap, (int, float)) or isinstance(cap, bool) or not cap > 0:
+        p.error("--plan %s: bucket_cap_mb must be a number > 0, not %r" % (path, cap))
+    sh = plan.get("shares")
+    if (not isinstance(sh, list) or len(sh) != plan["ranks"]
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 0 for b in sh)
+            or sum(sh) != plan["global_batch"] or not any(sh)):
+        p.error("--plan %s: shares must be %d integers >= 0 summing to global_batch %d, not %r"
+                % (path, plan["ranks"], plan["global_batch"], sh))
+    if plan.get("pipeline") is not None:
+        p.error("--plan %s: pipeline plans are not run by this job (data parallelism only)" % path)
+    return plan
 
 
 def job_from_env():
@@ -243,6 +317,182 @@ def learner_choice(backend, sizes):
     return [dict(backend.choice(None, "allreduce", n), bytes=n) for n in sorted(set(sizes))]
 
 
+def usage_error(msg):
+    print("train: " + msg, file=sys.stderr)
+    sys.exit(2)
+
+
+def resolve_shares(a, world, backend):
+    """(global batch, shares, micro-batch, bucket MiB, balancer or None)."""
+    plan = a.plan_obj
+    if plan:
+        if plan["ranks"] != world:
+            usage_error("--plan %s is for %d ranks, the job has %d" % (a.plan, plan["ranks"], world))
+        B, shares = plan["global_batch"], list(plan["shares"])
+        micro = a.micro_batch or plan["micro_batch"]
+        cap = a.bucket_cap_mb or float(plan["bucket_cap_mb"])
+    else:
+        B = a.global_batch or (sum(a.fixed_shares) if a.fixed_shares else a.batch * world)
+        if a.fixed_shares:
+            if len(a.fixed_shares) != world or sum(a.fixed_shares) != B:
+                usage_error("--shares %s: %d ranks need %d shares summing to the global batch %d"
+                            % (a.shares, world, world, B))
+            shares = a.fixed_shares
+        else:
+            if B < world:
+                usage_error("a global batch of %d cannot give each of %d ranks a sample" % (B, world))
+            shares = [B // world + (i < B % world) for i in range(world)]
+        micro = a.micro_batch or max(shares)
+        cap = a.bucket_cap_mb or 25.0
+    balancer = None
+    if a.adapt:
+        if backend is None:
+            backend = load_backend("autoinfra")  # the balancer is in the extension
+        if B < world:
+            usage_error("--shares auto needs a global batch of at least %d (the ranks)" % world)
+        balancer = backend.Shares(world, B, 0.03)
+        # The balancer gives every rank at least one sample.
+        start = shares if min(shares) >= 1 else backend.shares_split([max(b, 0.5) for b in shares], B)
+        balancer.set(start)
+        shares = list(start)
+    return B, shares, micro, cap, balancer
+
+
+class GlobalOrder:
+    """The windows of step k: the next B of one permutation of all windows
+    per epoch (seeded by seed and epoch), the same on every rank; rank i
+    takes the slice of its share."""
+
+    def __init__(self, ds, seed):
+        self.ds, self.seed, self.epoch, self.pos = ds, seed, 0, 0
+        self.perm = self._perm()
+
+    def _perm(self):
+        g = torch.Generator().manual_seed(self.seed * 1000003 + self.epoch)
+        return torch.randperm(len(self.ds), generator=g)
+
+    def next(self, B):
+        if self.pos + B > len(self.perm):
+            self.epoch += 1
+            self.pos = 0
+            self.perm = self._perm()
+        idx = self.perm[self.pos:self.pos + B]
+        self.pos += B
+        return idx
+
+    def batch(self, idx):
+        xs, ys = zip(*(self.ds[int(i)] for i in idx))
+        return torch.stack(xs), torch.stack(ys)
+
+
+class Ready:
+    """The time the gradients of the current backward are all computed:
+    the embeddings' gradients come last in backward (the model's input
+    end), so their hooks fire when the local compute reaches the gradient
+    reduction (DDP's last bucket)."""
+
+    def __init__(self, model):
+        self.t = 0.0
+        for p in (model.tok.weight, model.pos.weight):
+            p.register_hook(self._hook)
+
+    def _hook(self, grad):
+        self.t = max(self.t, time.perf_counter())
+        return grad
+
+
+def run_share(ddp, order, idx, B, world, micro, ready):
+    """Forward and backward of this rank's share idx of a global batch of
+    B: micro-batches of at most micro, all but the last under no_sync,
+    each one's mean loss scaled by world x (its samples) / B so that DDP's
+    average over the ranks is the mean over all B samples. A rank with no
+    share runs one window at scale 0 (DDP needs every rank's backward).
+    Returns this rank's part of the global loss, sum_j (m_j / B) L_j."""
+    if len(idx) == 0:
+        parts, scale0 = [order.perm[:1]], True
+    else:
+        parts, scale0 = [idx[i:i + micro] for i in range(0, len(idx), micro)], False
+    contrib = 0.0
+    ready.t = 0.0
+    for j, part in enumerate(parts):
+        x, y = order.batch(part)
+        sync = contextlib.nullcontext() if j == len(parts) - 1 else ddp.no_sync()
+        with sync:
+            logits = ddp(x)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            scale = 0.0 if scale0 else world * len(part) / B
+            (loss * scale).backward()
+        if not scale0:
+            contrib += loss.item() * len(part) / B
+    return contrib
+
+
+def smoothed_time_to(losses, times, target, window=5):
+    """(seconds, step): the first step at which the mean of the last
+    `window` losses is at or below target, and the job's time until then
+    (the sum of the steps' times); (None, None) if never."""
+    if target is None:
+        return None, None
+    total = 0.0
+    for k, (l, t) in enumerate(zip(losses, times)):
+        total += t
+        w = losses[max(0, k - window + 1):k + 1]
+        if sum(w) / len(w) <= target:
+            return total, k + 1
+    return None, None
+
+
+def _timed(fn, min_s=0.2, reps=3):
+    """Median seconds of fn over at least reps calls and min_s, after one warm-up."""
+    fn()
+    ts, t_all = [], time.perf_counter()
+    while len(ts) < reps or time.perf_counter() - t_all < min_s:
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+        if len(ts) >= 50:
+            break
+    return statistics.median(ts)
+
+
+def profile_compute(a, micro):
+    """This rank's compute at the model's shapes: GEMM GFLOP/s over its
+    linear layers' shapes, attention GFLOP/s, the AdamW step, and
+    forward+backward seconds at batch sizes 1, 2, 4 (and the micro-batch)."""
+    torch.manual_seed(a.seed)
+    model = GPT(a.layers, a.dim, a.heads, a.ctx)
+    d, t, h = a.dim, a.ctx, a.heads
+    M = 4 * t
+    shapes = [(M, d, 3 * d), (M, d, d), (M, d, 4 * d), (M, 4 * d, d), (M, d, 256)]
+    mats = [(torch.randn(m, k), torch.randn(k, n)) for m, k, n in shapes]
+    gemm_s = _timed(lambda: [x @ w for x, w in mats])
+    gemm_flops = sum(2.0 * m * k * n for m, k, n in shapes)
+    q, k, v = (torch.randn(4, h, t, d // h) for _ in range(3))
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
+
+    def attention():
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
+        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+    attn_s = _timed(attention)
+    attn_flops = 4.0 * 4 * h * t * t * (d // h)
+    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
+    for p in model.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    opt_s = _timed(opt.step, min_s=0.1)
+    g = torch.Generator().manual_seed(a.seed)
+    steps = []
+    for b in sorted({1, 2, 4, min(micro, 8)}):
+        x = torch.randint(0, 256, (b, t), generator=g)
+
+        def fwd_bwd():
+            model.zero_grad(set_to_none=True)
+            out = model(x)
+            F.cross_entropy(out.view(-1, out.shape[-1]), x.view(-1)).backward()
+        steps.append({"batch": b, "fwd_bwd_s": _timed(fwd_bwd, min_s=0.1, reps=2)})
+    return {"gemm_gflops": gemm_flops / gemm_s / 1e9, "attention_gflops": attn_flops / attn_s / 1e9,
+            "optimizer_s": opt_s, "step": steps}
+
+
 def kill_self(a, rank, step):
     """--die-at: record when (for bench/train-faults), then SIGKILL."""
     if a.json:
@@ -272,14 +522,14 @@ def elastic_main(a):
         rank, world = job_from_env()
     data, ds = setup(a)
     gb = a.global_batch or a.batch * world
-    backend = load_backend(a.backend)
+    load_backend(a.backend)  # registers the backend
     import autoinfra.elastic as elastic
     model = GPT(a.layers, a.dim, a.heads, a.ctx)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
-    ddp_kwargs = {"bucket_cap_mb": a.bucket_cap_mb}
+    ddp_kwargs = {"bucket_cap_mb": a.bucket_cap_mb or 25.0}
     if a.join:
         el = elastic.Trainer(model, opt, gb, join=a.join, timeout=a.timeout,
                              ddp_kwargs=ddp_kwargs, log=say)
@@ -331,7 +581,7 @@ def elastic_main(a):
             "model": {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads,
                       "ctx": a.ctx, "parameters": params},
             "global_batch": gb, "steps": a.steps, "seed": a.seed, "lr": a.lr,
-            "bucket_cap_mb": a.bucket_cap_mb, "grad_bytes": grad_bytes,
+            "bucket_cap_mb": ddp_kwargs["bucket_cap_mb"], "grad_bytes": grad_bytes,
             "corpus": a.corpus, "corpus_bytes": len(data), "tokens_per_step": gb * a.ctx,
             "first_step": records[0]["step"] if records else None,
             "losses": [r["loss"] for r in records],
@@ -353,69 +603,108 @@ def main(argv):
         return elastic_main(a)
     rank, world = job_from_env()
     data, ds = setup(a)
-    if len(ds) < world * a.batch:
-        sys.exit("train: corpus %s has %d bytes, too few for %d ranks x %d windows of %d"
-                 % (a.corpus, len(data), world, a.batch, a.ctx + 1))
-    # The sampler is given rank and size itself, so the worker processes are
-    # forked before the process group (and its threads) exist.
-    sampler = DistributedSampler(ds, num_replicas=world, rank=rank, shuffle=True, seed=a.seed,
-                                 drop_last=True)
-    loader = DataLoader(ds, batch_size=a.batch, sampler=sampler, num_workers=a.workers,
-                        drop_last=True, persistent_workers=True)
-    batches = iter(loader)
-    epoch = 0
-
     backend = load_backend(a.backend)
+    B, shares, micro, cap, balancer = resolve_shares(a, world, backend)
+    if len(ds) < B:
+        sys.exit("train: corpus %s has %d bytes, too few for a global batch of %d windows of %d"
+                 % (a.corpus, len(data), B, a.ctx + 1))
+    order = GlobalOrder(ds, a.seed)
+
     dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=a.timeout))
     model = GPT(a.layers, a.dim, a.heads, a.ctx)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
+    model_desc = {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads, "ctx": a.ctx}
+
+    if a.profile_out:
+        mine = profile_compute(a, micro)
+        mine = dict(rank=rank, host=os.environ.get("AUTOINFRA_HOST") or socket.gethostname(), **mine)
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        if backend is not None:
+            # The learner names the communicator (links probed, the KB's matching
+            # fingerprint taken) at its first call of AUTOINFRA_TUNE_MIN (64 KiB) or
+            # more: before it the fingerprint is one no timing is stored under.
+            dist.all_reduce(torch.zeros(1 << 14))
+        fp = backend.fingerprint(None) if backend is not None else None
+        if rank == 0:
+            prof = {"kind": "compute-profile", "version": 1, "fingerprint": fp,
+                    "model": dict(model_desc, params=params, grad_bytes=grad_bytes), "ranks": every}
+            with open(a.profile_out, "w") as f:
+                json.dump(prof, f, indent=1)
+                f.write("\n")
+            print("train: compute profile of %d ranks written to %s" % (world, a.profile_out), flush=True)
+        if a.steps == 0:
+            dist.barrier()
+            dist.destroy_process_group()
+            return 0
+
+    ready = Ready(model)
+    ddp = DDP(model, bucket_cap_mb=cap)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=0.01)
-    tokens = world * a.batch * a.ctx
+    tokens = B * a.ctx
     if rank == 0:
         print("train: %s, %d ranks, %d layers dim %d heads %d ctx %d, %.2fM parameters (%.1f MiB of "
-              "gradients), batch %d x %d ranks, corpus %s (%d bytes)"
-              % (a.backend, world, a.layers, a.dim, a.heads, a.ctx, params / 1e6, grad_bytes / 2**20,
-                 a.batch, world, a.corpus, len(data)), flush=True)
+              "gradients), global batch %d, shares %s%s, micro-batch %d, buckets %g MiB, corpus %s "
+              "(%d bytes)" % (a.backend, world, a.layers, a.dim, a.heads, a.ctx, params / 1e6,
+                              grad_bytes / 2**20, B, ",".join(map(str, shares)),
+                              " (adaptive, every %d steps)" % a.rebalance_every if balancer else "",
+                              micro, cap, a.corpus, len(data)), flush=True)
 
-    times, losses = [], []
+    times, losses, straggle, waits, computes, history = [], [], [], [], [], [[0, list(shares)]]
+    predicted = None
     error = None
     t_fail = None
     try:
         dist.barrier()
+        t_mark = time.perf_counter()  # end of the previous step's exchange
         for step in range(a.steps):
             if a.die_at is not None and step == a.die_at and rank == world - 1:
                 kill_self(a, rank, step)
-            t0 = time.perf_counter()
-            try:
-                x, y = next(batches)
-            except StopIteration:
-                epoch += 1
-                sampler.set_epoch(epoch)
-                batches = iter(loader)
-                x, y = next(batches)
-            logits = ddp(x)
-            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+            idx = order.next(B)
+            off = sum(shares[:rank])
+            mine = idx[off:off + shares[rank]]
             opt.zero_grad(set_to_none=True)
             t_fail = time.perf_counter()
-            loss.backward()
+            contrib = run_share(ddp, order, mine, B, world, micro, ready)
+            t_back = time.perf_counter()
+            # Compute: from the previous step's end (its optimizer step
+            # included) to this rank's gradients all computed.
+            compute = (ready.t or t_back) - t_mark
             opt.step()
-            dt = time.perf_counter() - t0
+            row = torch.zeros(world, 4, dtype=torch.float64)
+            row[rank] = torch.tensor([compute, shares[rank], contrib, t_back - (ready.t or t_back)],
+                                     dtype=torch.float64)
+            dist.all_reduce(row)
+            t_now = time.perf_counter()
+            dt, t_mark = t_now - t_mark, t_now
+            comp = row[:, 0].tolist()
+            slowest = max(comp)
             times.append(dt)
-            losses.append(loss.item())
+            losses.append(float(row[:, 2].sum()))
+            straggle.append([slowest - c for c in comp])
+            computes.append(comp)
+            waits.append(row[:, 3].tolist())
             if rank == 0 and not a.quiet:
-                print("step %3d/%d  loss %.4f  step %.3f s  %.0f tokens/s"
-                      % (step + 1, a.steps, losses[-1], dt, tokens / dt), flush=True)
-        # Per step: the mean loss over ranks and the slowest rank's time
-        # (one collective after the timed steps).
-        both = torch.tensor([losses, times], dtype=torch.float64)
-        mean_loss = both[0].clone()
-        dist.all_reduce(mean_loss)
-        mean_loss /= world
-        slowest = both[1].clone()
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                print("step %3d/%d  loss %.4f  step %.3f s  %.0f tokens/s  shares %s  straggler %s s"
+                      % (step + 1, a.steps, losses[-1], dt, tokens / dt, ",".join(map(str, shares)),
+                         " ".join("%.3f" % x for x in straggle[-1])), flush=True)
+            if balancer is not None:
+                # Every rank feeds the same times to its own balancer, so
+                # every rank computes the same shares. The first step
+                # (DDP's bucket rebuild, cold caches) is not a step's time.
+                if step > 0:
+                    for i in range(world):
+                        if shares[i] > 0:
+                            balancer.observe(i, shares[i], comp[i])
+                if (step + 1) % a.rebalance_every == 0:
+                    new, changed, predicted = balancer.rebalance()
+                    if changed:
+                        shares = list(new)
+                        history.append([step + 1, list(shares)])
+        both = torch.tensor(times, dtype=torch.float64)
+        dist.all_reduce(both, op=dist.ReduceOp.MAX)
     except Exception as e:  # a dead or stalled peer: name it and how long it took
         after = time.perf_counter() - t_fail if t_fail is not None else None
         error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
@@ -433,23 +722,36 @@ def main(argv):
     buckets = bucket_sizes(ddp)
     choice = learner_choice(backend, buckets)
     if rank == 0:
-        step_times = slowest.tolist()
+        step_times = both.tolist()
         med = statistics.median(step_times[a.warmup:])
+        kept = straggle[a.warmup:]
+        strag = [statistics.median(s[i] for s in kept) for i in range(world)]
+        t_target, s_target = smoothed_time_to(losses, step_times, a.target_loss)
         result = {
             "setup": a.backend, "backend": a.backend, "world_size": world,
-            "model": {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads,
-                      "ctx": a.ctx, "parameters": params},
-            "batch": a.batch, "steps": a.steps, "warmup": a.warmup, "seed": a.seed, "lr": a.lr,
-            "bucket_cap_mb": a.bucket_cap_mb, "workers": a.workers, "threads": a.threads,
+            "model": dict(model_desc, parameters=params),
+            "global_batch": B, "shares": shares, "shares_mode": "auto" if balancer else
+            ("plan" if a.plan_obj else ("given" if a.fixed_shares else "even")),
+            "shares_history": history, "micro_batch": micro, "rebalance_every": a.rebalance_every,
+            "plan": a.plan, "predicted_step_time_s": a.plan_obj.get("predicted_step_time_s")
+            if a.plan_obj else None, "balancer_predicted_s": predicted,
+            "steps": a.steps, "warmup": a.warmup, "seed": a.seed, "lr": a.lr,
+            "bucket_cap_mb": cap, "threads": a.threads,
             "corpus": a.corpus, "corpus_bytes": len(data),
             "grad_bytes": grad_bytes, "bucket_bytes": buckets, "tokens_per_step": tokens,
-            "step_times_s": step_times, "losses": mean_loss.tolist(), "losses_rank0": losses,
+            "step_times_s": step_times, "losses": losses,
             "step_time_s": med, "tokens_per_s": tokens / med,
+            "straggler_s": strag, "straggler_steps_s": straggle, "compute_steps_s": computes,
+            "wait_steps_s": waits,
+            "target_loss": a.target_loss, "time_to_target_s": t_target, "steps_to_target": s_target,
             "learner": choice,
         }
         print("train: %s, %d ranks: median step %.3f s after %d warm-up steps, %.0f tokens/s, "
-              "loss %.4f -> %.4f" % (a.backend, world, med, a.warmup, tokens / med,
-                                     result["losses"][0], result["losses"][-1]), flush=True)
+              "loss %.4f -> %.4f, shares %s, median straggler %s s%s"
+              % (a.backend, world, med, a.warmup, tokens / med, losses[0], losses[-1],
+                 ",".join(map(str, shares)), " ".join("%.3f" % x for x in strag),
+                 ", loss %.3f reached at %.1f s (step %d)" % (a.target_loss, t_target, s_target)
+                 if t_target is not None else ""), flush=True)
         if a.json:
             with open(a.json, "w") as f:
                 json.dump(result, f)

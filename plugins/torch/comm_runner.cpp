@@ -526,4 +526,10 @@ ai_choice CommRunner::choice(ai_coll coll, size_t bytes) {
   return c;
 }
 
+std::string CommRunner::fingerprint() {
+  char fp[17] = {0};
+  check(ai_comm_fingerprint(comm_, fp), "fingerprint");
+  return fp;
+}
+
 }  // namespace aitorch

@@ -117,6 +117,8 @@ class CommRunner {
   void barrier();
   // ai_comm_choice, on the progress thread (the learner is not shared).
   ai_choice choice(ai_coll coll, size_t bytes);
+  // ai_comm_fingerprint (hex), on the progress thread.
+  std::string fingerprint();
 
  private:
   void loop();

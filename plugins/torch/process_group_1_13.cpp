@@ -243,6 +243,14 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return c;
   }
 
+  // The communicator's topology fingerprint, asked in issue order.
+  std::string fingerprint() {
+    std::string fp;
+    auto w = post(c10d::OpType::UNKNOWN, {}, [r = runner_.get(), &fp]() { fp = r->fingerprint(); });
+    w->wait();
+    return fp;
+  }
+
  private:
   static at::Tensor one(const std::vector<at::Tensor>& ts, const char* what) {
     TORCH_CHECK(ts.size() == 1, "autoinfra ", what, ": one tensor expected, got ", ts.size());
@@ -410,7 +418,15 @@ pybind11::dict choice(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, const st
   return d;
 }
 
+std::string fingerprint(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto* ai = dynamic_cast<ProcessGroupAutoinfra*>(pg.get());
+  TORCH_CHECK(ai, "autoinfra fingerprint: not an autoinfra process group");
+  pybind11::gil_scoped_release nogil;
+  return ai->fingerprint();
+}
+
 }  // namespace
+void register_shares(pybind11::module_& m);  // shares_binding.cpp
 }  // namespace aitorch
 
 PYBIND11_MODULE(_autoinfra_torch, m) {
@@ -434,5 +450,8 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "The address newcomers pass to join (ai_comm_join_addr).");
   m.def("join", &aitorch::join, pybind11::arg("job_addr"), pybind11::arg("timeout_s"),
         "A newcomer's group in the job at job_addr (ai_comm_join).");
+  m.def("fingerprint", &aitorch::fingerprint, pybind11::arg("group"),
+        "The communicator's topology fingerprint, hex (ai_comm_fingerprint).");
+  aitorch::register_shares(m);
   m.attr("torch_version") = "1.13";
 }

@@ -223,3 +223,18 @@ def choice(group, coll, nbytes):
 
 if not hasattr(dist.Backend, "AUTOINFRA"):
     dist.Backend.register_backend("autoinfra", _create)
+
+
+def fingerprint(group=None):
+    """The communicator's topology fingerprint (hex), the knowledge base's key
+    for what was measured on these links (ai_comm_fingerprint)."""
+    return _C.fingerprint(group if group is not None else dist.distributed_c10d._get_default_group())
+
+
+# The batch-share balancer (docs/train.md, "Batch shares"): Shares(nranks,
+# global_batch, hysteresis) with observe(rank, batch, seconds), set(shares),
+# rebalance() -> (shares, changed, predicted_s), model(rank) -> (a, c, affine);
+# shares_split(throughput, B); shares_grad_weights(shares).
+Shares = _C.Shares
+shares_split = _C.shares_split
+shares_grad_weights = _C.shares_grad_weights

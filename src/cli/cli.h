@@ -10,6 +10,8 @@ int cli_bench_ft_main(int argc, char **argv); /* `bench ft` (cmd_bench_ft.c) */
 int cli_plan_main(int argc, char **argv);
 int cli_cluster_main(int argc, char **argv);
 int cli_kb_main(int argc, char **argv);
+int cli_profile_main(int argc, char **argv);
+int cli_plan_train_main(int argc, char **argv);
 
 /* Shared argument parsing (cli_args.c); each returns 0 or -1. */
 #include <stddef.h>
@@ -22,5 +24,12 @@ int cli_parse_size(const char *text, const char *stop, size_t *out);
  * *value set (and *i advanced past a separate value); 0 if not; -1 if the
  * value is missing. */
 int cli_match_opt(int argc, char **argv, int *i, const char *name, const char **value);
+/* The knowledge base path: `given` (--kb), else the default; 1 with a
+ * message naming `cmd` when neither works. */
+int cli_kb_path(const char *given, const char *cmd, char *buf, size_t len);
+/* Print root as indented JSON and release it (NULL: nothing printed); 1 if
+ * it could not be printed. */
+typedef struct json_t json_t;
+int cli_print_json(json_t *root);
 
 #endif

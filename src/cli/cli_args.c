@@ -3,6 +3,8 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,4 +58,30 @@ int cli_match_opt(int argc, char **argv, int *i, const char *name, const char **
         return -1;
     *value = argv[++*i];
     return 1;
+}
+
+int cli_kb_path(const char *given, const char *cmd, char *buf, size_t len)
+{
+    if (given) {
+        if ((size_t)snprintf(buf, len, "%s", given) >= len) {
+            fprintf(stderr, "autoinfra %s: --kb path is too long\n", cmd);
+            return 1;
+        }
+        return 0;
+    }
+    if (ai_kb_default_path(buf, len) != AI_OK) {
+        fprintf(stderr, "autoinfra %s: %s\n", cmd, ai_last_error());
+        return 1;
+    }
+    return 0;
+}
+
+int cli_print_json(json_t *root)
+{
+    char *s = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(root);
+    return s ? 0 : 1;
 }

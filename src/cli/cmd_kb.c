@@ -120,22 +120,6 @@ static int parse(int k, int argc, char **argv, kb_args *a)
     return 0;
 }
 
-static int resolve_path(const kb_args *a, char *buf, size_t len)
-{
-    if (a->kb) {
-        if ((size_t)snprintf(buf, len, "%s", a->kb) >= len) {
-            fprintf(stderr, "autoinfra kb: --kb path is too long\n");
-            return 1;
-        }
-        return 0;
-    }
-    if (ai_kb_default_path(buf, len) != AI_OK) {
-        fprintf(stderr, "autoinfra kb: %s\n", ai_last_error());
-        return 1;
-    }
-    return 0;
-}
-
 static int open_kb(const char *path, int readonly, ai_kb **kb)
 {
     if (ai_kb_open(path, readonly, kb) == AI_OK)
@@ -258,14 +242,7 @@ static int cmd_show(ai_kb *kb, const char *path, const kb_args *a)
                 a->fingerprint, path);
         rc = 1;
     } else if (a->json) {
-        json_t *root = json_pack("{s:s, s:O}", "kb", path, "fingerprints", x.out);
-        char *s = root ? json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
-        if (s)
-            printf("%s\n", s);
-        else
-            rc = 1;
-        free(s);
-        json_decref(root);
+        rc = cli_print_json(json_pack("{s:s, s:O}", "kb", path, "fingerprints", x.out));
     } else if (x.fingerprints == 0) {
         printf("knowledge base %s holds no measurements yet\n", path);
     }
@@ -369,7 +346,7 @@ int cli_kb_main(int argc, char **argv)
     if (rc)
         return rc;
     char path[1024];
-    if (resolve_path(&a, path, sizeof path))
+    if (cli_kb_path(a.kb, "kb", path, sizeof path))
         return 1;
     const char *sub = subs[k].name;
     if (!strcmp(sub, "path")) {

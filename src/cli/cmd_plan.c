@@ -5,6 +5,8 @@
  *                  [--fix key=value,...] [--baseline manual] [--top N] [--json]
  *   autoinfra plan fidelity [--data DIR] [--json]   model vs published tables
  *   autoinfra plan fit [--data DIR] [--holdout SRC] [--json]  refit the parameters
+ *   autoinfra plan train --kb KB --global-batch B ...  the training job from the KB
+ *                                                      (cmd_plan_train.c)
  */
 #include "autoinfra.h"
 #include "cli.h"
@@ -20,6 +22,7 @@ static void plan_usage(FILE *out)
             "                      [--fix key=value,...] [--baseline manual] [--top N] [--json]\n"
             "       autoinfra plan fidelity [--data DIR] [--json]\n"
             "       autoinfra plan fit [--data DIR] [--holdout SOURCE] [--json]\n"
+            "       autoinfra plan train --kb KB --global-batch B ... (plan train --help)\n"
             "\n"
             "  --fix        pin plan fields: tp pp dp cp micro_batch interleave recompute\n"
             "               (none|selective|full) sequence_parallel (true|false) zero (0..3)\n"
@@ -71,6 +74,8 @@ int cli_plan_main(int argc, char **argv)
         return calib_main(argc - 1, argv + 1, 0);
     if (argc >= 2 && !strcmp(argv[1], "fit"))
         return calib_main(argc - 1, argv + 1, 1);
+    if (argc >= 2 && !strcmp(argv[1], "train"))
+        return cli_plan_train_main(argc - 1, argv + 1);
 
     const char *cpath = NULL, *mpath = NULL, *tpath = NULL;
     ai_plan_options opts = {NULL, 1, 0};

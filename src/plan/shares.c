@@ -442,3 +442,21 @@ ai_status_t ai_shares_rebalance(ai_shares *s, int *local_batch, int *changed, do
         *predicted_s = pred;
     return AI_OK;
 }
+
+ai_status_t ai_shares_set(ai_shares *s, const int *local_batch)
+{
+    if (!s || !local_batch)
+        return ai_fail(AI_ERR_INVALID, "shares: no balancer or no shares");
+    long sum = 0;
+    for (int i = 0; i < s->nranks; i++) {
+        if (local_batch[i] < 1)
+            return ai_fail(AI_ERR_INVALID, "shares: rank %d's share is %d, not >= 1", i,
+                           local_batch[i]);
+        sum += local_batch[i];
+    }
+    if (sum != s->global)
+        return ai_fail(AI_ERR_INVALID, "shares: the shares sum to %ld, not the global batch %d", sum,
+                       s->global);
+    memcpy(s->cur, local_batch, (size_t)s->nranks * sizeof *local_batch);
+    return AI_OK;
+}

@@ -1,0 +1,1063 @@
+/*
+ * The training-job planner (docs/planner.md, "Planning the training job
+ * from the knowledge base"): the data-parallel CPU job of examples/train
+ * planned on what the knowledge base measured, each rank's compute profile
+ * and the learner's allreduce timings of the same fingerprint, instead of
+ * catalogue figures.
+ *
+ * The model of one step, every term with its source:
+ *   compute_i = floor(b_i/m) f_i(m) + f_i(b_i mod m), f_i the rank's
+ *       measured forward+backward seconds at a batch (piecewise linear
+ *       between the profile's points, the least-squares line
+ *       t = a_i + c_i b outside them): kb:profile rank i;
+ *   the gradient reduction: DDP's buckets (the first 1 MiB, then
+ *       bucket_cap_mb each) reduced in order as the last micro-batch's
+ *       backward (TRAIN_BWD_FRACTION of its pass) produces them on the
+ *       slowest rank, one allreduce after the other; each allreduce's
+ *       time the learner's best arm at that size (log-log interpolated
+ *       between measured buckets: kb:learner), else an alpha-beta ring
+ *       fitted to the measured buckets (model), else a ring on the
+ *       cluster spec's slowest NIC, or 10 Gbit/s and 50 us without one
+ *       (catalogue);
+ *   step = max_i compute_i + what of the reduction is left after the
+ *       slowest backward ends + max_i optimizer_i (kb:profile).
+ * A pipeline of P stages (ranks grouped by speed, layers in proportion to
+ * the stage's speed) is predicted the same way: 1F1B over M micro-batches,
+ * activations between stages, each stage's own (smaller) reduction.
+ *
+ * The plan layer reads the KB through the public section of autoinfra.h
+ * only (ai_kb_profile_foreach, ai_kb_foreach).
+ */
+#include "autoinfra.h"
+#include "util/util.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Backward's share of a forward+backward pass: twice the forward's FLOPs
+ * (Narayanan et al., SC'21, the 3x forward rule). */
+#define TRAIN_BWD_FRACTION (2.0 / 3.0)
+/* torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). */
+#define TRAIN_FIRST_BUCKET (1024.0 * 1024.0)
+/* Catalogue link when the KB has no allreduce timings: 10 Gbit/s, 50 us. */
+#define TRAIN_CAT_BPS 1.25e9
+#define TRAIN_CAT_ALPHA 50e-6
+#define TRAIN_MAX_RANKS 1024
+#define TRAIN_MAX_BUCKETS 4096
+#define TRAIN_MAX_BATCH 1000000
+#define TRAIN_SRC 96
+
+/* One rank's compute model. */
+typedef struct {
+    int n, b[AI_PROFILE_POINTS];
+    double t[AI_PROFILE_POINTS];
+    double a, c; /* least-squares line through the points */
+    double opt_s;
+    char host[64];
+} rank_model;
+
+/* The learner's best allreduce arm of one size bucket. */
+typedef struct {
+    double bytes, s;
+    char algo[32];
+} ar_point;
+
+typedef struct {
+    ar_point *pt;
+    int n, cap;
+    int nranks;   /* the fingerprint's */
+    double A, B;  /* fitted t = A + B bytes (world allreduce); valid when fitted */
+    int fitted;
+    char fp[17];
+    double cat_alpha, cat_bps; /* the catalogue link */
+    char cat[64];
+} ar_model;
+
+typedef struct {
+    int R, L, dim, ctx;
+    double G;
+    rank_model *rk;
+    ar_model ar;
+} train_ctx;
+
+/* One explain term. */
+typedef struct {
+    char term[128];
+    double s;
+    char src[TRAIN_SRC];
+} term;
+
+typedef struct {
+    int *shares;
+    int mb;
+    double cap_mb;
+    int pp;               /* 1: data parallel only */
+    int *stage_layers;    /* pp entries */
+    int *stage_of;        /* per rank: its stage (rank order inside a stage = replica) */
+    int micro_batches;    /* pipeline: per replica */
+    double step, compute, exposed, opt;
+    int slow;
+    term *terms;
+    int nterms, capterms;
+} train_eval;
+
+struct ai_train_plan {
+    char fp[17], preset[32];
+    int R, B;
+    train_eval best;
+    train_eval best_dp;  /* the best data-parallel plan (for the pipeline's explanation) */
+    int has_pipe;
+    train_eval best_pipe;
+    char *notes;         /* what was considered, one line each */
+    size_t nlen, ncap;
+};
+
+/* -------------------------------------------------------- compute model */
+
+static void rank_fit(rank_model *r)
+{
+    double sb = 0, st = 0, sbb = 0, sbt = 0;
+    for (int i = 0; i < r->n; i++) {
+        sb += r->b[i];
+        st += r->t[i];
+        sbb += (double)r->b[i] * r->b[i];
+        sbt += r->b[i] * r->t[i];
+    }
+    double den = r->n * sbb - sb * sb;
+    r->c = r->n > 1 && den > 0 ? (r->n * sbt - sb * st) / den : st / sb;
+    r->a = r->n > 1 && den > 0 ? (st - r->c * sb) / r->n : 0;
+    if (r->c <= 0 || r->a < 0) { /* an unphysical line: through the origin */
+        r->a = 0;
+        r->c = st / sb;
+    }
+}
+
+/* Forward+backward seconds of a micro-batch of m samples. */
+static double fwd_bwd(const rank_model *r, int m)
+{
+    if (m <= 0)
+        return 0;
+    for (int i = 0; i + 1 < r->n; i++)
+        if (m >= r->b[i] && m <= r->b[i + 1])
+            return r->t[i] + (r->t[i + 1] - r->t[i]) * (m - r->b[i]) / (r->b[i + 1] - r->b[i]);
+    if (r->n == 1 && m == r->b[0])
+        return r->t[0];
+    return r->a + r->c * m;
+}
+
+static double rank_compute(const rank_model *r, int b, int m)
+{
+    return b <= 0 ? 0 : (b / m) * fwd_bwd(r, m) + fwd_bwd(r, b % m);
+}
+
+/* Room for one more of n elements in *arr (capacity *cap); -1 if none. */
+static int grow(void **arr, int n, int *cap, size_t elem)
+{
+    if (n < *cap)
+        return 0;
+    int c = *cap ? 2 * *cap : 16;
+    void *p = realloc(*arr, (size_t)c * elem);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+/* ---------------------------------------------------- allreduce model */
+
+static int collect_arm(const ai_kb_arm *a, void *arg)
+{
+    ar_model *ar = arg;
+    if (a->coll != AI_ALLREDUCE || !a->best)
+        return 0;
+    if (grow((void **)&ar->pt, ar->n, &ar->cap, sizeof *ar->pt))
+        return 1;
+    ar_point *p = &ar->pt[ar->n++];
+    p->bytes = (double)a->bytes;
+    p->s = a->mean_us * 1e-6;
+    snprintf(p->algo, sizeof p->algo, "%s", a->algo);
+    ar->nranks = a->nranks;
+    return 0;
+}
+
+/* t = A + B bytes by least squares on relative error (weights 1/t^2) */
+static void ar_fit(ar_model *ar)
+{
+    double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
+    for (int i = 0; i < ar->n; i++) {
+        double w = 1 / (ar->pt[i].s * ar->pt[i].s), x = ar->pt[i].bytes;
+        s00 += w;
+        s01 += w * x;
+        s11 += w * x * x;
+        r0 += w * ar->pt[i].s;
+        r1 += w * x * ar->pt[i].s;
+    }
+    double det = s00 * s11 - s01 * s01;
+    ar->fitted = ar->n >= 2 && det > 0;
+    if (!ar->fitted)
+        return;
+    ar->A = (r0 * s11 - r1 * s01) / det;
+    ar->B = (s00 * r1 - s01 * r0) / det;
+    if (ar->B <= 0)
+        ar->fitted = 0;
+    else if (ar->A < 0)
+        ar->A = 0;
+}
+
+static void fmt_size(double bytes, char *buf, size_t len)
+{
+    if (bytes >= 1 << 20)
+        snprintf(buf, len, "%.4g MiB", bytes / (1 << 20));
+    else if (bytes >= 1 << 10)
+        snprintf(buf, len, "%.4g KiB", bytes / (1 << 10));
+    else
+        snprintf(buf, len, "%g B", bytes);
+}
+
+/* Seconds of an allreduce of `bytes` over `k` ranks (the fingerprint's
+ * ranks, or a sub-group of them), and where the figure came from. */
+static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SRC])
+{
+    char s1[32], s2[32];
+    int R = ar->nranks > 1 ? ar->nranks : k;
+    if (k <= 1) {
+        snprintf(src, TRAIN_SRC, "model (one rank: nothing to reduce)");
+        return 0;
+    }
+    if (k == R && ar->n > 0 && bytes >= ar->pt[0].bytes && bytes <= ar->pt[ar->n - 1].bytes) {
+        int i = 0;
+        while (i + 1 < ar->n && ar->pt[i + 1].bytes <= bytes)
+            i++;
+        const ar_point *lo = &ar->pt[i], *hi = &ar->pt[i + 1 < ar->n ? i + 1 : i];
+        fmt_size(lo->bytes, s1, sizeof s1);
+        if (lo == hi || bytes == lo->bytes) {
+            snprintf(src, TRAIN_SRC, "kb:learner %s %s", lo->algo, s1);
+            return lo->s;
+        }
+        fmt_size(hi->bytes, s2, sizeof s2);
+        double f = log(bytes / lo->bytes) / log(hi->bytes / lo->bytes);
+        snprintf(src, TRAIN_SRC, "kb:learner %s %s..%s %s (interpolated)", lo->algo, s1,
+                 hi->algo, s2);
+        return exp(log(lo->s) + f * (log(hi->s) - log(lo->s)));
+    }
+    /* ring: 2(p-1) alpha + 2(p-1)/p bytes beta; the world's fit scaled to k */
+    double alpha, beta;
+    fmt_size(bytes, s1, sizeof s1);
+    if (ar->fitted) {
+        alpha = ar->A / (2.0 * (R - 1));
+        beta = ar->B * R / (2.0 * (R - 1));
+        if (k == R)
+            snprintf(src, TRAIN_SRC, "model (ring fitted to %d kb:learner sizes; %s not measured)",
+                     ar->n, s1);
+        else
+            snprintf(src, TRAIN_SRC, "model (ring fitted to %d kb:learner sizes, on %d of %d ranks)",
+                     ar->n, k, R);
+    } else {
+        alpha = ar->cat_alpha;
+        beta = 1 / ar->cat_bps;
+        snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
+                 ar->n ? "one size only" : "no allreduce");
+    }
+    return 2.0 * (k - 1) * alpha + 2.0 * (k - 1) / k * bytes * beta;
+}
+
+/* One message of `bytes` between two ranks: the ring's alpha and beta. */
+static double p2p_time(const ar_model *ar, double bytes, char src[TRAIN_SRC])
+{
+    /* an allreduce over 2 ranks moves each byte once each way in 2 alphas */
+    char tmp[TRAIN_SRC];
+    double t2 = ar_time(ar, 2 * bytes, 2, tmp);
+    snprintf(src, TRAIN_SRC, "%s", tmp);
+    char *p = strstr(src, ", on 2 of");
+    if (p)
+        snprintf(p, TRAIN_SRC - (size_t)(p - src), ", one message)");
+    return t2 / 2;
+}
+
+/* ------------------------------------------------------------- terms */
+
+static int add_term(train_eval *e, double s, const char *src, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int add_term(train_eval *e, double s, const char *src, const char *fmt, ...)
+{
+    if (grow((void **)&e->terms, e->nterms, &e->capterms, sizeof *e->terms))
+        return -1;
+    term *t = &e->terms[e->nterms++];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->term, sizeof t->term, fmt, ap);
+    va_end(ap);
+    t->s = s;
+    snprintf(t->src, sizeof t->src, "%s", src);
+    return 0;
+}
+
+static void eval_free(train_eval *e)
+{
+    free(e->shares);
+    free(e->stage_layers);
+    free(e->stage_of);
+    free(e->terms);
+    memset(e, 0, sizeof *e);
+}
+
+static ai_status_t eval_copy(train_eval *dst, const train_eval *src, int R)
+{
+    eval_free(dst);
+    *dst = *src;
+    dst->shares = malloc((size_t)R * sizeof *dst->shares);
+    dst->stage_of = malloc((size_t)R * sizeof *dst->stage_of);
+    dst->stage_layers = malloc((size_t)src->pp * sizeof *dst->stage_layers);
+    dst->terms = malloc((size_t)(src->nterms ? src->nterms : 1) * sizeof *dst->terms);
+    dst->capterms = src->nterms;
+    if (!dst->shares || !dst->stage_of || !dst->stage_layers || !dst->terms) {
+        eval_free(dst);
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    }
+    memcpy(dst->shares, src->shares, (size_t)R * sizeof *dst->shares);
+    memcpy(dst->stage_of, src->stage_of, (size_t)R * sizeof *dst->stage_of);
+    memcpy(dst->stage_layers, src->stage_layers, (size_t)src->pp * sizeof *dst->stage_layers);
+    memcpy(dst->terms, src->terms, (size_t)src->nterms * sizeof *dst->terms);
+    return AI_OK;
+}
+
+/* -------------------------------------------------- data parallel step */
+
+/* The shares that minimise the slowest rank's compute at micro-batch m:
+ * one sample at a time to the rank that would finish first with it
+ * (optimal for the bottleneck because every compute_i grows with b). */
+static void balance(const train_ctx *x, int B, int m, int *b)
+{
+    for (int i = 0; i < x->R; i++)
+        b[i] = 0;
+    for (int s = 0; s < B; s++) {
+        int arg = 0;
+        double best = INFINITY;
+        for (int i = 0; i < x->R; i++) {
+            double t = rank_compute(&x->rk[i], b[i] + 1, m);
+            if (t < best) {
+                best = t;
+                arg = i;
+            }
+        }
+        b[arg]++;
+    }
+}
+
+static int bucket_term(train_eval *e, int n, double sz, double t, const char *src)
+{
+    char s1[32];
+    fmt_size(sz, s1, sizeof s1);
+    if (n == 1)
+        return add_term(e, t, src, "allreduce: a bucket of %s", s1);
+    return add_term(e, n * t, src, "allreduce: %d buckets of %s, %.4f s each", n, s1, t);
+}
+
+/* Evaluate data parallelism with shares e->shares, micro-batch e->mb and
+ * bucket cap e->cap_mb; fills the step and the terms. */
+static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
+{
+    char src[TRAIN_SRC];
+    e->nterms = 0;
+    e->pp = 1;
+    e->stage_layers[0] = x->L;
+    for (int i = 0; i < x->R; i++)
+        e->stage_of[i] = 0;
+    e->micro_batches = 0;
+    double cmax = 0, omax = 0;
+    int slow = 0, oslow = 0;
+    for (int i = 0; i < x->R; i++) {
+        double c = rank_compute(&x->rk[i], e->shares[i], e->mb);
+        if (c > cmax) {
+            cmax = c;
+            slow = i;
+        }
+        if (x->rk[i].opt_s > omax) {
+            omax = x->rk[i].opt_s;
+            oslow = i;
+        }
+    }
+    /* buckets in backward order, reduced one after the other as the
+     * slowest rank's last backward produces them */
+    double cap = e->cap_mb * 1024 * 1024, done = 0, end = 0, total = 0, run_sz = 0, run_t = 0;
+    int k = 0, run = 0;
+    char run_src[TRAIN_SRC] = "";
+    snprintf(src, sizeof src, "kb:profile rank %d", slow);
+    int sb = e->shares[slow], nmb = (sb + e->mb - 1) / e->mb;
+    if (add_term(e, cmax, src, "compute: rank %d (slowest), %d samples as %d x %d", slow, sb,
+                 nmb, e->mb < sb ? e->mb : sb))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    while (done < x->G && k < TRAIN_MAX_BUCKETS) {
+        double lim = k == 0 ? TRAIN_FIRST_BUCKET : cap;
+        double sz = fmin(lim, x->G - done);
+        done += sz;
+        double q = done / x->G, ready = 0;
+        for (int i = 0; i < x->R; i++) {
+            int last = e->shares[i] % e->mb ? e->shares[i] % e->mb : e->mb;
+            double c = rank_compute(&x->rk[i], e->shares[i], e->mb);
+            double bwd = e->shares[i] > 0 ? TRAIN_BWD_FRACTION * fwd_bwd(&x->rk[i], last) : 0;
+            ready = fmax(ready, c - (1 - q) * bwd);
+        }
+        double t = ar_time(&x->ar, sz, x->R, src);
+        end = fmax(end, ready) + t;
+        total += t;
+        /* equal consecutive buckets make one term */
+        if (run && sz == run_sz && !strcmp(src, run_src)) {
+            run++;
+        } else {
+            if (run && bucket_term(e, run, run_sz, run_t, run_src))
+                return ai_fail(AI_ERR_NOMEM, "plan train");
+            run = 1;
+            run_sz = sz;
+            run_t = t;
+            snprintf(run_src, sizeof run_src, "%s", src);
+        }
+        k++;
+    }
+    if (run && bucket_term(e, run, run_sz, run_t, run_src))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    double exposed = fmax(0, end - cmax);
+    if (add_term(e, exposed - total, "model (buckets reduced during the last backward)",
+                 "overlap: reduction hidden behind the backward") ||
+        (snprintf(src, sizeof src, "kb:profile rank %d", oslow),
+         add_term(e, omax, src, "optimizer step (slowest: rank %d)", oslow)))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    e->compute = cmax;
+    e->exposed = exposed;
+    e->opt = omax;
+    e->slow = slow;
+    e->step = cmax + exposed + omax;
+    return AI_OK;
+}
+
+/* ----------------------------------------------------------- pipeline */
+
+/* Evaluate P stages: ranks sorted by speed, stage s = the s-th group of
+ * R/P, replica j = the j-th rank of every stage; layers in proportion to
+ * the stage's slowest rank; the batch split over the replicas by their
+ * bottleneck stage. */
+static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
+{
+    int R = x->R, k = R / P, order[TRAIN_MAX_RANKS];
+    char src[TRAIN_SRC], s1[32];
+    double speed[TRAIN_MAX_RANKS];
+    for (int i = 0; i < R; i++) { /* fastest (lowest seconds per sample) first, stable */
+        int j = i;
+        while (j > 0 && x->rk[order[j - 1]].c > x->rk[i].c) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = i;
+    }
+    for (int s = 0; s < P; s++) {
+        double cworst = 0;
+        for (int j = 0; j < k; j++) {
+            e->stage_of[order[s * k + j]] = s;
+            cworst = fmax(cworst, x->rk[order[s * k + j]].c);
+        }
+        speed[s] = 1 / cworst;
+    }
+    ai_status_t st = ai_shares_split(P, speed, x->L, e->stage_layers);
+    if (st != AI_OK)
+        return st;
+    /* replica j's per-sample time: its bottleneck stage */
+    double rthr[TRAIN_MAX_RANKS];
+    int rb[TRAIN_MAX_RANKS];
+    for (int j = 0; j < k; j++) {
+        double worst = 0;
+        for (int s = 0; s < P; s++)
+            worst = fmax(worst, x->rk[order[s * k + j]].c * e->stage_layers[s] / x->L);
+        rthr[j] = 1 / worst;
+    }
+    if ((st = ai_shares_split(k, rthr, B, rb)) != AI_OK)
+        return st;
+    e->pp = P;
+    e->nterms = 0;
+    int m = e->mb, M = 0;
+    for (int j = 0; j < k; j++)
+        if ((rb[j] + m - 1) / m > M)
+            M = (rb[j] + m - 1) / m;
+    e->micro_batches = M;
+    /* the contract's shares sum to B: a replica's samples are listed at
+     * its first-stage rank, which takes them in; later stages get their
+     * work from the stage before (0 here) */
+    for (int s = 0; s < P; s++)
+        for (int j = 0; j < k; j++)
+            e->shares[order[s * k + j]] = s == 0 ? rb[j] : 0;
+    /* 1F1B: (M-1) x the bottleneck stage + one pass through all stages,
+     * each boundary crossed by activations forward and gradients back */
+    double act = (double)m * x->ctx * x->dim * 4;
+    double tp2p = p2p_time(&x->ar, act, src), worst = 0, sum = 0;
+    int wslow = 0, wstage = 0;
+    for (int s = 0; s < P; s++) {
+        double ts = 0;
+        int who = order[s * k];
+        for (int j = 0; j < k; j++) {
+            double t = fwd_bwd(&x->rk[order[s * k + j]], m) * e->stage_layers[s] / x->L;
+            if (t > ts) {
+                ts = t;
+                who = order[s * k + j];
+            }
+        }
+        sum += ts;
+        if (ts > worst) {
+            worst = ts;
+            wslow = who;
+            wstage = s;
+        }
+    }
+    double compute = (M - 1) * worst + sum;
+    snprintf(s1, sizeof s1, "kb:profile rank %d", wslow);
+    if (add_term(e, (M - 1) * worst, s1,
+                 "pipeline: %d more micro-batches of %d through stage %d (rank %d, %d layers)",
+                 M - 1, m, wstage, wslow, e->stage_layers[wstage]) ||
+        add_term(e, sum, "kb:profile (every stage's slowest rank)",
+                 "pipeline: one micro-batch through all %d stages", P) ||
+        add_term(e, 2.0 * (M + P - 2) * tp2p, src, "activations: %d x 2 messages of %.0f KiB",
+                 M + P - 2, act / 1024))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    double comm = 0;
+    for (int s = 0; s < P; s++) {
+        char s2[TRAIN_SRC];
+        double t = ar_time(&x->ar, x->G * e->stage_layers[s] / x->L, k, s2);
+        if (t > comm) {
+            comm = t;
+            snprintf(src, sizeof src, "%s", s2);
+        }
+    }
+    fmt_size(x->G / P, s1, sizeof s1);
+    double omax = 0;
+    int oslow = 0;
+    for (int i = 0; i < R; i++) {
+        double o = x->rk[i].opt_s * e->stage_layers[e->stage_of[i]] / x->L;
+        if (o > omax) {
+            omax = o;
+            oslow = i;
+        }
+    }
+    char s3[TRAIN_SRC];
+    snprintf(s3, sizeof s3, "kb:profile rank %d", oslow);
+    if (add_term(e, comm, src, "allreduce: each stage's gradients over its %d ranks", k) ||
+        add_term(e, omax, s3, "optimizer step of a stage's layers (slowest: rank %d)", oslow))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    e->compute = compute;
+    e->exposed = 2.0 * (M + P - 2) * tp2p + comm;
+    e->opt = omax;
+    e->slow = wslow;
+    e->step = compute + e->exposed + omax;
+    return AI_OK;
+}
+
+/* --------------------------------------------------------- the search */
+
+typedef struct {
+    int shares_n, *shares, mb, pp;
+    double cap_mb;
+} train_fix;
+
+static ai_status_t fix_parse(const char *text, int R, train_fix *f)
+{
+    f->shares_n = 0;
+    f->mb = 0;
+    f->pp = 0;
+    f->cap_mb = 0;
+    if (!text || !*text)
+        return AI_OK;
+    char buf[4096];
+    if (strlen(text) >= sizeof buf)
+        return ai_fail(AI_ERR_INVALID, "--fix: too long");
+    snprintf(buf, sizeof buf, "%s", text);
+    for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '='), *end;
+        if (!eq)
+            return ai_fail(AI_ERR_INVALID, "--fix: '%s' is not key=value", kv);
+        *eq = '\0';
+        const char *v = eq + 1;
+        if (!strcmp(kv, "micro_batch") || !strcmp(kv, "mb")) {
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > TRAIN_MAX_BATCH)
+                return ai_fail(AI_ERR_INVALID, "--fix: micro_batch '%s': want 1..%d", v,
+                               TRAIN_MAX_BATCH);
+            f->mb = (int)n;
+        } else if (!strcmp(kv, "bucket_cap_mb")) {
+            double c = strtod(v, &end);
+            if (*end || end == v || !(c > 0) || c > 65536)
+                return ai_fail(AI_ERR_INVALID, "--fix: bucket_cap_mb '%s': want > 0 (MiB)", v);
+            f->cap_mb = c;
+        } else if (!strcmp(kv, "pipeline") || !strcmp(kv, "pp")) {
+            long n = strtol(v, &end, 10);
+            if (*end || end == v || n < 1 || n > R || R % n)
+                return ai_fail(AI_ERR_INVALID, "--fix: pipeline '%s': want stages dividing the"
+                                               " %d ranks (1: none)", v, R);
+            f->pp = (int)n;
+        } else if (!strcmp(kv, "shares")) {
+            const char *p = v;
+            f->shares_n = 0;
+            while (*p) {
+                long n = strtol(p, &end, 10);
+                if (end == p || n < 0 || n > TRAIN_MAX_BATCH || (*end && *end != '/') ||
+                    f->shares_n == R)
+                    return ai_fail(AI_ERR_INVALID, "--fix: shares '%s': want %d counts >= 0"
+                                                   " separated by '/'", v, R);
+                f->shares[f->shares_n++] = (int)n;
+                p = *end ? end + 1 : end;
+            }
+            if (f->shares_n != R)
+                return ai_fail(AI_ERR_INVALID, "--fix: shares '%s': %d counts for %d ranks", v,
+                               f->shares_n, R);
+        } else {
+            return ai_fail(AI_ERR_INVALID, "--fix: unknown key '%s' (shares, micro_batch,"
+                                           " bucket_cap_mb, pipeline)", kv);
+        }
+    }
+    return AI_OK;
+}
+
+static const char *shares_str(const int *b, int n, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n && o + 12 < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%d", i ? "/" : "", b[i]);
+    return buf;
+}
+
+static void note(ai_train_plan *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(ai_train_plan *p, const char *fmt, ...)
+{
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t len = strlen(line);
+    if (p->nlen + len + 2 > p->ncap) {
+        size_t cap = p->ncap ? 2 * p->ncap + len : 1024 + len;
+        char *nn = realloc(p->notes, cap);
+        if (!nn)
+            return;
+        p->notes = nn;
+        p->ncap = cap;
+    }
+    memcpy(p->notes + p->nlen, line, len);
+    p->nlen += len;
+    p->notes[p->nlen++] = '\n';
+    p->notes[p->nlen] = '\0';
+}
+
+typedef struct {
+    const char *fp, *preset;
+    char fps[8][17];
+    int nfps;
+    char presets[8][32];
+    int npresets;
+    ai_kb_profile *prof;
+    int n, cap;
+} prof_collect;
+
+static int collect_profile(const ai_kb_profile *pr, void *arg)
+{
+    prof_collect *c = arg;
+    int seen = 0;
+    for (int i = 0; i < c->nfps && !seen; i++)
+        seen = !strcmp(c->fps[i], pr->fingerprint);
+    if (!seen && c->nfps < 8)
+        snprintf(c->fps[c->nfps++], 17, "%s", pr->fingerprint);
+    if (c->fp && strcmp(c->fp, pr->fingerprint))
+        return 0;
+    seen = 0;
+    for (int i = 0; i < c->npresets && !seen; i++)
+        seen = !strcmp(c->presets[i], pr->preset);
+    if (!seen && c->npresets < 8)
+        snprintf(c->presets[c->npresets++], 32, "%s", pr->preset);
+    if (grow((void **)&c->prof, c->n, &c->cap, sizeof *c->prof))
+        return 1;
+    c->prof[c->n++] = *pr;
+    return 0;
+}
+
+/* The profiles of one fingerprint and preset, ranks 0..R-1, into x. */
+static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan *p,
+                                 train_ctx *x)
+{
+    prof_collect c = {.fp = o->fingerprint, .preset = o->model};
+    ai_status_t st = ai_kb_profile_foreach(kb, NULL, collect_profile, &c);
+    if (st != AI_OK)
+        goto out;
+    if (!c.nfps) {
+        st = ai_fail(AI_ERR_NOTFOUND, "the knowledge base holds no compute profile: run the"
+                                      " training job with --profile-out FILE, then"
+                                      " `autoinfra profile import FILE`");
+        goto out;
+    }
+    if (!o->fingerprint && c.nfps > 1) {
+        st = ai_fail(AI_ERR_INVALID, "profiles of %d fingerprints (%s, %s%s): say which with"
+                                     " --fingerprint", c.nfps, c.fps[0], c.fps[1],
+                     c.nfps > 2 ? ", ..." : "");
+        goto out;
+    }
+    const char *fp = o->fingerprint ? o->fingerprint : c.fps[0];
+    if (!c.npresets) {
+        st = ai_fail(AI_ERR_NOTFOUND, "no compute profile under fingerprint %s", fp);
+        goto out;
+    }
+    const char *preset = o->model;
+    if (!preset && c.npresets > 1) {
+        st = ai_fail(AI_ERR_INVALID, "profiles of %d models under %s (%s, %s%s): say which with"
+                                     " --model", c.npresets, fp, c.presets[0], c.presets[1],
+                     c.npresets > 2 ? ", ..." : "");
+        goto out;
+    }
+    if (!preset)
+        preset = c.presets[0];
+    snprintf(p->fp, sizeof p->fp, "%s", fp);
+    snprintf(p->preset, sizeof p->preset, "%s", preset);
+    int have = 0;
+    for (int i = 0; i < c.n; i++)
+        have += !strcmp(c.prof[i].preset, preset);
+    if (!have) {
+        st = ai_fail(AI_ERR_NOTFOUND, "no profile of model '%s' under fingerprint %s", preset, fp);
+        goto out;
+    }
+    int R = o->ranks > 0 ? o->ranks : have;
+    if (R > TRAIN_MAX_RANKS) {
+        st = ai_fail(AI_ERR_INVALID, "%d ranks: at most %d", R, TRAIN_MAX_RANKS);
+        goto out;
+    }
+    x->R = R;
+    if (!(x->rk = calloc((size_t)R, sizeof *x->rk))) {
+        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        goto out;
+    }
+    int *got = calloc((size_t)R, sizeof *got);
+    if (!got) {
+        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        goto out;
+    }
+    for (int i = 0; i < c.n; i++) {
+        const ai_kb_profile *pr = &c.prof[i];
+        if (strcmp(pr->preset, preset) || pr->rank >= R)
+            continue;
+        rank_model *r = &x->rk[pr->rank];
+        r->n = pr->npoints;
+        for (int j = 0; j < r->n; j++) {
+            r->b[j] = pr->point[j].batch;
+            r->t[j] = pr->point[j].fwd_bwd_s;
+        }
+        r->opt_s = pr->optimizer_s;
+        snprintf(r->host, sizeof r->host, "%s", pr->host);
+        rank_fit(r);
+        got[pr->rank] = 1;
+        x->L = pr->layers;
+        x->dim = pr->dim;
+        x->ctx = pr->ctx;
+        x->G = (double)pr->grad_bytes;
+    }
+    for (int i = 0; i < R && st == AI_OK; i++)
+        if (!got[i])
+            st = ai_fail(AI_ERR_NOTFOUND, "no profile of rank %d (model '%s', fingerprint %s):"
+                                          " %d ranks asked, %d profiled", i, preset, fp, R, have);
+    free(got);
+out:
+    free(c.prof);
+    return st;
+}
+
+static ai_status_t eval_alloc(train_eval *e, int R)
+{
+    memset(e, 0, sizeof *e);
+    e->shares = calloc((size_t)R, sizeof *e->shares);
+    e->stage_of = calloc((size_t)R, sizeof *e->stage_of);
+    e->stage_layers = calloc((size_t)R, sizeof *e->stage_layers);
+    if (!e->shares || !e->stage_of || !e->stage_layers) {
+        eval_free(e);
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    }
+    return AI_OK;
+}
+
+void ai_train_plan_destroy(ai_train_plan *p)
+{
+    if (!p)
+        return;
+    eval_free(&p->best);
+    eval_free(&p->best_dp);
+    eval_free(&p->best_pipe);
+    free(p->notes);
+    free(p);
+}
+
+ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
+{
+    if (!kb || !o || !out)
+        return ai_fail(AI_ERR_INVALID, "ai_plan_train: kb, options or out is NULL");
+    if (o->global_batch < 1 || o->global_batch > TRAIN_MAX_BATCH)
+        return ai_fail(AI_ERR_INVALID, "global batch %d: want 1..%d", o->global_batch,
+                       TRAIN_MAX_BATCH);
+    if (o->ranks < 0)
+        return ai_fail(AI_ERR_INVALID, "%d ranks", o->ranks);
+    ai_train_plan *p = calloc(1, sizeof *p);
+    train_ctx x = {0};
+    train_eval e = {0};
+    int fixed_shares[TRAIN_MAX_RANKS];
+    train_fix fix = {.shares = fixed_shares};
+    if (!p)
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    ai_status_t st = load_profiles(kb, o, p, &x);
+    if (st != AI_OK)
+        goto fail;
+    int R = x.R, B = o->global_batch;
+    p->R = R;
+    p->B = B;
+    if ((st = fix_parse(o->fix, R, &fix)) != AI_OK)
+        goto fail;
+    if (fix.shares_n) {
+        long sum = 0;
+        for (int i = 0; i < R; i++)
+            sum += fix.shares[i];
+        if (sum != B) {
+            st = ai_fail(AI_ERR_INVALID, "--fix shares sum to %ld, not the global batch %d", sum,
+                         B);
+            goto fail;
+        }
+        if (fix.pp > 1) {
+            st = ai_fail(AI_ERR_INVALID, "--fix: shares and a pipeline exclude each other (a"
+                                         " pipeline's replicas split the batch)");
+            goto fail;
+        }
+    }
+    snprintf(x.ar.fp, sizeof x.ar.fp, "%s", p->fp);
+    x.ar.cat_alpha = TRAIN_CAT_ALPHA;
+    x.ar.cat_bps = TRAIN_CAT_BPS;
+    snprintf(x.ar.cat, sizeof x.ar.cat, "10 Gbit/s, 50 us");
+    for (int i = 0; o->cluster && i < ai_cluster_node_count(o->cluster); i++) {
+        ai_node_info ni;
+        if (ai_cluster_node(o->cluster, i, &ni) != AI_OK || !(ni.nic_Gbps > 0))
+            continue;
+        if (i == 0 || ni.nic_Gbps * 0.125e9 < x.ar.cat_bps)
+            x.ar.cat_bps = ni.nic_Gbps * 0.125e9;
+        if (i == 0 || ni.nic_latency_us * 1e-6 > x.ar.cat_alpha)
+            x.ar.cat_alpha = ni.nic_latency_us * 1e-6;
+        snprintf(x.ar.cat, sizeof x.ar.cat, "%.3g Gbit/s, %.3g us, the cluster's slowest NIC",
+                 x.ar.cat_bps * 8e-9, x.ar.cat_alpha * 1e6);
+    }
+    if ((st = ai_kb_foreach(kb, p->fp, collect_arm, &x.ar)) != AI_OK)
+        goto fail;
+    if (x.ar.n && x.ar.nranks != R)
+        note(p, "kb:learner timings of %s are of %d ranks, the plan has %d: scaled by the ring"
+                " model", p->fp, x.ar.nranks, R);
+    if (!x.ar.n)
+        x.ar.nranks = R;
+    ar_fit(&x.ar);
+    if (x.ar.fitted)
+        note(p, "allreduce model: %d measured sizes (%s), ring fit %.1f us + %.3f ns/B",
+             x.ar.n, p->fp, x.ar.A * 1e6, x.ar.B * 1e9);
+    else
+        note(p, "allreduce model: %s", x.ar.n ? "one measured size: other sizes from the"
+                                                " catalogue" : "no kb:learner allreduce timings"
+                                                               " for this fingerprint: catalogue");
+    for (int i = 0; i < R; i++)
+        note(p, "rank %d (%s): t(b) = %.4f + %.4f b s fitted to %d points, optimizer %.4f s"
+                " (kb:profile rank %d)", i, x.rk[i].host, x.rk[i].a, x.rk[i].c, x.rk[i].n,
+             x.rk[i].opt_s, i);
+    if ((st = eval_alloc(&e, R)) != AI_OK || (st = eval_alloc(&p->best, R)) != AI_OK ||
+        (st = eval_alloc(&p->best_dp, R)) != AI_OK || (st = eval_alloc(&p->best_pipe, R)) != AI_OK)
+        goto fail;
+    p->best.step = p->best_dp.step = p->best_pipe.step = INFINITY;
+
+    /* candidates: micro-batches at the measured points and none (one
+     * micro-batch); bucket caps around DDP's default */
+    int mbs[AI_PROFILE_POINTS + 2], nmb = 0;
+    static const double caps[] = {1, 2, 4, 8, 16, 25, 32, 64, 128};
+    if (fix.mb) {
+        mbs[nmb++] = fix.mb;
+    } else {
+        for (int j = 0; j < x.rk[0].n; j++)
+            mbs[nmb++] = x.rk[0].b[j];
+        mbs[nmb++] = B; /* no accumulation */
+    }
+    char sbuf[256];
+    int ncaps = fix.cap_mb > 0 ? 1 : (int)(sizeof caps / sizeof caps[0]);
+    for (int mi = 0; mi < nmb; mi++) {
+        if (fix.pp > 1)
+            break;
+        e.mb = mbs[mi];
+        if (fix.shares_n)
+            memcpy(e.shares, fix.shares, (size_t)R * sizeof *e.shares);
+        else
+            balance(&x, B, e.mb, e.shares);
+        int maxb = 0;
+        for (int i = 0; i < R; i++)
+            maxb = e.shares[i] > maxb ? e.shares[i] : maxb;
+        if (e.mb > maxb && mi + 1 < nmb && !fix.mb)
+            continue; /* the same as no accumulation */
+        if (e.mb > maxb)
+            e.mb = maxb > 0 ? maxb : 1;
+        double mb_best = INFINITY, mb_cap = 0;
+        for (int ci = 0; ci < ncaps; ci++) {
+            e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : caps[ci];
+            if ((st = eval_dp(&x, &e)) != AI_OK)
+                goto fail;
+            if (e.step < mb_best) {
+                mb_best = e.step;
+                mb_cap = e.cap_mb;
+            }
+            if (e.step < p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
+                goto fail;
+        }
+        note(p, "data parallel, micro-batch %d (shares %s): best bucket cap %g MiB, %.4f s",
+             e.mb, shares_str(e.shares, R, sbuf, sizeof sbuf), mb_cap, mb_best);
+    }
+    /* pipelines of 2+ stages, R divisible */
+    for (int P = 2; P <= R && P <= x.L && (fix.pp == 0 || fix.pp > 1) && !fix.shares_n; P++) {
+        if (R % P || (fix.pp && P != fix.pp))
+            continue;
+        for (int mi = 0; mi < nmb; mi++) {
+            e.mb = mbs[mi] < B ? mbs[mi] : B;
+            e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : 25;
+            if ((st = eval_pipe(&x, B, P, &e)) != AI_OK)
+                goto fail;
+            if (e.step < p->best_pipe.step && (st = eval_copy(&p->best_pipe, &e, R)) != AI_OK)
+                goto fail;
+            p->has_pipe = 1;
+        }
+    }
+    if (p->has_pipe) {
+        char lay[256];
+        int n = 0;
+        for (int s = 0; s < p->best_pipe.pp && n < (int)sizeof lay - 8; s++)
+            n += snprintf(lay + n, sizeof lay - (size_t)n, "%s%d", s ? "+" : "",
+                          p->best_pipe.stage_layers[s]);
+        note(p, "best pipeline: %d stages, layers %s, micro-batch %d x %d: %.4f s", p->best_pipe.pp,
+             lay, p->best_pipe.mb, p->best_pipe.micro_batches, p->best_pipe.step);
+        if (p->best_dp.step <= p->best_pipe.step)
+            note(p, "no pipeline: data parallel %.4f s beats it; the pipeline's bubble and"
+                    " activations (%.4f s compute, %.4f s messages and reduction) cost more than"
+                    " the reduction it shrinks (data parallel exposes %.4f s)",
+                 p->best_dp.step, p->best_pipe.compute, p->best_pipe.exposed,
+                 p->best_dp.exposed);
+    } else if (!fix.shares_n && fix.pp != 1) {
+        note(p, "no pipeline: %s", x.L < 2 ? "the model has one layer" : "no stage count divides"
+                                                                        " the ranks");
+    }
+    const train_eval *win = p->best_dp.step <= p->best_pipe.step ? &p->best_dp : &p->best_pipe;
+    if (!isfinite(win->step)) {
+        st = ai_fail(AI_ERR_INFEASIBLE, "no plan could be evaluated");
+        goto fail;
+    }
+    if ((st = eval_copy(&p->best, win, R)) != AI_OK)
+        goto fail;
+    eval_free(&e);
+    free(x.rk);
+    free(x.ar.pt);
+    *out = p;
+    return AI_OK;
+fail:
+    eval_free(&e);
+    free(x.rk);
+    free(x.ar.pt);
+    ai_train_plan_destroy(p);
+    return st;
+}
+
+double ai_train_plan_step_time(const ai_train_plan *p)
+{
+    return p ? p->best.step : NAN;
+}
+
+static json_t *plan_json(const ai_train_plan *p)
+{
+    const train_eval *e = &p->best;
+    json_t *shares = json_array(), *explain = json_array(), *pipe = json_null();
+    for (int i = 0; i < p->R; i++)
+        json_array_append_new(shares, json_integer(e->shares[i]));
+    for (int i = 0; i < e->nterms; i++)
+        json_array_append_new(explain, json_pack("{s:s, s:f, s:s}", "term", e->terms[i].term,
+                                                 "seconds", e->terms[i].s, "source",
+                                                 e->terms[i].src));
+    if (e->pp > 1) {
+        json_t *stages = json_array();
+        for (int s = 0; s < e->pp; s++) {
+            json_t *ranks = json_array();
+            for (int i = 0; i < p->R; i++)
+                if (e->stage_of[i] == s)
+                    json_array_append_new(ranks, json_integer(i));
+            json_array_append_new(stages, json_pack("{s:o, s:i}", "ranks", ranks, "layers",
+                                                    e->stage_layers[s]));
+        }
+        pipe = json_pack("{s:o, s:i}", "stages", stages, "micro_batches", e->micro_batches);
+    }
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:i, s:f, s:o, s:f, s:o}", "kind",
+                     "train-plan", "version", 1, "fingerprint", p->fp, "ranks", p->R,
+                     "global_batch", p->B, "shares", shares, "micro_batch", e->mb,
+                     "bucket_cap_mb", e->cap_mb, "pipeline", pipe, "predicted_step_time_s",
+                     e->step, "explain", explain);
+}
+
+ai_status_t ai_train_plan_json(const ai_train_plan *p, char **out)
+{
+    if (!p || !out)
+        return ai_fail(AI_ERR_INVALID, "ai_train_plan_json: plan or out is NULL");
+    json_t *j = plan_json(p);
+    char *s = j ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!s)
+        return ai_fail(AI_ERR_NOMEM, "plan train: JSON");
+    *out = s;
+    return AI_OK;
+}
+
+ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
+{
+    if (!p || !out)
+        return ai_fail(AI_ERR_INVALID, "ai_train_plan_text: plan or out is NULL");
+    const train_eval *e = &p->best;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f)
+        return ai_fail(AI_ERR_NOMEM, "plan train: text");
+    fprintf(f, "training plan: fingerprint %s, model %s, %d ranks, global batch %d\n", p->fp,
+            p->preset, p->R, p->B);
+    fprintf(f, "  shares      ");
+    for (int i = 0; i < p->R; i++)
+        fprintf(f, "%s%d", i ? "/" : "", e->shares[i]);
+    fprintf(f, "\n  micro-batch %d\n  bucket cap  %g MiB\n", e->mb, e->cap_mb);
+    if (e->pp > 1) {
+        fprintf(f, "  pipeline    %d stages, %d micro-batches per replica, layers", e->pp,
+                e->micro_batches);
+        for (int s = 0; s < e->pp; s++)
+            fprintf(f, "%s%d", s ? "+" : " ", e->stage_layers[s]);
+        fputc('\n', f);
+    } else {
+        fprintf(f, "  pipeline    none\n");
+    }
+    fprintf(f, "  predicted   %.4f s per step (compute %.4f + exposed communication %.4f +"
+               " optimizer %.4f)\n", e->step, e->compute, e->exposed, e->opt);
+    if (explain) {
+        fprintf(f, "\nterms (they sum to the step):\n");
+        for (int i = 0; i < e->nterms; i++)
+            fprintf(f, "  %+10.4f s  %-58s %s\n", e->terms[i].s, e->terms[i].term,
+                    e->terms[i].src);
+        fprintf(f, "\nconsidered:\n");
+        const char *n = p->notes ? p->notes : "";
+        while (*n) {
+            const char *nl = strchr(n, '\n');
+            fprintf(f, "  %.*s\n", (int)(nl ? nl - n : (long)strlen(n)), n);
+            n = nl ? nl + 1 : n + strlen(n);
+        }
+    }
+    if (fclose(f) != 0 || !buf) {
+        free(buf);
+        return ai_fail(AI_ERR_NOMEM, "plan train: text");
+    }
+    *out = buf;
+    return AI_OK;
+}
