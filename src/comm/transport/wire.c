@@ -111,6 +111,21 @@ ai_status_t comm_wire_hdr_parse(const unsigned char *b, size_t len, uint16_t *ty
                        type, body_len, need);
 }
 
+/* The header of an answer that may be a refusal (the rank table, the
+ * join answer): *type and *body once the header is whole; a REJECT
+ * frame's reason goes into why, and *rejected is 1 once it is whole. */
+static ai_status_t answer_hdr_parse(const unsigned char *b, size_t len, uint16_t *type,
+                                    uint32_t *body, char *why, int *rejected, size_t *need)
+{
+    *rejected = 0;
+    ai_status_t st = comm_wire_hdr_parse(b, len, type, body, need);
+    if (st != AI_OK || *need || *type != COMM_WIRE_REJECT)
+        return st;
+    st = text_parse(b, len, COMM_WIRE_HDR, *body, COMM_WIRE_REASON_MAX, "refusal", why, need);
+    *rejected = st == AI_OK && !*need;
+    return st;
+}
+
 void comm_wire_entry_pack(unsigned char *b, const comm_rank_info *e)
 {
     uint16_t pad = 0;
@@ -171,15 +186,9 @@ ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t s
 {
     uint16_t type;
     uint32_t body;
-    *rejected = 0;
-    ai_status_t st = comm_wire_hdr_parse(b, len, &type, &body, need);
-    if (st != AI_OK || *need)
+    ai_status_t st = answer_hdr_parse(b, len, &type, &body, why, rejected, need);
+    if (st != AI_OK || *need || *rejected)
         return st;
-    if (type == COMM_WIRE_REJECT) {
-        st = text_parse(b, len, COMM_WIRE_HDR, body, COMM_WIRE_REASON_MAX, "refusal", why, need);
-        *rejected = st == AI_OK && !*need;
-        return st;
-    }
     if (type != COMM_WIRE_TABLE || size == 0 || size > COMM_WIRE_MAX_RANKS ||
         body != size * (uint32_t)COMM_WIRE_ENTRY)
         return ai_fail(AI_ERR_PROTO, "malformed rank table (type %u, %u bytes for %u ranks)",
@@ -294,17 +303,9 @@ ai_status_t comm_wire_joined_parse(const unsigned char *b, size_t len, uint32_t 
 {
     uint16_t type;
     uint32_t body;
-    *rejected = 0;
-    ai_status_t st = comm_wire_hdr_parse(b, len, &type, &body, need);
-    if (st != AI_OK || *need)
+    ai_status_t st = answer_hdr_parse(b, len, &type, &body, why, rejected, need);
+    if (st != AI_OK || *need || *rejected)
         return st;
-    if (type == COMM_WIRE_REJECT) {
-        st = text_parse(b, len, COMM_WIRE_HDR, body, COMM_WIRE_REASON_MAX, "refusal reason", why,
-                        need);
-        if (st == AI_OK && !*need)
-            *rejected = 1;
-        return st;
-    }
     if (type != COMM_WIRE_JOINED)
         return ai_fail(AI_ERR_PROTO, "join answered with frame type %u", (unsigned)type);
     if (body < COMM_WIRE_JOINED_FIXED)
