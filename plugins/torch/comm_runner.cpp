@@ -125,47 +125,59 @@ CommRunner::~CommRunner() {
   ai_comm_destroy(comm_);
 }
 
-void CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done) {
+uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done) {
+  uint64_t ticket;
   {
     std::lock_guard<std::mutex> l(mu_);
-    queue_.push_back(Job{std::move(fn), std::move(done)});
+    ticket = ++tickets_;
+    queue_.push_back(Job{ticket, std::move(fn), std::move(done)});
     queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
+  return ticket;
 }
 
-bool CommRunner::run_inline(const std::function<void()>& fn,
-                            const std::function<void(std::exception_ptr)>& done) {
+bool CommRunner::run_queued(uint64_t ticket) {
+  Job job;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
+    if (running_ || queue_.empty() || queue_.front().ticket != ticket) return false;
+    job = std::move(queue_.front());
+    queue_.pop_front();
+    queued_.fetch_sub(1, std::memory_order_release);
     running_ = inline_ = true;
     set_wait_mode();
   }
-  done(owned(fn));
+  job.done(owned(job.fn));
   return true;
 }
 
-std::exception_ptr CommRunner::owned(const std::function<void()>& fn) {
-  std::exception_ptr e;
-  try {
-    fn();
-  } catch (...) {
-    e = std::current_exception();
+bool CommRunner::begin_inline() {
+  std::lock_guard<std::mutex> l(mu_);
+  if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
+  running_ = inline_ = true;
+  set_wait_mode();
+  return true;
+}
+
+void CommRunner::release() {
+  std::unique_lock<std::mutex> l(mu_);
+  if (!revoked_.empty() && !comm_revoked_) {
+    // revoke() came while the call ran: the owner revokes (ai_comm_revoke
+    // sends to every peer, so not under the lock).
+    comm_revoked_ = true;
+    l.unlock();
+    ai_comm_revoke(comm_);
+    l.lock();
   }
-  revoke_comm();  // if revoke() came while fn ran
-  bool wake;
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    running_ = inline_ = false;
-    set_wait_mode();
-    wake = !queue_.empty() || stop_ || exclusive_waiters_ > 0;
-  }
+  running_ = inline_ = false;
+  set_wait_mode();
   // The progress thread sleeps until a call is queued and exclusive() until
   // the runner is idle: wake them only if one was queued or waits, since
   // waking after every inline call would cost each a context switch.
+  bool wake = !queue_.empty() || stop_ || exclusive_waiters_ > 0;
+  l.unlock();
   if (wake) cv_.notify_all();
-  return e;
 }
 
 void CommRunner::revoke(const std::string& reason) {
@@ -189,16 +201,7 @@ void CommRunner::revoke(const std::string& reason) {
     idle = !running_;
     if (idle) running_ = true;
   }
-  if (idle) owned([] {});
-}
-
-void CommRunner::revoke_comm() {
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (comm_revoked_ || revoked_.empty()) return;
-    comm_revoked_ = true;
-  }
-  ai_comm_revoke(comm_);
+  if (idle) release();
 }
 
 void CommRunner::exclusive(const std::function<void()>& fn) {
@@ -284,8 +287,12 @@ void CommRunner::loop() {
       running_ = true;
       revoked = revoked_;
     }
-    job.done(revoked.empty() ? owned(job.fn)
-                             : owned([&revoked] { throw std::runtime_error(revoked); }));
+    if (revoked.empty()) {
+      job.done(owned(job.fn));
+    } else {
+      release();
+      job.done(std::make_exception_ptr(std::runtime_error(revoked)));
+    }
   }
 }
 

@@ -55,15 +55,27 @@ class CommRunner {
   int size() const { return size_; }
 
   // Queue fn for the progress thread; done(nullptr) or done(exception)
-  // follows on that thread once fn returned or threw.
-  void enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done);
-  // Run fn and done on the calling thread, if nothing is queued or running
-  // (issue order holds: every later call comes after it). Returns false,
-  // having run nothing, otherwise. A small call waited for at once costs
-  // two thread hand-offs through the progress thread; with ranks sharing
-  // cores each is a wait for a core.
-  bool run_inline(const std::function<void()>& fn,
-                  const std::function<void(std::exception_ptr)>& done);
+  // follows on that thread once fn returned or threw. Returns the call's
+  // ticket for run_queued.
+  uint64_t enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done);
+  // A caller that waits for a queued call at once (dist.all_reduce of a
+  // large tensor) runs it itself, fn and done, if it is the next call and
+  // the progress thread has not taken it yet: the hand-off to that thread
+  // and the wake-up back each wait for a core. Returns false otherwise.
+  bool run_queued(uint64_t ticket);
+  // Run fn on the calling thread, if nothing is queued or running (issue
+  // order holds: every later call comes after it), and return its
+  // exception (null when it succeeded) in *error. Returns false, having run
+  // nothing, otherwise. A small call waited for at once costs two thread
+  // hand-offs through the progress thread; with ranks sharing cores each is
+  // a wait for a core. A template, so that the call's closure is never
+  // copied into a std::function (a heap allocation per call).
+  template <typename F>
+  bool run_inline(F& fn, std::exception_ptr* error) {
+    if (!begin_inline()) return false;
+    *error = owned(fn);
+    return true;
+  }
   // A thread starts (begin) or stops (end) waiting for a queued call's
   // result. While one waits, or a call runs inline, nothing of this process
   // computes beside the call, so the runtime's waits poll before they sleep
@@ -125,10 +137,25 @@ class CommRunner {
   // Run fn on this thread while no call runs and nothing is queued (then
   // the communicator is this thread's).
   void exclusive(const std::function<void()>& fn);
-  void revoke_comm();  // ai_comm_revoke once, by the owning thread
   // Run fn as the communicator's owner (running_ set by the caller): its
   // exception, if any; then a pending revoke, and the communicator freed.
-  std::exception_ptr owned(const std::function<void()>& fn);
+  template <typename F>
+  std::exception_ptr owned(F& fn) {
+    std::exception_ptr e;
+    try {
+      fn();
+    } catch (...) {
+      e = std::current_exception();
+    }
+    release();
+    return e;
+  }
+  // Take the communicator for an inline call: false if it is busy, queued
+  // for, stopping or revoked.
+  bool begin_inline();
+  // The owner gives the communicator back: a revoke that came meanwhile
+  // runs first; then the threads waiting for it are woken.
+  void release();
   // AI_OK or throw: the message names the call and carries ai_last_error()
   // (the peer and the cause); after the communicator failed, the first
   // failure's message.
@@ -144,6 +171,7 @@ class CommRunner {
   std::string first_error_;
 
   struct Job {
+    uint64_t ticket;
     std::function<void()> fn;
     std::function<void(std::exception_ptr)> done;
   };
@@ -151,6 +179,7 @@ class CommRunner {
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::atomic<int> queued_{0};
+  uint64_t tickets_ = 0;  // under mu_: the last ticket enqueue gave
   bool stop_ = false;
   std::string revoked_;  // the reason, once revoked
   bool comm_revoked_ = false;  // ai_comm_revoke was called

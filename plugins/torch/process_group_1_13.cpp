@@ -40,11 +40,14 @@ class AutoinfraWork : public c10d::Work {
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
-  // Poll (yielding) poll_us() before sleeping on Work's condition variable
-  // (comm_runner.hpp: 0 by default, the caller sleeps at once). While it
-  // waits, the runtime's own waits for this call poll (wait_begin).
+  // A call still queued and next is run here (CommRunner::run_queued).
+  // Otherwise poll (yielding) poll_us() before sleeping on Work's condition
+  // variable (comm_runner.hpp: 0 by default, the caller sleeps at once).
+  // While it waits, the runtime's own waits for this call poll (wait_begin).
   bool wait(std::chrono::milliseconds timeout) override {
     if (done_.load(std::memory_order_acquire)) return c10d::Work::wait(timeout);
+    uint64_t ticket = ticket_.exchange(0, std::memory_order_relaxed);
+    if (ticket && runner_->run_queued(ticket)) return c10d::Work::wait(timeout);
     runner_->wait_begin();
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
     while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
@@ -67,6 +70,9 @@ class AutoinfraWork : public c10d::Work {
     }
     return future_;
   }
+
+  // The call was queued with this ticket (CommRunner::run_queued).
+  void queued(uint64_t ticket) { ticket_.store(ticket, std::memory_order_relaxed); }
 
   // The future first: whoever wait() releases may ask for its value.
   void complete(std::exception_ptr e) {
@@ -101,6 +107,7 @@ class AutoinfraWork : public c10d::Work {
   bool finished_ = false;                           // under future_mu_
   std::exception_ptr error_;                        // under future_mu_
   std::atomic<bool> done_{false};
+  std::atomic<uint64_t> ticket_{0};  // 0: ran inline, or wait() tried it
 };
 
 class ProcessGroupAutoinfra : public c10d::ProcessGroup {
@@ -257,14 +264,19 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return ts[0];
   }
 
-  c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs,
-                                      std::function<void()> fn) {
+  // Small calls run inline when the runner is idle (comm_runner.hpp,
+  // kInlineBytes); the rest, and calls that find it busy, are queued.
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
     size_t bytes = 0;
     for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
     auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type, std::move(outputs));
-    auto done = [work](std::exception_ptr e) { work->complete(e); };
-    if (bytes > kInlineBytes || !runner_->run_inline(fn, done))
-      runner_->enqueue(std::move(fn), std::move(done));
+    std::exception_ptr error;
+    if (bytes <= kInlineBytes && runner_->run_inline(fn, &error)) {
+      work->complete(error);
+      return work;
+    }
+    work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
     return work;
   }
 
