@@ -174,7 +174,12 @@ def parse_args(argv):
                    help="--shares auto re-balances every K steps (default 5)")
     p.add_argument("--plan", metavar="FILE",
                    help="a train-plan JSON (autoinfra plan train): its shares, micro_batch, "
-                        "bucket_cap_mb and global batch")
+                        "bucket_cap_mb and global batch, or its pipeline")
+    p.add_argument("--pipeline", metavar="L0,L1,...",
+                   help="run a pipeline of stages holding L0, L1, ... blocks (pipeline.py; "
+                        "docs/train.md \"Pipelines\")")
+    p.add_argument("--micro-batches", type=int, metavar="M",
+                   help="a pipeline's micro-batches per replica and step (default 2 x stages)")
     p.add_argument("--profile-out", metavar="FILE",
                    help="measure every rank's compute at the model's shapes first; rank 0 writes "
                         "the compute profile here (--steps 0: only that)")
@@ -241,7 +246,23 @@ def parse_args(argv):
         p.error("--plan gives the shares: --shares %s goes with no plan (with a plan: auto, to "
                 "adapt from the plan's)" % a.shares)
     a.plan_obj = load_plan(p, a.plan) if a.plan else None
+    a.pipe_layers = None
+    if a.pipeline is not None or a.micro_batches is not None or (
+            a.plan_obj and a.plan_obj.get("pipeline") is not None):
+        try:
+            pipeline_module().check_args(a)
+        except ValueError as e:
+            p.error(str(e))
     return a
+
+
+def pipeline_module():
+    """examples/train/pipeline.py, beside this file: the pipeline's run."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import pipeline
+    return pipeline
 
 
 def load_plan(p, path):
@@ -269,7 +290,10 @@ def load_plan(p, path):
         p.error("--plan %s: shares must be %d integers >= 0 summing to global_batch %d, not %r"
                 % (path, plan["ranks"], plan["global_batch"], sh))
     if plan.get("pipeline") is not None:
-        p.error("--plan %s: pipeline plans are not run by this job (data parallelism only)" % path)
+        try:
+            pipeline_module().check_plan(plan, "--plan %s" % path)
+        except ValueError as e:
+            p.error(str(e))
     return plan
 
 
@@ -601,6 +625,8 @@ def main(argv):
     a = parse_args(argv)
     if a.elastic:
         return elastic_main(a)
+    if a.pipe_layers is not None:
+        return pipeline_module().main(a, sys.modules[__name__])
     rank, world = job_from_env()
     data, ds = setup(a)
     backend = load_backend(a.backend)
