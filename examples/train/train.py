@@ -27,6 +27,10 @@ first and writes the compute profile. Same seed, same corpus, same global
 batch: the same loss curve whatever the shares (one thread per rank, no
 dropout).
 
+--pipeline L0,L1,... (or a plan with a pipeline) runs the model as a
+pipeline of stages holding L0, L1, ... blocks instead, 1F1B over
+send/recv (pipeline.py, docs/train.md "Pipelines").
+
 --elastic trains through autoinfra.elastic (docs/train.md "Elastic
 training"): a rank that dies costs the survivors at most the interrupted
 step, and a process started with --join HOST:PORT (the job's MASTER_ADDR
