@@ -318,7 +318,7 @@ class PipeRank:
     """This rank's part of the pipeline: its stage, its neighbours in its
     replica, its stage's process group (k > 1), and step()."""
 
-    def __init__(self, model, lay, rank, ctx, dim):
+    def __init__(self, model, lay, rank, ctx, dim, timeout_s=60.0):
         self.lay, self.rank, self.ctx, self.dim = lay, rank, ctx, dim
         self.s, self.j = lay.place(rank)
         s, j, P = self.s, self.j, lay.P
@@ -328,11 +328,12 @@ class PipeRank:
         self.grad_bytes = sum(p.numel() * p.element_size() for p in self.params)
         self.prev = lay.stages[s - 1][0][j] if s > 0 else None
         self.next = lay.stages[s + 1][0][j] if s < P - 1 else None
-        # new_group is called by every rank for every group, in one order
+        # new_group is called by every rank for every group, in one order;
+        # its timeout (default 30 min) becomes the communicator's
         self.group = None
         if lay.k > 1:
             for t in range(P):
-                g = dist.new_group(lay.stages[t][0])
+                g = dist.new_group(lay.stages[t][0], timeout=datetime.timedelta(seconds=timeout_s))
                 if t == s:
                     self.group = g
         self.off = sum(lay.shares[:j])
@@ -419,7 +420,7 @@ def main(a, T):
     model = T.GPT(a.layers, a.dim, a.heads, a.ctx)
     params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    pr = PipeRank(model, lay, rank, a.ctx, a.dim)
+    pr = PipeRank(model, lay, rank, a.ctx, a.dim, a.timeout)
     opt = torch.optim.AdamW(pr.params, lr=a.lr, weight_decay=0.01)
     tokens = B * a.ctx
     shares = lay.rank_shares(world)
