@@ -26,7 +26,6 @@ receiver (simulate() checks it).
 import datetime
 import json
 import math
-import os
 import statistics
 import sys
 import time
@@ -473,19 +472,8 @@ def main(a, T):
                                 " ".join("%.3f" % x for x in busys[-1])), flush=True)
         both = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
-    except Exception as e:  # a dead or stalled peer: name it and how long it took
-        after = time.perf_counter() - t_fail if t_fail is not None else None
-        error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
-        print("train: rank %d failed at step %d after %s s: %s"
-              % (rank, len(times) + 1, "%.2f" % after if after is not None else "?", error),
-              file=sys.stderr, flush=True)
-        if a.json:
-            root, ext = os.path.splitext(a.json)
-            with open("%s.rank%d%s" % (root, rank, ext), "w") as f:
-                json.dump({"rank": rank, "step": len(times) + 1, "error": error,
-                           "error_after_s": after}, f)
-                f.write("\n")
-        return 1
+    except Exception as e:  # a dead or stalled peer: named, with how long it took
+        return T.step_failed(a, rank, len(times) + 1, t_fail, e)
 
     # each stage's allreduce: its bytes and what the learner runs for it
     mine = {"stage": pr.s, "replica": pr.j, "grad_bytes": pr.grad_bytes, "learner": None}

@@ -531,6 +531,23 @@ def kill_self(a, rank, step):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def step_failed(a, rank, step, t_fail, e):
+    """A step's collective or message failed (a dead or stalled peer):
+    print which, after how long (t_fail: the step's start of compute), and
+    with --json write FILE.rankR.json; the job's exit status (1)."""
+    after = time.perf_counter() - t_fail if t_fail is not None else None
+    error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+    print("train: rank %d failed at step %d after %s s: %s"
+          % (rank, step, "%.2f" % after if after is not None else "?", error),
+          file=sys.stderr, flush=True)
+    if a.json:
+        root, ext = os.path.splitext(a.json)
+        with open("%s.rank%d%s" % (root, rank, ext), "w") as f:
+            json.dump({"rank": rank, "step": step, "error": error, "error_after_s": after}, f)
+            f.write("\n")
+    return 1
+
+
 def setup(a):
     """Threads and seed set; the corpus and its windows."""
     torch.set_num_threads(a.threads)
@@ -684,7 +701,6 @@ def main(argv):
 
     times, losses, straggle, waits, computes, history = [], [], [], [], [], [[0, list(shares)]]
     predicted = None
-    error = None
     t_fail = None
     try:
         dist.barrier()
@@ -736,18 +752,7 @@ def main(argv):
         both = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
     except Exception as e:  # a dead or stalled peer: name it and how long it took
-        after = time.perf_counter() - t_fail if t_fail is not None else None
-        error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
-        print("train: rank %d failed at step %d after %s s: %s"
-              % (rank, len(times) + 1, "%.2f" % after if after is not None else "?", error),
-              file=sys.stderr, flush=True)
-        if a.json:
-            root, ext = os.path.splitext(a.json)
-            with open("%s.rank%d%s" % (root, rank, ext), "w") as f:
-                json.dump({"rank": rank, "step": len(times) + 1, "error": error,
-                           "error_after_s": after}, f)
-                f.write("\n")
-        return 1
+        return step_failed(a, rank, len(times) + 1, t_fail, e)
 
     buckets = bucket_sizes(ddp)
     choice = learner_choice(backend, buckets)

@@ -28,7 +28,6 @@ import importlib.util
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,6 +37,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 TRAIN_DIR = os.path.join(ROOT, "examples", "train")
 sys.path.insert(0, os.path.join(ROOT, "python"))
+sys.path.insert(0, HERE)
+from check_shares import corpus, free_port  # noqa: E402 (the same corpus and ports)
 
 # float32 gradients summed in another order (micro-batch by micro-batch,
 # then over the replicas, against one batch of all B windows) differ by a
@@ -63,12 +64,6 @@ def load(name):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
-
-
-def corpus():
-    import random
-    r = random.Random(7)
-    return bytes(r.randrange(32, 127) for _ in range(4000))
 
 
 def model(train):
@@ -136,12 +131,6 @@ def rank_main(out):
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def run_ranks(world, argv, limit):
