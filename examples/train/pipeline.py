@@ -390,8 +390,8 @@ class PipeRank:
             flat = torch.cat([g.reshape(-1) for g in gs])
             dist.all_reduce(flat, group=self.group)
             o = 0
-            for p in self.params:
-                p.grad = flat[o:o + p.numel()].view_as(p).clone()
+            for p in self.params:  # views of the summed buffer, kept until the next step
+                p.grad = flat[o:o + p.numel()].view_as(p)
                 o += p.numel()
         return contrib, busy, p2p, t_end, time.perf_counter() - t_end
 
