@@ -434,6 +434,26 @@ static void test_plan_shares(void **state)
     json_decref(o.root);
     ai_kb_close(kb);
 
+    /* a stage lists its ranks by replica, fastest first as the prediction
+     * paired them (not by rank index): speeds 0.9/1/0.4/0.5 make stage 0
+     * ranks 1,0 and stage 1 ranks 3,2; replica 0 (ranks 1 and 3) gets the
+     * larger share, at its first-stage rank */
+    const double skew[] = {0.9, 1, 0.4, 0.5};
+    kb = new_kb(skew, 4);
+    import_arms(kb, 16, 24);
+    plan(kb, 48, "pipeline=2", &o);
+    stages = json_object_get(json_object_get(o.root, "pipeline"), "stages");
+    const int want[2][2] = {{1, 0}, {3, 2}};
+    for (int s = 0; s < 2; s++)
+        for (int j = 0; j < 2; j++)
+            assert_int_equal(json_integer_value(json_array_get(
+                                 json_object_get(json_array_get(stages, s), "ranks"), j)),
+                             want[s][j]);
+    assert_true(o.shares[1] >= o.shares[0] && o.shares[0] > 0);
+    assert_int_equal(o.shares[2] + o.shares[3], 0);
+    json_decref(o.root);
+    ai_kb_close(kb);
+
     kb = new_kb(even, 4);
     import_arms(kb, 16, 24);
     plan(kb, 48, NULL, &o);

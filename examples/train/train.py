@@ -27,6 +27,10 @@ first and writes the compute profile. Same seed, same corpus, same global
 batch: the same loss curve whatever the shares (one thread per rank, no
 dropout).
 
+--pipeline L0,L1,... (or a plan with a pipeline) runs the model as a
+pipeline of stages holding L0, L1, ... blocks instead, 1F1B over
+send/recv (pipeline.py, docs/train.md "Pipelines").
+
 --elastic trains through autoinfra.elastic (docs/train.md "Elastic
 training"): a rank that dies costs the survivors at most the interrupted
 step, and a process started with --join HOST:PORT (the job's MASTER_ADDR
@@ -174,7 +178,12 @@ def parse_args(argv):
                    help="--shares auto re-balances every K steps (default 5)")
     p.add_argument("--plan", metavar="FILE",
                    help="a train-plan JSON (autoinfra plan train): its shares, micro_batch, "
-                        "bucket_cap_mb and global batch")
+                        "bucket_cap_mb and global batch, or its pipeline")
+    p.add_argument("--pipeline", metavar="L0,L1,...",
+                   help="run a pipeline of stages holding L0, L1, ... blocks (pipeline.py; "
+                        "docs/train.md \"Pipelines\")")
+    p.add_argument("--micro-batches", type=int, metavar="M",
+                   help="a pipeline's micro-batches per replica and step (default 2 x stages)")
     p.add_argument("--profile-out", metavar="FILE",
                    help="measure every rank's compute at the model's shapes first; rank 0 writes "
                         "the compute profile here (--steps 0: only that)")
@@ -241,7 +250,23 @@ def parse_args(argv):
         p.error("--plan gives the shares: --shares %s goes with no plan (with a plan: auto, to "
                 "adapt from the plan's)" % a.shares)
     a.plan_obj = load_plan(p, a.plan) if a.plan else None
+    a.pipe_layers = None
+    if a.pipeline is not None or a.micro_batches is not None or (
+            a.plan_obj and a.plan_obj.get("pipeline") is not None):
+        try:
+            pipeline_module().check_args(a)
+        except ValueError as e:
+            p.error(str(e))
     return a
+
+
+def pipeline_module():
+    """examples/train/pipeline.py, beside this file: the pipeline's run."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import pipeline
+    return pipeline
 
 
 def load_plan(p, path):
@@ -269,7 +294,10 @@ def load_plan(p, path):
         p.error("--plan %s: shares must be %d integers >= 0 summing to global_batch %d, not %r"
                 % (path, plan["ranks"], plan["global_batch"], sh))
     if plan.get("pipeline") is not None:
-        p.error("--plan %s: pipeline plans are not run by this job (data parallelism only)" % path)
+        try:
+            pipeline_module().check_plan(plan, "--plan %s" % path)
+        except ValueError as e:
+            p.error(str(e))
     return plan
 
 
@@ -503,6 +531,23 @@ def kill_self(a, rank, step):
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def step_failed(a, rank, step, t_fail, e):
+    """A step's collective or message failed (a dead or stalled peer):
+    print which, after how long (t_fail: the step's start of compute), and
+    with --json write FILE.rankR.json; the job's exit status (1)."""
+    after = time.perf_counter() - t_fail if t_fail is not None else None
+    error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
+    print("train: rank %d failed at step %d after %s s: %s"
+          % (rank, step, "%.2f" % after if after is not None else "?", error),
+          file=sys.stderr, flush=True)
+    if a.json:
+        root, ext = os.path.splitext(a.json)
+        with open("%s.rank%d%s" % (root, rank, ext), "w") as f:
+            json.dump({"rank": rank, "step": step, "error": error, "error_after_s": after}, f)
+            f.write("\n")
+    return 1
+
+
 def setup(a):
     """Threads and seed set; the corpus and its windows."""
     torch.set_num_threads(a.threads)
@@ -601,6 +646,8 @@ def main(argv):
     a = parse_args(argv)
     if a.elastic:
         return elastic_main(a)
+    if a.pipe_layers is not None:
+        return pipeline_module().main(a, sys.modules[__name__])
     rank, world = job_from_env()
     data, ds = setup(a)
     backend = load_backend(a.backend)
@@ -654,7 +701,6 @@ def main(argv):
 
     times, losses, straggle, waits, computes, history = [], [], [], [], [], [[0, list(shares)]]
     predicted = None
-    error = None
     t_fail = None
     try:
         dist.barrier()
@@ -706,18 +752,7 @@ def main(argv):
         both = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(both, op=dist.ReduceOp.MAX)
     except Exception as e:  # a dead or stalled peer: name it and how long it took
-        after = time.perf_counter() - t_fail if t_fail is not None else None
-        error = "%s: %s" % (type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
-        print("train: rank %d failed at step %d after %s s: %s"
-              % (rank, len(times) + 1, "%.2f" % after if after is not None else "?", error),
-              file=sys.stderr, flush=True)
-        if a.json:
-            root, ext = os.path.splitext(a.json)
-            with open("%s.rank%d%s" % (root, rank, ext), "w") as f:
-                json.dump({"rank": rank, "step": len(times) + 1, "error": error,
-                           "error_after_s": after}, f)
-                f.write("\n")
-        return 1
+        return step_failed(a, rank, len(times) + 1, t_fail, e)
 
     buckets = bucket_sizes(ddp)
     choice = learner_choice(backend, buckets)

@@ -26,6 +26,7 @@ import datetime
 import importlib.machinery
 import importlib.util
 import os
+import socket
 
 import torch.distributed as dist
 
@@ -63,14 +64,26 @@ _C = _load()
 library_path = _C.__file__
 
 
-def _peer_addr():
-    # An address of rank 0's host: this rank offers peers the address of the
-    # interface it reaches that host by (loopback when unset).
-    return os.environ.get("AUTOINFRA_PEER_ADDR") or os.environ.get("MASTER_ADDR") or ""
+def _peer_addr(rank):
+    # An address of the group's rank 0's host: this rank offers peers the
+    # address of the interface it reaches that host by (loopback when
+    # unset), and rank 0 listens on it. The job's rank 0 is on MASTER_ADDR;
+    # a group of dist.new_group may have its rank 0 elsewhere: that rank
+    # offers the address it reaches MASTER_ADDR from, and the others
+    # (which reach the nodes through the same interface as MASTER_ADDR)
+    # are told MASTER_ADDR.
+    if os.environ.get("AUTOINFRA_PEER_ADDR"):
+        return os.environ["AUTOINFRA_PEER_ADDR"]
+    master = os.environ.get("MASTER_ADDR") or ""
+    if rank == 0 and master and dist.distributed_c10d.GroupMember.WORLD is not None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((master, 9))  # no packet: only the route is looked up
+            return s.getsockname()[0]
+    return master
 
 
 def _create(store, rank, size, timeout):
-    pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr())
+    pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr(rank))
     _stores[pg] = (_base_store(store), timeout.total_seconds())
     return pg
 

@@ -97,7 +97,8 @@ typedef struct {
     double cap_mb;
     int pp;               /* 1: data parallel only */
     int *stage_layers;    /* pp entries */
-    int *stage_of;        /* per rank: its stage (rank order inside a stage = replica) */
+    int *stage_of;        /* per rank: its stage */
+    int *replica_of;      /* per rank: its replica (the j-th rank of every stage is replica j) */
     int micro_batches;    /* pipeline: per replica */
     double step, compute, exposed, opt;
     int slow;
@@ -302,6 +303,7 @@ static void eval_free(train_eval *e)
     free(e->shares);
     free(e->stage_layers);
     free(e->stage_of);
+    free(e->replica_of);
     free(e->terms);
     memset(e, 0, sizeof *e);
 }
@@ -312,15 +314,17 @@ static ai_status_t eval_copy(train_eval *dst, const train_eval *src, int R)
     *dst = *src;
     dst->shares = malloc((size_t)R * sizeof *dst->shares);
     dst->stage_of = malloc((size_t)R * sizeof *dst->stage_of);
+    dst->replica_of = malloc((size_t)R * sizeof *dst->replica_of);
     dst->stage_layers = malloc((size_t)src->pp * sizeof *dst->stage_layers);
     dst->terms = malloc((size_t)(src->nterms ? src->nterms : 1) * sizeof *dst->terms);
     dst->capterms = src->nterms;
-    if (!dst->shares || !dst->stage_of || !dst->stage_layers || !dst->terms) {
+    if (!dst->shares || !dst->stage_of || !dst->replica_of || !dst->stage_layers || !dst->terms) {
         eval_free(dst);
         return ai_fail(AI_ERR_NOMEM, "plan train");
     }
     memcpy(dst->shares, src->shares, (size_t)R * sizeof *dst->shares);
     memcpy(dst->stage_of, src->stage_of, (size_t)R * sizeof *dst->stage_of);
+    memcpy(dst->replica_of, src->replica_of, (size_t)R * sizeof *dst->replica_of);
     memcpy(dst->stage_layers, src->stage_layers, (size_t)src->pp * sizeof *dst->stage_layers);
     memcpy(dst->terms, src->terms, (size_t)src->nterms * sizeof *dst->terms);
     return AI_OK;
@@ -458,6 +462,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         double cworst = 0;
         for (int j = 0; j < k; j++) {
             e->stage_of[order[s * k + j]] = s;
+            e->replica_of[order[s * k + j]] = j;
             cworst = fmax(cworst, x->rk[order[s * k + j]].c);
         }
         speed[s] = 1 / cworst;
@@ -775,8 +780,9 @@ static ai_status_t eval_alloc(train_eval *e, int R)
     memset(e, 0, sizeof *e);
     e->shares = calloc((size_t)R, sizeof *e->shares);
     e->stage_of = calloc((size_t)R, sizeof *e->stage_of);
+    e->replica_of = calloc((size_t)R, sizeof *e->replica_of);
     e->stage_layers = calloc((size_t)R, sizeof *e->stage_layers);
-    if (!e->shares || !e->stage_of || !e->stage_layers) {
+    if (!e->shares || !e->stage_of || !e->replica_of || !e->stage_layers) {
         eval_free(e);
         return ai_fail(AI_ERR_NOMEM, "plan train");
     }
@@ -983,12 +989,16 @@ static json_t *plan_json(const ai_train_plan *p)
                                                  "seconds", e->terms[i].s, "source",
                                                  e->terms[i].src));
     if (e->pp > 1) {
+        /* a stage's ranks by replica: the job pairs the j-th rank of
+         * every stage into replica j, as the prediction did */
         json_t *stages = json_array();
+        int k = p->R / e->pp;
         for (int s = 0; s < e->pp; s++) {
             json_t *ranks = json_array();
-            for (int i = 0; i < p->R; i++)
-                if (e->stage_of[i] == s)
-                    json_array_append_new(ranks, json_integer(i));
+            for (int j = 0; j < k; j++)
+                for (int i = 0; i < p->R; i++)
+                    if (e->stage_of[i] == s && e->replica_of[i] == j)
+                        json_array_append_new(ranks, json_integer(i));
             json_array_append_new(stages, json_pack("{s:o, s:i}", "ranks", ranks, "layers",
                                                     e->stage_layers[s]));
         }
