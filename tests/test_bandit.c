@@ -316,8 +316,8 @@ static int drifts(const double *ms, int n, double off)
 static void test_drift_noise(void **state)
 {
     (void)state;
-    /* A loaded machine: the windows of test_tune's warm job at a load of
-     * 4 on 2 cores, 10-22 ms (sd 0.27 in log). A window 1.65x off their
+    /* A loaded machine: the windows of test_tune's warm job at a load
+     * average of 8-13 on 2 cores, 10-22 ms (sd 0.27 in log). A window 1.65x off their
      * mean is within their noise (tested against the noise of a mean of
      * 4 independent calls, it was a strike); one 3x off is beyond. */
     const double loaded[] = {12.3, 12.6, 14.8, 19.7, 10.6, 21.3, 16.0, 13.9, 20.9,

@@ -381,7 +381,7 @@ static void test_batched_writes(void **state)
  * Rank 1's link then runs at a fraction of its rate: it waits 4 times its
  * median call of the quiet calls, at least 10 ms, before every call. A
  * fixed 10 ms was 5x a call on a quiet machine but 1.3x one at a load of
- * 4 on 2 cores (calls of 10-22 ms), within the noise there: not a drift
+ * 8-13 on 2 cores (calls of 10-22 ms), within the noise there: not a drift
  * the learner can tell from the load, nor one it should. */
 typedef struct {
     int calls;
