@@ -14,7 +14,10 @@
  *    tie once measured often enough to show it is slower;
  *  - bimodal noise: arms are judged by the bulk of their calls (the
  *    median), not by a mean that descheduled calls drag, either way, and
- *    a lasting change still moves the estimate.
+ *    a lasting change still moves the estimate;
+ *  - drift: a settled window is tested against the spread of the windows
+ *    themselves, so a window within the windows' noise is no drift, one
+ *    beyond it is, and on a quiet machine the limit alone decides.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -297,6 +300,36 @@ static void test_bimodal(void **state)
     assert_int_equal(bandit_best_measured(&b), 1);
 }
 
+/* Settled windows of 4 calls of arm 0 (ms); then is a window `off` (log)
+ * above the arm's mean a drift at a 1.5x limit (the learner's on one
+ * host)? */
+static int drifts(const double *ms, int n, double off)
+{
+    const double pred[] = {10 * MS};
+    tune_bandit b;
+    make(&b, pred, 1);
+    for (int k = 0; k < n; k++)
+        bandit_observe_settled(&b, 0, log(ms[k] * MS), 4);
+    return bandit_drifted(&b, 0, b.mean_m[0] + off, 0.4);
+}
+
+static void test_drift_noise(void **state)
+{
+    (void)state;
+    /* A loaded machine: the windows of test_tune's warm job at a load
+     * average of 8-13 on 2 cores, 10-22 ms (sd 0.27 in log). A window 1.65x off their
+     * mean is within their noise (tested against the noise of a mean of
+     * 4 independent calls, it was a strike); one 3x off is beyond. */
+    const double loaded[] = {12.3, 12.6, 14.8, 19.7, 10.6, 21.3, 16.0, 13.9, 20.9,
+                             10.0, 16.7, 12.2, 22.2, 11.7, 10.4, 17.3, 22.4};
+    assert_false(drifts(loaded, 17, 0.5));
+    assert_true(drifts(loaded, 17, 1.1));
+    /* Quiet (2%): the 1.5x limit decides, either way. */
+    const double quiet[] = {9.8, 10.2, 9.9, 10.1, 9.8, 10.2, 10.0, 9.9, 10.1, 10.0};
+    assert_true(drifts(quiet, 10, 0.45));
+    assert_false(drifts(quiet, 10, 0.35));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -309,6 +342,7 @@ int main(void)
         cmocka_unit_test(test_settled_spike),
         cmocka_unit_test(test_rival),
         cmocka_unit_test(test_bimodal),
+        cmocka_unit_test(test_drift_noise),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

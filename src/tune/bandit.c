@@ -278,10 +278,19 @@ void bandit_observe(tune_bandit *b, int i, double y, int calls)
     bandit_update(b);
 }
 
-int bandit_drifted(const tune_bandit *b, int i, double y, int calls, double limit)
+/* The noise a window's mean carries is mean_noise2 itself, not a share of
+ * it: the decayed sums weight each observation by its calls, so over
+ * settled windows mean_noise2 is already the variance of a window's mean,
+ * and on a shared machine that is about a call's (time slices of other
+ * processes slow a window's calls together). Divided by the window's
+ * calls again, the 3 sd came to 1.5 sd of the windows' real spread at 4
+ * calls and 0.5 sd at 32: test_tune's warm job at a load average of 8-13
+ * on 2 cores, its windows 10-22 ms, saw a drift before its drift in 2 of
+ * 6 runs. */
+int bandit_drifted(const tune_bandit *b, int i, double y, double limit)
 {
     double off = fabs(y - b->mean_m[i]);
-    return off > limit && off > 3 * sqrt(b->mean_noise2 / calls + b->mean_v[i]);
+    return off > limit && off > 3 * sqrt(b->mean_noise2 + b->mean_v[i]);
 }
 
 int bandit_best_measured(const tune_bandit *b)

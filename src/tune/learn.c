@@ -314,7 +314,7 @@ static int window(double ratio)
     return (int)AI_MAX(TUNE_WINDOW, AI_MIN(TUNE_WINDOW_MAX, ceil(ratio)));
 }
 
-/* Is a settled window's time y (log, mean over `calls`) a drift strike?
+/* Is a settled window's time y (log, the mean of its calls) a drift strike?
  * Not in a bucket's first TUNE_HORIZON calls of a job: a fresh process's
  * first calls run slower (cold caches and buffers, TCP windows growing),
  * which a warm bucket's posterior from another job would take for drift.
@@ -324,10 +324,10 @@ static int window(double ratio)
  * off. On one host there are no links to measure, and a new process runs
  * up to 1.3x off an earlier one's posterior (test_tune's drift test at
  * 1.25x relearned before its drift in 2 of 3 runs): 1.5x there. */
-static int strikes_out(const ai_comm *c, const tune_bucket *b, int arm, double y, int calls)
+static int strikes_out(const ai_comm *c, const tune_bucket *b, int arm, double y)
 {
     return b->settled && b->calls > TUNE_HORIZON &&
-           bandit_drifted(&b->s, arm, y, calls, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST);
+           bandit_drifted(&b->s, arm, y, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST);
 }
 
 /* Rank 0 opens the knowledge base once; without one it goes on. */
@@ -600,7 +600,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
     double msg[6] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
-                     strikes_out(c, b, ran, log(mine), calls)};
+                     strikes_out(c, b, ran, log(mine))};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
@@ -671,7 +671,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
-    int strike = strikes_out(c, b, ran, y, calls);
+    int strike = strikes_out(c, b, ran, y);
     if (strike) {
         b->strikes++;
         b->strike_s += msg[0] * calls;

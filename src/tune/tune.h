@@ -136,10 +136,11 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls);
 /* A settled window into arm i: one spike counts capped, a lasting change
  * in full from its second window. */
 void bandit_observe_settled(tune_bandit *b, int i, double y, int calls);
-/* Is y (log seconds, the mean of `calls` calls of arm i) more than `limit`
- * (log) and 3 sd of the noise, spikes included, away from what arm i
- * measured so far? The statistical half of a drift strike. */
-int bandit_drifted(const tune_bandit *b, int i, double y, int calls, double limit);
+/* Is y (log seconds, the mean of a window of arm i's calls) more than
+ * `limit` (log) and 3 sd of the noise of one observation, spikes
+ * included, away from what arm i measured so far? The statistical half
+ * of a drift strike. */
+int bandit_drifted(const tune_bandit *b, int i, double y, double limit);
 /* The measured arm with the lowest posterior mean (-1: none measured); the
  * arm with the lowest prior mean. */
 int bandit_best_measured(const tune_bandit *b);
