@@ -49,7 +49,7 @@
 #define TRAIN_MAX_RANKS 1024
 #define TRAIN_MAX_BUCKETS 4096
 #define TRAIN_MAX_BATCH 1000000
-#define TRAIN_SRC 96
+#define TRAIN_SRC 192
 
 /* One rank's compute model. */
 typedef struct {
@@ -71,7 +71,7 @@ typedef struct {
     int n, cap;
     int nranks;   /* the fingerprint's */
     double A, B;  /* fitted t = A + B bytes (world allreduce); valid when fitted */
-    int fitted;
+    int fitted;   /* 0: fewer than two sizes, or the fit's B (kept) not positive */
     char fp[17];
     double cat_alpha, cat_bps; /* the catalogue link */
     char cat[64];
@@ -229,14 +229,23 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
         snprintf(src, TRAIN_SRC, "model (one rank: nothing to reduce)");
         return 0;
     }
-    if (k == R && ar->n > 0 && bytes >= ar->pt[0].bytes && bytes <= ar->pt[ar->n - 1].bytes) {
+    /* A learner bucket of `bytes` holds the calls of [bytes, 2 bytes): the
+     * measured range ends at twice the largest bucket. */
+    if (k == R && ar->n > 0 && bytes >= ar->pt[0].bytes &&
+        bytes < 2 * ar->pt[ar->n - 1].bytes) {
         int i = 0;
         while (i + 1 < ar->n && ar->pt[i + 1].bytes <= bytes)
             i++;
         const ar_point *lo = &ar->pt[i], *hi = &ar->pt[i + 1 < ar->n ? i + 1 : i];
         fmt_size(lo->bytes, s1, sizeof s1);
-        if (lo == hi || bytes == lo->bytes) {
+        if (bytes == lo->bytes) {
             snprintf(src, TRAIN_SRC, "kb:learner %s %s", lo->algo, s1);
+            return lo->s;
+        }
+        if (lo == hi) { /* inside the largest bucket, above its edge: its calls' time */
+            fmt_size(2 * lo->bytes, s2, sizeof s2);
+            snprintf(src, TRAIN_SRC, "kb:learner %s %s (its bucket: calls of %s..%s)",
+                     lo->algo, s1, s1, s2);
             return lo->s;
         }
         fmt_size(hi->bytes, s2, sizeof s2);
@@ -260,8 +269,17 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
     } else {
         alpha = ar->cat_alpha;
         beta = 1 / ar->cat_bps;
-        snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
-                 ar->n ? "one size only" : "no allreduce");
+        if (ar->n >= 2) {
+            fmt_size(ar->pt[0].bytes, s1, sizeof s1);
+            fmt_size(ar->pt[ar->n - 1].bytes, s2, sizeof s2);
+            snprintf(src, TRAIN_SRC, "catalogue (ring at %s: the %d kb:learner sizes, %.3g s at"
+                                     " %s .. %.3g s at %s, fit a per-byte cost of %.3g ns, not"
+                                     " positive)", ar->cat, ar->n, ar->pt[0].s, s1,
+                     ar->pt[ar->n - 1].s, s2, ar->B * 1e9);
+        } else {
+            snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
+                     ar->n ? "one size only" : "no allreduce");
+        }
     }
     return 2.0 * (k - 1) * alpha + 2.0 * (k - 1) / k * bytes * beta;
 }
@@ -859,6 +877,9 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     if (x.ar.fitted)
         note(p, "allreduce model: %d measured sizes (%s), ring fit %.1f us + %.3f ns/B",
              x.ar.n, p->fp, x.ar.A * 1e6, x.ar.B * 1e9);
+    else if (x.ar.n >= 2)
+        note(p, "allreduce model: %d measured sizes (%s) fit a per-byte cost of %.3g ns, not"
+                " positive: sizes outside them from the catalogue", x.ar.n, p->fp, x.ar.B * 1e9);
     else
         note(p, "allreduce model: %s", x.ar.n ? "one measured size: other sizes from the"
                                                 " catalogue" : "no kb:learner allreduce timings"
