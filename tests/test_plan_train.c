@@ -188,6 +188,8 @@ static void test_profile_roundtrip(void **state)
     assert_true(fabs(g.p[1].point[4].fwd_bwd_s - 2 * 6.3561) < 1e-9);
     assert_true(fabs(g.p[1].optimizer_s - 0.0598) < 1e-9);
     assert_true(fabs(g.p[0].gemm_gflops - 0.673) < 1e-9);
+    /* the optional terms absent: 0 (not measured) */
+    assert_true(g.p[1].allreduce_beside_s == 0 && g.p[1].step_overhead_s == 0);
     /* another fingerprint sees none */
     g.n = 0;
     assert_int_equal(ai_kb_profile_foreach(kb, "0000000000000000", keep, &g), AI_OK);
@@ -204,6 +206,23 @@ static void test_profile_roundtrip(void **state)
     assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
     assert_int_equal(g.p[0].npoints, 1);
     assert_int_equal(g.p[0].point[0].batch, 3);
+    /* the optional terms round-trip, and a put without them drops them */
+    p.allreduce_beside_s = 0.12;
+    p.step_overhead_s = 0.004;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_OK);
+    g.n = 0;
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    assert_true(fabs(g.p[0].allreduce_beside_s - 0.12) < 1e-12 &&
+                fabs(g.p[0].step_overhead_s - 0.004) < 1e-12);
+    assert_true(g.p[1].allreduce_beside_s == 0);
+    p.step_overhead_s = -0.1;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "step_overhead_s"));
+    p.allreduce_beside_s = p.step_overhead_s = 0;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_OK);
+    g.n = 0;
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    assert_true(g.p[0].allreduce_beside_s == 0 && g.p[0].step_overhead_s == 0);
     p.point[0].fwd_bwd_s = -1;
     assert_int_equal(ai_kb_profile_put(kb, &p), AI_ERR_INVALID);
     ai_kb_close(kb);
@@ -242,6 +261,7 @@ static void test_profile_refused(void **state)
         {"ranks[1].rank=7", "ranks[1].rank"},
         {"ranks[0].host=", "ranks[0].host: missing"},
         {"ranks=[]", "ranks"},
+        {"ranks[1].allreduce_beside_s=-1", "ranks[1].allreduce_beside_s: want a number >= 0"},
         {"syntax", ":1:"},
     };
     const double sp[] = {1, 1};
@@ -282,6 +302,8 @@ static void test_profile_refused(void **state)
             json_object_del(r0, "host");
         else if (!strcmp(e, "ranks=[]"))
             json_object_set_new(j, "ranks", json_array());
+        else if (!strcmp(e, "ranks[1].allreduce_beside_s=-1"))
+            json_object_set_new(r1, "allreduce_beside_s", json_real(-1));
         if (!strcmp(e, "syntax")) {
             json_decref(j);
             write_file(pp, "{\"kind\": \"compute-profile\",");
@@ -464,6 +486,64 @@ static void test_plan_sources_edges(void **state)
     ai_kb_close(kb);
 }
 
+/* The measured terms of a job step (the profile's allreduce_beside_s,
+ * step_overhead_s): the slowest rank loses allreduce_beside_s per
+ * gradient's worth of buckets reduced beside its backward, and the step
+ * pays the slowest rank's overhead, each a kb:profile term; a profile
+ * without them predicts as before. */
+static void test_plan_step_terms(void **state)
+{
+    (void)state;
+    const double sp[] = {1, 1, 0.5, 0.5};
+    ai_kb *kb = new_kb(sp, 4);
+    import_arms(kb, 16, 24);
+    plan_out o;
+    plan(kb, 32, "bucket_cap_mb=4,micro_batch=4,shares=11/11/5/5", &o);
+    double before = o.step;
+    assert_int_equal(count_src(&o, "kb:profile rank 0 (allreduce_beside_s", NULL) +
+                         count_src(&o, "kb:profile rank 1 (allreduce_beside_s", NULL),
+                     0);
+    assert_int_equal(count_src(&o, "kb:profile", "step overhead"), 0);
+    json_decref(o.root);
+    got_profiles g = {0};
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    for (int i = 0; i < 4; i++) {
+        g.p[i].allreduce_beside_s = 0.1;
+        g.p[i].step_overhead_s = i == 3 ? 0.02 : 0.01;
+        assert_int_equal(ai_kb_profile_put(kb, &g.p[i]), AI_OK);
+    }
+    plan(kb, 32, "bucket_cap_mb=4,micro_batch=4,shares=11/11/5/5", &o);
+    /* 19.48 MiB as 1 MiB + 4 x 4 MiB + 2.48 MiB: all but the last 2.48
+     * MiB beside the backward; a full-speed rank is the slowest at 11
+     * samples against 5 at half speed */
+    double lost = 0.1 * (20426240.0 - (20426240.0 - 1048576 - 4 * 4194304)) / 20426240.0;
+    json_t *v;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(json_object_get(o.root, "explain"), i, v)
+    {
+        const char *src = json_string_value(json_object_get(v, "source"));
+        double sec = json_number_value(json_object_get(v, "seconds"));
+        if (strstr(src, "(allreduce_beside_s)")) {
+            assert_true(!strncmp(src, "kb:profile rank 0", 17) ||
+                        !strncmp(src, "kb:profile rank 1", 17));
+            assert_true(fabs(sec - lost) < 1e-9);
+            seen |= 1;
+        }
+        if (!strcmp(src, "kb:profile rank 3 (step_overhead_s)")) {
+            assert_true(fabs(sec - 0.02) < 1e-12);
+            seen |= 2;
+        }
+    }
+    assert_int_equal(seen, 3);
+    /* the step grows by at least the overhead and the lost compute (less
+     * what the later ready buckets hide) */
+    assert_true(o.step > before + 0.02 + 0.5 * lost);
+    assert_true(o.step < before + 0.02 + lost + 1e-9);
+    json_decref(o.root);
+    ai_kb_close(kb);
+}
+
 static void test_plan_shares(void **state)
 {
     (void)state;
@@ -588,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_profile_refused),
         cmocka_unit_test(test_plan_sources),
         cmocka_unit_test(test_plan_sources_edges),
+        cmocka_unit_test(test_plan_step_terms),
         cmocka_unit_test(test_plan_shares),
         cmocka_unit_test_setup_teardown(test_cli, cmdtest_setup, cmdtest_teardown),
     };

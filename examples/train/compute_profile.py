@@ -20,12 +20,11 @@ knowledge base for the planner:
 - optimizer_s: one AdamW step right after a gradient reduction, where the
   job runs it (after the wait for the reduction, a rank under a CPU quota
   starts it with its period's quota unspent);
-- cores: the CPU seconds per wall second this rank's compute got while it
-  measured step[] (a quota's share of a core on the testbed);
-- allreduce_cpu_s: the CPU seconds (all of the process's threads) one
-  allreduce of the model's gradients costs this rank, all ranks reducing
-  together. DDP reduces buckets while the backward runs on the same CPU
-  share: the planner counts allreduce_cpu_s / cores of compute time lost;
+- allreduce_beside_s: the seconds a micro-batch's forward and backward
+  take longer while an allreduce of the model's gradients runs beside it
+  (issued at its start), all ranks at once: DDP reduces buckets while the
+  backward runs, on the same CPU share (the backend's progress thread in
+  this process; on the testbed under the node's quota);
 - step_overhead_s: the job step's work outside forward, backward and the
   optimizer: zero_grad, drawing the step's windows, and the step's
   bookkeeping allreduce of every rank's times.
@@ -53,24 +52,22 @@ def timed(fn, min_s=0.2, reps=3):
 
 
 def together(fn, reps=2):
-    """(median seconds of fn, CPU seconds per wall second) on this rank,
-    every rank calling fn over one window of wall time: after a warm-up
-    call, the window is reps x the slowest rank's warm-up, and each rank
-    calls fn until it ends (at least reps times), so that no rank measures
-    while the others idle."""
+    """Median seconds of fn on this rank, every rank calling fn (no
+    collective in it: the ranks call it a different number of times) over
+    one window of wall time: after a warm-up call, the window is reps x the
+    slowest rank's warm-up, and each rank calls fn until it ends (at least
+    reps times), so that no rank measures while the others idle."""
     t0 = time.perf_counter()
     fn()
     w = torch.tensor([reps * (time.perf_counter() - t0)], dtype=torch.float64)
     dist.all_reduce(w, op=dist.ReduceOp.MAX)
     dist.barrier()
-    ts, cpu0, wall0 = [], time.process_time(), time.perf_counter()
-    end = wall0 + float(w)
+    ts, end = [], time.perf_counter() + float(w)
     while len(ts) < reps or time.perf_counter() < end:
         t = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t)
-    cores = (time.process_time() - cpu0) / (time.perf_counter() - wall0)
-    return statistics.median(ts), cores
+    return statistics.median(ts)
 
 
 def kernels(a, model):
@@ -111,27 +108,44 @@ def measure(a, ddp, opt, order, world, B, micro):
             loss.item()
         return run
 
-    steps, shares = [], []
-    for b in sorted({1, 2, 4, min(micro, 8)}):
-        s, cores = together(micro_batch(b))
-        steps.append({"batch": b, "fwd_bwd_s": s})
-        shares.append(cores)
-    # the reduction of the gradients, every rank at once; CPU seconds of
-    # all threads (the backend's progress thread does the work)
+    steps = [{"batch": b, "fwd_bwd_s": together(micro_batch(b))}
+             for b in sorted({1, 2, 4, min(micro, 8)})]
+    # the optimizer where the job runs it: right after a reduction of the
+    # gradients, every rank at once
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
     flat = torch.cat([g.reshape(-1) for g in grads])
-    cpu = []
-    opt_s = []
+    opt_s, red_s = [], []
     for k in range(4):
         dist.barrier()
-        c0 = time.process_time()
-        dist.all_reduce(flat)
-        c1 = time.process_time()
         t0 = time.perf_counter()
+        dist.all_reduce(flat)
+        t1 = time.perf_counter()
         opt.step()
-        opt_s.append(time.perf_counter() - t0)
-        if k:  # the first call names the bucket's arm: a warm-up
-            cpu.append(c1 - c0)
+        opt_s.append(time.perf_counter() - t1)
+        red_s.append(t1 - t0)
+    # the compute an allreduce of the gradients takes from a micro-batch
+    # running beside it (DDP reduces buckets during the backward, on the
+    # same CPU share): the smallest batch point that outlasts the
+    # reduction on every rank, alone and with the reduction issued at its
+    # start, alternately, every rank the same calls (collectives in them)
+    red = torch.tensor([statistics.median(red_s[1:])], dtype=torch.float64)
+    dist.all_reduce(red, op=dist.ReduceOp.MAX)
+    lo = torch.tensor([[pt["fwd_bwd_s"] for pt in steps]], dtype=torch.float64)
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    pick = next((i for i, t in enumerate(lo[0].tolist()) if t >= 1.5 * float(red)), len(steps) - 1)
+    run = micro_batch(steps[pick]["batch"])
+    alone, beside = [], []
+    for _ in range(3):
+        dist.barrier()
+        t0 = time.perf_counter()
+        run()
+        alone.append(time.perf_counter() - t0)
+        dist.barrier()
+        t0 = time.perf_counter()
+        work = dist.all_reduce(flat, async_op=True)
+        run()
+        beside.append(time.perf_counter() - t0)
+        work.wait()
     row = torch.zeros(world, 4, dtype=torch.float64)
 
     def overhead():
@@ -142,9 +156,14 @@ def measure(a, ddp, opt, order, world, B, micro):
         row.zero_()
         row[rank] = torch.tensor([0.1, float(len(mine)), 0.0, 0.0], dtype=torch.float64)
         dist.all_reduce(row)
+    # a collective in it: every rank the same number of calls (not a window)
     dist.barrier()
-    over, _ = together(overhead, reps=5)
+    over = []
+    for _ in range(6):
+        t0 = time.perf_counter()
+        overhead()
+        over.append(time.perf_counter() - t0)
     return {"gemm_gflops": gemm, "attention_gflops": attn,
             "optimizer_s": statistics.median(opt_s[1:]), "step": steps,
-            "cores": statistics.median(shares), "allreduce_cpu_s": statistics.median(cpu),
-            "step_overhead_s": over}
+            "allreduce_beside_s": max(0.0, statistics.median(beside) - statistics.median(alone)),
+            "step_overhead_s": statistics.median(over[1:])}

@@ -57,8 +57,8 @@ typedef struct {
     double t[AI_PROFILE_POINTS];
     double a, c; /* least-squares line through the points */
     double opt_s;
-    double red_s;  /* compute seconds one allreduce of G takes from the rank
-                    * (allreduce_cpu_s / cores; 0: not measured) */
+    double red_s;  /* compute seconds one allreduce of G beside it takes from
+                    * the rank (allreduce_beside_s; 0: not measured) */
     double over_s; /* the step's work outside compute and optimizer */
     char host[64];
 } rank_model;
@@ -392,7 +392,7 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     e->micro_batches = 0;
     /* DDP reduces every bucket but the last while the backward still
      * runs, on the rank's own CPU share: red_s per G of them is compute
-     * time lost (kb:profile allreduce_cpu_s / cores) */
+     * time lost (kb:profile allreduce_beside_s) */
     double first = x->G < TRAIN_FIRST_BUCKET ? x->G : TRAIN_FIRST_BUCKET;
     double rest = x->G - first, capb = e->cap_mb * 1024 * 1024;
     double last = rest > 0 ? rest - capb * ceil(rest / capb - 1) : first;
@@ -429,9 +429,9 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     if (cmax > cslow) {
         char s1[32];
         fmt_size(x->G - last, s1, sizeof s1);
-        snprintf(src, sizeof src, "kb:profile rank %d (allreduce_cpu_s / cores)", slow);
-        if (add_term(e, cmax - cslow, src, "compute: rank %d's CPU for the %s of buckets reduced"
-                                           " beside its backward", slow, s1))
+        snprintf(src, sizeof src, "kb:profile rank %d (allreduce_beside_s)", slow);
+        if (add_term(e, cmax - cslow, src, "compute: rank %d's time lost to the %s of buckets"
+                                           " reduced beside its backward", slow, s1))
             return ai_fail(AI_ERR_NOMEM, "plan train");
     }
     while (done < x->G && k < TRAIN_MAX_BUCKETS) {
@@ -802,7 +802,7 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
             r->t[j] = pr->point[j].fwd_bwd_s;
         }
         r->opt_s = pr->optimizer_s;
-        r->red_s = pr->cores > 0 ? pr->allreduce_cpu_s / pr->cores : 0;
+        r->red_s = pr->allreduce_beside_s;
         r->over_s = pr->step_overhead_s;
         snprintf(r->host, sizeof r->host, "%s", pr->host);
         rank_fit(r);

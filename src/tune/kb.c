@@ -930,8 +930,7 @@ static const struct {
     const char *name;
     size_t off;
 } PROFILE_TERMS[] = {
-    {"cores", offsetof(ai_kb_profile, cores)},
-    {"allreduce_cpu_s", offsetof(ai_kb_profile, allreduce_cpu_s)},
+    {"allreduce_beside_s", offsetof(ai_kb_profile, allreduce_beside_s)},
     {"step_overhead_s", offsetof(ai_kb_profile, step_overhead_s)},
 };
 #define NTERMS (sizeof PROFILE_TERMS / sizeof PROFILE_TERMS[0])
@@ -984,50 +983,46 @@ static ai_status_t profile_check(const ai_kb_profile *p)
     return AI_OK;
 }
 
+/* Prepare sql with ?1..?3 bound to p's fingerprint, preset and rank. */
+static ai_status_t profile_stmt(ai_kb *kb, const char *sql, const ai_kb_profile *p,
+                                const char *what, sqlite3_stmt **q)
+{
+    if (sqlite3_prepare_v2(kb->db, sql, -1, q, NULL) != SQLITE_OK)
+        return kb_err(kb, what);
+    sqlite3_bind_text(*q, 1, p->fingerprint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(*q, 2, p->preset, -1, SQLITE_STATIC);
+    sqlite3_bind_int(*q, 3, p->rank);
+    return AI_OK;
+}
+
 /* Replace one rank's profile, inside the caller's transaction. */
 static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
 {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "DELETE FROM profile_steps WHERE fp = ?1 AND preset = ?2"
-                                   " AND rank = ?3", -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "writing profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
-    ai_status_t st = step_done(kb, q, "writing profile");
-    if (st != AI_OK)
-        return st;
-    if (sqlite3_prepare_v2(kb->db, "DELETE FROM profile_terms WHERE fp = ?1 AND preset = ?2"
-                                   " AND rank = ?3", -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "writing profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
-    if ((st = step_done(kb, q, "writing profile")) != AI_OK)
-        return st;
+    static const char *const del[] = {
+        "DELETE FROM profile_steps WHERE fp = ?1 AND preset = ?2 AND rank = ?3",
+        "DELETE FROM profile_terms WHERE fp = ?1 AND preset = ?2 AND rank = ?3"};
+    ai_status_t st = AI_OK;
+    for (int i = 0; i < 2 && st == AI_OK; i++)
+        if ((st = profile_stmt(kb, del[i], p, "writing profile", &q)) == AI_OK)
+            st = step_done(kb, q, "writing profile");
     for (size_t i = 0; i < NTERMS && st == AI_OK; i++) {
         double v = *profile_term((ai_kb_profile *)p, i);
         if (v <= 0)
             continue;
-        if (sqlite3_prepare_v2(kb->db, "INSERT INTO profile_terms VALUES(?1, ?2, ?3, ?4, ?5)", -1,
-                               &q, NULL) != SQLITE_OK)
-            return kb_err(kb, "writing profile");
-        sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-        sqlite3_bind_int(q, 3, p->rank);
+        if ((st = profile_stmt(kb, "INSERT INTO profile_terms VALUES(?1, ?2, ?3, ?4, ?5)", p,
+                               "writing profile", &q)) != AI_OK)
+            return st;
         sqlite3_bind_text(q, 4, PROFILE_TERMS[i].name, -1, SQLITE_STATIC);
         sqlite3_bind_double(q, 5, v);
         st = step_done(kb, q, "writing profile");
     }
     if (st != AI_OK)
         return st;
-    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO profiles VALUES(?1, ?2, ?3, ?4, ?5,"
-                                   " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "writing profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
+    if ((st = profile_stmt(kb, "INSERT OR REPLACE INTO profiles VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
+                               " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", p, "writing profile",
+                           &q)) != AI_OK)
+        return st;
     sqlite3_bind_text(q, 4, p->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(q, 5, p->layers);
     sqlite3_bind_int(q, 6, p->dim);
@@ -1042,12 +1037,9 @@ static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
     if ((st = step_done(kb, q, "writing profile")) != AI_OK)
         return st;
     for (int i = 0; i < p->npoints && st == AI_OK; i++) {
-        if (sqlite3_prepare_v2(kb->db, "INSERT INTO profile_steps VALUES(?1, ?2, ?3, ?4, ?5)", -1,
-                               &q, NULL) != SQLITE_OK)
-            return kb_err(kb, "writing profile");
-        sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-        sqlite3_bind_int(q, 3, p->rank);
+        if ((st = profile_stmt(kb, "INSERT INTO profile_steps VALUES(?1, ?2, ?3, ?4, ?5)", p,
+                               "writing profile", &q)) != AI_OK)
+            return st;
         sqlite3_bind_int(q, 4, p->point[i].batch);
         sqlite3_bind_double(q, 5, p->point[i].fwd_bwd_s);
         st = step_done(kb, q, "writing profile");
@@ -1088,13 +1080,11 @@ ai_status_t ai_kb_profile_put(ai_kb *kb, const ai_kb_profile *profile)
 static ai_status_t profile_read_points(ai_kb *kb, ai_kb_profile *p)
 {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "SELECT batch, fwd_bwd_s FROM profile_steps WHERE fp = ?1"
-                                   " AND preset = ?2 AND rank = ?3 ORDER BY batch", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "reading profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
+    ai_status_t st = profile_stmt(kb, "SELECT batch, fwd_bwd_s FROM profile_steps WHERE fp = ?1"
+                                      " AND preset = ?2 AND rank = ?3 ORDER BY batch", p,
+                                  "reading profile", &q);
+    if (st != AI_OK)
+        return st;
     p->npoints = 0;
     while (p->npoints < AI_PROFILE_POINTS && sqlite3_step(q) == SQLITE_ROW) {
         p->point[p->npoints].batch = sqlite3_column_int(q, 0);
@@ -1108,12 +1098,10 @@ static ai_status_t profile_read_points(ai_kb *kb, ai_kb_profile *p)
         return kb_err(kb, "reading profile");
     if (!have)
         return AI_OK;
-    if (sqlite3_prepare_v2(kb->db, "SELECT name, value FROM profile_terms WHERE fp = ?1"
-                                   " AND preset = ?2 AND rank = ?3", -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "reading profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
+    if ((st = profile_stmt(kb, "SELECT name, value FROM profile_terms WHERE fp = ?1"
+                               " AND preset = ?2 AND rank = ?3", p, "reading profile", &q)) !=
+        AI_OK)
+        return st;
     while (sqlite3_step(q) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(q, 0);
         for (size_t i = 0; name && i < NTERMS; i++) /* unknown names: a later build's */
