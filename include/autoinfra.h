@@ -471,6 +471,11 @@ typedef struct ai_kb_profile {
     int npoints;
     struct { int batch; double fwd_bwd_s; } point[AI_PROFILE_POINTS];
     double measured_at; /* seconds since the epoch it was stored; ignored by put */
+    /* Optional terms of a job step (0: not measured): the seconds a
+     * micro-batch takes longer with an allreduce of grad_bytes beside it,
+     * and the step's work outside forward, backward and the optimizer
+     * (docs/formats.md, "Compute profile"). */
+    double allreduce_beside_s, step_overhead_s;
 } ai_kb_profile;
 
 /* Store one rank's profile (replacing the one of that fingerprint, preset

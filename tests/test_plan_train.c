@@ -80,20 +80,21 @@ static void dump(json_t *j, const char *path)
     json_decref(j);
 }
 
-/* Learner timings of FP (4 ranks): ring best from lo_log2 to hi_log2. */
-static void import_arms(ai_kb *kb, int lo_log2, int hi_log2)
+/* Learner timings of FP (4 ranks): ring best (rhd 30% slower) at each of
+ * n bucket sizes, bytes[i] taking secs[i]. */
+static void import_arm_list(ai_kb *kb, int n, const double *bytes, const double *secs)
 {
     json_t *arms = json_array();
-    for (int k = lo_log2; k <= hi_log2; k++) {
-        double s = (double)(1 << k), t = 6 * 100e-6 + 1.5 * s / 117e6;
+    for (int k = 0; k < n; k++) {
+        double t = secs[k];
         json_array_append_new(arms, json_pack("{s:s, s:I, s:s, s:i, s:f, s:f}", "coll",
-                                              "allreduce", "bytes", (json_int_t)(1 << k), "algo", "ring",
-                                              "samples", 30, "mean_us", t * 1e6, "std_us",
+                                              "allreduce", "bytes", (json_int_t)bytes[k], "algo",
+                                              "ring", "samples", 30, "mean_us", t * 1e6, "std_us",
                                               t * 5e4));
         json_array_append_new(arms, json_pack("{s:s, s:I, s:s, s:i, s:f, s:f}", "coll",
-                                              "allreduce", "bytes", (json_int_t)(1 << k), "algo", "rhd",
-                                              "samples", 30, "mean_us", t * 1.3e6, "std_us",
-                                              t * 5e4));
+                                              "allreduce", "bytes", (json_int_t)bytes[k], "algo",
+                                              "rhd", "samples", 30, "mean_us", t * 1.3e6,
+                                              "std_us", t * 5e4));
     }
     char path[PATH_MAX + 16];
     path_in(path, sizeof path, "arms.json");
@@ -102,6 +103,19 @@ static void import_arms(ai_kb *kb, int lo_log2, int hi_log2)
                    "description", "4 ranks on 4 hosts", "arms", arms),
          path);
     assert_int_equal(ai_kb_import_json(kb, path), AI_OK);
+}
+
+/* Every power-of-two bucket from lo_log2 to hi_log2, a ring of 6 x 100 us
+ * and 1.5 bytes per byte at 117 MB/s. */
+static void import_arms(ai_kb *kb, int lo_log2, int hi_log2)
+{
+    double b[32], t[32];
+    int n = 0;
+    for (int k = lo_log2; k <= hi_log2; k++, n++) {
+        b[n] = (double)(1 << k);
+        t[n] = 6 * 100e-6 + 1.5 * b[n] / 117e6;
+    }
+    import_arm_list(kb, n, b, t);
 }
 
 static ai_kb *new_kb(const double *speeds, int n)
@@ -174,6 +188,8 @@ static void test_profile_roundtrip(void **state)
     assert_true(fabs(g.p[1].point[4].fwd_bwd_s - 2 * 6.3561) < 1e-9);
     assert_true(fabs(g.p[1].optimizer_s - 0.0598) < 1e-9);
     assert_true(fabs(g.p[0].gemm_gflops - 0.673) < 1e-9);
+    /* the optional terms absent: 0 (not measured) */
+    assert_true(g.p[1].allreduce_beside_s == 0 && g.p[1].step_overhead_s == 0);
     /* another fingerprint sees none */
     g.n = 0;
     assert_int_equal(ai_kb_profile_foreach(kb, "0000000000000000", keep, &g), AI_OK);
@@ -190,6 +206,23 @@ static void test_profile_roundtrip(void **state)
     assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
     assert_int_equal(g.p[0].npoints, 1);
     assert_int_equal(g.p[0].point[0].batch, 3);
+    /* the optional terms round-trip, and a put without them drops them */
+    p.allreduce_beside_s = 0.12;
+    p.step_overhead_s = 0.004;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_OK);
+    g.n = 0;
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    assert_true(fabs(g.p[0].allreduce_beside_s - 0.12) < 1e-12 &&
+                fabs(g.p[0].step_overhead_s - 0.004) < 1e-12);
+    assert_true(g.p[1].allreduce_beside_s == 0);
+    p.step_overhead_s = -0.1;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "step_overhead_s"));
+    p.allreduce_beside_s = p.step_overhead_s = 0;
+    assert_int_equal(ai_kb_profile_put(kb, &p), AI_OK);
+    g.n = 0;
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    assert_true(g.p[0].allreduce_beside_s == 0 && g.p[0].step_overhead_s == 0);
     p.point[0].fwd_bwd_s = -1;
     assert_int_equal(ai_kb_profile_put(kb, &p), AI_ERR_INVALID);
     ai_kb_close(kb);
@@ -228,6 +261,7 @@ static void test_profile_refused(void **state)
         {"ranks[1].rank=7", "ranks[1].rank"},
         {"ranks[0].host=", "ranks[0].host: missing"},
         {"ranks=[]", "ranks"},
+        {"ranks[1].allreduce_beside_s=-1", "ranks[1].allreduce_beside_s: want a number >= 0"},
         {"syntax", ":1:"},
     };
     const double sp[] = {1, 1};
@@ -268,6 +302,8 @@ static void test_profile_refused(void **state)
             json_object_del(r0, "host");
         else if (!strcmp(e, "ranks=[]"))
             json_object_set_new(j, "ranks", json_array());
+        else if (!strcmp(e, "ranks[1].allreduce_beside_s=-1"))
+            json_object_set_new(r1, "allreduce_beside_s", json_real(-1));
         if (!strcmp(e, "syntax")) {
             json_decref(j);
             write_file(pp, "{\"kind\": \"compute-profile\",");
@@ -375,11 +411,22 @@ static void test_plan_sources(void **state)
     assert_int_equal(count_src(&o, "model (ring", NULL), 0);
     json_decref(o.root);
 
-    /* a 64 MiB cap: an 18.5 MiB bucket, larger than any measured */
+    /* a 64 MiB cap: an 18.48 MiB bucket, inside the largest measured
+     * bucket (calls of 16..32 MiB): that bucket's time */
     plan(kb, 32, "bucket_cap_mb=64", &o);
-    assert_int_equal(count_src(&o, "model (ring fitted to 9 kb:learner sizes; 18.48 MiB not"
-                                   " measured)", "18.48 MiB"), 1);
+    assert_int_equal(count_src(&o, "kb:learner ring 16 MiB (its bucket: calls of 16 MiB..32"
+                                   " MiB)", "18.48 MiB"), 1);
     assert_int_equal(count_src(&o, "kb:learner ring 1 MiB", NULL), 1);
+    json_decref(o.root);
+    ai_kb_close(kb);
+
+    /* measured up to the 8 MiB bucket: 18.48 MiB is beyond, from the
+     * ring fitted to them */
+    kb = new_kb(sp, 4);
+    import_arms(kb, 16, 23);
+    plan(kb, 32, "bucket_cap_mb=64", &o);
+    assert_int_equal(count_src(&o, "model (ring fitted to 8 kb:learner sizes; 18.48 MiB not"
+                                   " measured)", "18.48 MiB"), 1);
     json_decref(o.root);
     ai_kb_close(kb);
 
@@ -389,6 +436,110 @@ static void test_plan_sources(void **state)
     assert_int_equal(count_src(&o, "kb:learner", NULL), 0);
     assert_int_equal(count_src(&o, "catalogue (ring at 10 Gbit/s, 50 us: kb:learner has no"
                                    " allreduce)", "allreduce"), 2);
+    json_decref(o.root);
+    ai_kb_close(kb);
+}
+
+/* Two gaps of the sources: sizes measured in two buckets whose times fall
+ * with size (no ring fits them) say so, not "one size only"; a size above
+ * the largest bucket's edge but inside its range is that bucket's
+ * measurement (as T6's learning job measured 2.34 MiB calls into the 2 MiB
+ * bucket). */
+static void test_plan_sources_edges(void **state)
+{
+    (void)state;
+    const double sp[] = {1, 1, 0.5, 0.5};
+    const double b[] = {1 << 20, 2 << 20}, t[] = {0.329, 0.252};
+    ai_kb *kb = new_kb(sp, 4);
+    import_arm_list(kb, 2, b, t);
+    plan_out o;
+    /* 19.48 MiB of gradients at a 4 MiB cap: 1 MiB, 4 x 4 MiB, 2.48 MiB */
+    plan(kb, 32, "bucket_cap_mb=4", &o);
+    assert_int_equal(count_src(&o, "kb:learner ring 1 MiB", "1 MiB"), 1);
+    assert_int_equal(count_src(&o, "kb:learner ring 2 MiB (its bucket: calls of 2 MiB..4 MiB)",
+                               "2.48 MiB"), 1);
+    assert_int_equal(count_src(&o, "catalogue (ring at 10 Gbit/s, 50 us: the 2 kb:learner"
+                                   " sizes, 0.329 s at 1 MiB .. 0.252 s at 2 MiB, fit a per-byte"
+                                   " cost of", "4 MiB"), 1);
+    assert_int_equal(count_src(&o, "catalogue (ring at 10 Gbit/s, 50 us: kb:learner has one"
+                                   " size only", NULL), 0);
+    json_t *v;
+    size_t i;
+    json_array_foreach(json_object_get(o.root, "explain"), i, v)
+    {
+        const char *src = json_string_value(json_object_get(v, "source"));
+        if (!strncmp(src, "kb:learner ring 2 MiB (its", 25))
+            assert_true(fabs(json_number_value(json_object_get(v, "seconds")) - 0.252) < 1e-9);
+        if (!strncmp(src, "catalogue", 9))
+            assert_non_null(strstr(src, "not positive)"));
+    }
+    json_decref(o.root);
+    ai_kb_close(kb);
+
+    /* one size only is still said so */
+    kb = new_kb(sp, 4);
+    import_arm_list(kb, 1, b, t);
+    plan(kb, 32, "bucket_cap_mb=4", &o);
+    assert_int_equal(count_src(&o, "catalogue (ring at 10 Gbit/s, 50 us: kb:learner has one"
+                                   " size only)", "4 MiB"), 1);
+    json_decref(o.root);
+    ai_kb_close(kb);
+}
+
+/* The measured terms of a job step (the profile's allreduce_beside_s,
+ * step_overhead_s): the slowest rank loses allreduce_beside_s per
+ * gradient's worth of buckets reduced beside its backward, and the step
+ * pays the slowest rank's overhead, each a kb:profile term; a profile
+ * without them predicts as before. */
+static void test_plan_step_terms(void **state)
+{
+    (void)state;
+    const double sp[] = {1, 1, 0.5, 0.5};
+    ai_kb *kb = new_kb(sp, 4);
+    import_arms(kb, 16, 24);
+    plan_out o;
+    plan(kb, 32, "bucket_cap_mb=4,micro_batch=4,shares=11/11/5/5", &o);
+    double before = o.step;
+    assert_int_equal(count_src(&o, "kb:profile rank 0 (allreduce_beside_s", NULL) +
+                         count_src(&o, "kb:profile rank 1 (allreduce_beside_s", NULL),
+                     0);
+    assert_int_equal(count_src(&o, "kb:profile", "step overhead"), 0);
+    json_decref(o.root);
+    got_profiles g = {0};
+    assert_int_equal(ai_kb_profile_foreach(kb, FP, keep, &g), AI_OK);
+    for (int i = 0; i < 4; i++) {
+        g.p[i].allreduce_beside_s = 0.1;
+        g.p[i].step_overhead_s = i == 3 ? 0.02 : 0.01;
+        assert_int_equal(ai_kb_profile_put(kb, &g.p[i]), AI_OK);
+    }
+    plan(kb, 32, "bucket_cap_mb=4,micro_batch=4,shares=11/11/5/5", &o);
+    /* 19.48 MiB as 1 MiB + 4 x 4 MiB + 2.48 MiB: all but the last 2.48
+     * MiB beside the backward; a full-speed rank is the slowest at 11
+     * samples against 5 at half speed */
+    double lost = 0.1 * (20426240.0 - (20426240.0 - 1048576 - 4 * 4194304)) / 20426240.0;
+    json_t *v;
+    size_t i;
+    int seen = 0;
+    json_array_foreach(json_object_get(o.root, "explain"), i, v)
+    {
+        const char *src = json_string_value(json_object_get(v, "source"));
+        double sec = json_number_value(json_object_get(v, "seconds"));
+        if (strstr(src, "(allreduce_beside_s)")) {
+            assert_true(!strncmp(src, "kb:profile rank 0", 17) ||
+                        !strncmp(src, "kb:profile rank 1", 17));
+            assert_true(fabs(sec - lost) < 1e-9);
+            seen |= 1;
+        }
+        if (!strcmp(src, "kb:profile rank 3 (step_overhead_s)")) {
+            assert_true(fabs(sec - 0.02) < 1e-12);
+            seen |= 2;
+        }
+    }
+    assert_int_equal(seen, 3);
+    /* the step grows by at least the overhead and the lost compute (less
+     * what the later ready buckets hide) */
+    assert_true(o.step > before + 0.02 + 0.5 * lost);
+    assert_true(o.step < before + 0.02 + lost + 1e-9);
     json_decref(o.root);
     ai_kb_close(kb);
 }
@@ -536,6 +687,8 @@ int main(void)
         cmocka_unit_test(test_profile_roundtrip),
         cmocka_unit_test(test_profile_refused),
         cmocka_unit_test(test_plan_sources),
+        cmocka_unit_test(test_plan_sources_edges),
+        cmocka_unit_test(test_plan_step_terms),
         cmocka_unit_test(test_plan_shares),
         cmocka_unit_test_setup_teardown(test_cli, cmdtest_setup, cmdtest_teardown),
     };

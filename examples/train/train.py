@@ -470,55 +470,19 @@ def smoothed_time_to(losses, times, target, window=5):
     return None, None
 
 
-def _timed(fn, min_s=0.2, reps=3):
-    """Median seconds of fn over at least reps calls and min_s, after one warm-up."""
-    fn()
-    ts, t_all = [], time.perf_counter()
-    while len(ts) < reps or time.perf_counter() - t_all < min_s:
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-        if len(ts) >= 50:
-            break
-    return statistics.median(ts)
-
-
-def profile_compute(a, micro):
-    """This rank's compute at the model's shapes: GEMM GFLOP/s over its
-    linear layers' shapes, attention GFLOP/s, the AdamW step, and
-    forward+backward seconds at batch sizes 1, 2, 4 (and the micro-batch)."""
+def profile_compute(a, world, B, micro, cap, ds):
+    """This rank's entry of the compute profile (compute_profile.py), on a
+    fresh model under DDP with its own AdamW and its own order of the
+    windows (the job's own model and order are left as they are)."""
+    import compute_profile
     torch.manual_seed(a.seed)
     model = GPT(a.layers, a.dim, a.heads, a.ctx)
-    d, t, h = a.dim, a.ctx, a.heads
-    M = 4 * t
-    shapes = [(M, d, 3 * d), (M, d, d), (M, d, 4 * d), (M, 4 * d, d), (M, d, 256)]
-    mats = [(torch.randn(m, k), torch.randn(k, n)) for m, k, n in shapes]
-    gemm_s = _timed(lambda: [x @ w for x, w in mats])
-    gemm_flops = sum(2.0 * m * k * n for m, k, n in shapes)
-    q, k, v = (torch.randn(4, h, t, d // h) for _ in range(3))
-    mask = torch.tril(torch.ones(t, t, dtype=torch.bool))
-
-    def attention():
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(d // h)
-        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
-    attn_s = _timed(attention)
-    attn_flops = 4.0 * 4 * h * t * t * (d // h)
-    opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.01)
-    for p in model.parameters():
-        p.grad = torch.randn_like(p) * 1e-3
-    opt_s = _timed(opt.step, min_s=0.1)
-    g = torch.Generator().manual_seed(a.seed)
-    steps = []
-    for b in sorted({1, 2, 4, min(micro, 8)}):
-        x = torch.randint(0, 256, (b, t), generator=g)
-
-        def fwd_bwd():
-            model.zero_grad(set_to_none=True)
-            out = model(x)
-            F.cross_entropy(out.view(-1, out.shape[-1]), x.view(-1)).backward()
-        steps.append({"batch": b, "fwd_bwd_s": _timed(fwd_bwd, min_s=0.1, reps=2)})
-    return {"gemm_gflops": gemm_flops / gemm_s / 1e9, "attention_gflops": attn_flops / attn_s / 1e9,
-            "optimizer_s": opt_s, "step": steps}
+    ddp = DDP(model, bucket_cap_mb=cap)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=0.01)
+    try:
+        return compute_profile.measure(a, ddp, opt, GlobalOrder(ds, a.seed + 1), world, B, micro)
+    finally:
+        del ddp, opt
 
 
 def kill_self(a, rank, step):
@@ -665,7 +629,7 @@ def main(argv):
     model_desc = {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads, "ctx": a.ctx}
 
     if a.profile_out:
-        mine = profile_compute(a, micro)
+        mine = profile_compute(a, world, B, micro, cap, ds)
         mine = dict(rank=rank, host=os.environ.get("AUTOINFRA_HOST") or socket.gethostname(), **mine)
         every = [None] * world
         dist.all_gather_object(every, mine)

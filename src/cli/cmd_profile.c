@@ -56,6 +56,12 @@ static int show_visit(const ai_kb_profile *p, void *arg)
                               "gemm_gflops", p->gemm_gflops, "attention_gflops",
                               p->attention_gflops, "optimizer_s", p->optimizer_s, "step", steps,
                               "measured_at", p->measured_at);
+        /* the optional terms of a job step, when measured */
+        const char *tn[] = {"allreduce_beside_s", "step_overhead_s"};
+        const double tv[] = {p->allreduce_beside_s, p->step_overhead_s};
+        for (int i = 0; o && i < 2; i++)
+            if (tv[i] > 0 && json_object_set_new(o, tn[i], json_real(tv[i])) != 0)
+                x->nomem = 1;
         if (!o || json_array_append_new(x->out, o) != 0)
             x->nomem = 1;
         return x->nomem;
@@ -73,6 +79,9 @@ static int show_visit(const ai_kb_profile *p, void *arg)
            p->attention_gflops, p->optimizer_s);
     for (int i = 0; i < p->npoints; i++)
         printf(" %d: %.4f", p->point[i].batch, p->point[i].fwd_bwd_s);
+    if (p->allreduce_beside_s > 0 || p->step_overhead_s > 0)
+        printf("  (allreduce beside %.4f s, step overhead %.4f s)", p->allreduce_beside_s,
+               p->step_overhead_s);
     printf("\n");
     return 0;
 }

@@ -49,7 +49,7 @@
 #define TRAIN_MAX_RANKS 1024
 #define TRAIN_MAX_BUCKETS 4096
 #define TRAIN_MAX_BATCH 1000000
-#define TRAIN_SRC 96
+#define TRAIN_SRC 192
 
 /* One rank's compute model. */
 typedef struct {
@@ -57,6 +57,9 @@ typedef struct {
     double t[AI_PROFILE_POINTS];
     double a, c; /* least-squares line through the points */
     double opt_s;
+    double red_s;  /* compute seconds one allreduce of G beside it takes from
+                    * the rank (allreduce_beside_s; 0: not measured) */
+    double over_s; /* the step's work outside compute and optimizer */
     char host[64];
 } rank_model;
 
@@ -71,7 +74,7 @@ typedef struct {
     int n, cap;
     int nranks;   /* the fingerprint's */
     double A, B;  /* fitted t = A + B bytes (world allreduce); valid when fitted */
-    int fitted;
+    int fitted;   /* 0: fewer than two sizes, or the fit's B (kept) not positive */
     char fp[17];
     double cat_alpha, cat_bps; /* the catalogue link */
     char cat[64];
@@ -100,7 +103,7 @@ typedef struct {
     int *stage_of;        /* per rank: its stage */
     int *replica_of;      /* per rank: its replica (the j-th rank of every stage is replica j) */
     int micro_batches;    /* pipeline: per replica */
-    double step, compute, exposed, opt;
+    double step, compute, exposed, opt, over;
     int slow;
     term *terms;
     int nterms, capterms;
@@ -230,14 +233,23 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
         snprintf(src, TRAIN_SRC, "model (one rank: nothing to reduce)");
         return 0;
     }
-    if (k == R && ar->n > 0 && bytes >= ar->pt[0].bytes && bytes <= ar->pt[ar->n - 1].bytes) {
+    /* A learner bucket of `bytes` holds the calls of [bytes, 2 bytes): the
+     * measured range ends at twice the largest bucket. */
+    if (k == R && ar->n > 0 && bytes >= ar->pt[0].bytes &&
+        bytes < 2 * ar->pt[ar->n - 1].bytes) {
         int i = 0;
         while (i + 1 < ar->n && ar->pt[i + 1].bytes <= bytes)
             i++;
         const ar_point *lo = &ar->pt[i], *hi = &ar->pt[i + 1 < ar->n ? i + 1 : i];
         fmt_size(lo->bytes, s1, sizeof s1);
-        if (lo == hi || bytes == lo->bytes) {
+        if (bytes == lo->bytes) {
             snprintf(src, TRAIN_SRC, "kb:learner %s %s", lo->algo, s1);
+            return lo->s;
+        }
+        if (lo == hi) { /* inside the largest bucket, above its edge: its calls' time */
+            fmt_size(2 * lo->bytes, s2, sizeof s2);
+            snprintf(src, TRAIN_SRC, "kb:learner %s %s (its bucket: calls of %s..%s)",
+                     lo->algo, s1, s1, s2);
             return lo->s;
         }
         fmt_size(hi->bytes, s2, sizeof s2);
@@ -261,8 +273,17 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
     } else {
         alpha = ar->cat_alpha;
         beta = 1 / ar->cat_bps;
-        snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
-                 ar->n ? "one size only" : "no allreduce");
+        if (ar->n >= 2) {
+            fmt_size(ar->pt[0].bytes, s1, sizeof s1);
+            fmt_size(ar->pt[ar->n - 1].bytes, s2, sizeof s2);
+            snprintf(src, TRAIN_SRC, "catalogue (ring at %s: the %d kb:learner sizes, %.3g s at"
+                                     " %s .. %.3g s at %s, fit a per-byte cost of %.3g ns, not"
+                                     " positive)", ar->cat, ar->n, ar->pt[0].s, s1,
+                     ar->pt[ar->n - 1].s, s2, ar->B * 1e9);
+        } else {
+            snprintf(src, TRAIN_SRC, "catalogue (ring at %s: kb:learner has %s)", ar->cat,
+                     ar->n ? "one size only" : "no allreduce");
+        }
     }
     return 2.0 * (k - 1) * alpha + 2.0 * (k - 1) / k * bytes * beta;
 }
@@ -373,17 +394,30 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     for (int i = 0; i < x->R; i++)
         e->stage_of[i] = 0;
     e->micro_batches = 0;
-    double cmax = 0, omax = 0;
-    int slow = 0, oslow = 0;
+    /* DDP reduces every bucket but the last while the backward still
+     * runs, on the rank's own CPU share: red_s per G of them is compute
+     * time lost (kb:profile allreduce_beside_s) */
+    double first = x->G < TRAIN_FIRST_BUCKET ? x->G : TRAIN_FIRST_BUCKET;
+    double rest = x->G - first, capb = e->cap_mb * 1024 * 1024;
+    double last = rest > 0 ? rest - capb * ceil(rest / capb - 1) : first;
+    double beside = (x->G - last) / x->G;
+    double cmax = 0, omax = 0, vmax = 0, cslow = 0;
+    int slow = 0, oslow = 0, vslow = 0;
     for (int i = 0; i < x->R; i++) {
-        double c = rank_compute(&x->rk[i], e->shares[i], e->mb);
+        double c0 = rank_compute(&x->rk[i], e->shares[i], e->mb);
+        double c = c0 + (e->shares[i] > 0 ? beside * x->rk[i].red_s : 0);
         if (c > cmax) {
             cmax = c;
+            cslow = c0;
             slow = i;
         }
         if (x->rk[i].opt_s > omax) {
             omax = x->rk[i].opt_s;
             oslow = i;
+        }
+        if (x->rk[i].over_s > vmax) {
+            vmax = x->rk[i].over_s;
+            vslow = i;
         }
     }
     /* buckets in backward order, reduced one after the other as the
@@ -393,19 +427,29 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     char run_src[TRAIN_SRC] = "";
     snprintf(src, sizeof src, "kb:profile rank %d", slow);
     int sb = e->shares[slow], nmb = (sb + e->mb - 1) / e->mb;
-    if (add_term(e, cmax, src, "compute: rank %d (slowest), %d samples as %d x %d", slow, sb,
+    if (add_term(e, cslow, src, "compute: rank %d (slowest), %d samples as %d x %d", slow, sb,
                  nmb, e->mb < sb ? e->mb : sb))
         return ai_fail(AI_ERR_NOMEM, "plan train");
+    if (cmax > cslow) {
+        char s1[32];
+        fmt_size(x->G - last, s1, sizeof s1);
+        snprintf(src, sizeof src, "kb:profile rank %d (allreduce_beside_s)", slow);
+        if (add_term(e, cmax - cslow, src, "compute: rank %d's time lost to the %s of buckets"
+                                           " reduced beside its backward", slow, s1))
+            return ai_fail(AI_ERR_NOMEM, "plan train");
+    }
     while (done < x->G && k < TRAIN_MAX_BUCKETS) {
         double lim = k == 0 ? TRAIN_FIRST_BUCKET : cap;
         double sz = fmin(lim, x->G - done);
         done += sz;
         double q = done / x->G, ready = 0;
         for (int i = 0; i < x->R; i++) {
-            int last = e->shares[i] % e->mb ? e->shares[i] % e->mb : e->mb;
+            int lastm = e->shares[i] % e->mb ? e->shares[i] % e->mb : e->mb;
             double c = rank_compute(&x->rk[i], e->shares[i], e->mb);
-            double bwd = e->shares[i] > 0 ? TRAIN_BWD_FRACTION * fwd_bwd(&x->rk[i], last) : 0;
-            ready = fmax(ready, c - (1 - q) * bwd);
+            double bwd = e->shares[i] > 0 ? TRAIN_BWD_FRACTION * fwd_bwd(&x->rk[i], lastm) : 0;
+            double lost = e->shares[i] > 0 ? beside * x->rk[i].red_s : 0;
+            ready = fmax(ready, c - (1 - q) * bwd + fmin(q, beside) / (beside > 0 ? beside : 1) *
+                                                    lost);
         }
         double t = ar_time(&x->ar, sz, x->R, src);
         end = fmax(end, ready) + t;
@@ -431,11 +475,16 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
         (snprintf(src, sizeof src, "kb:profile rank %d", oslow),
          add_term(e, omax, src, "optimizer step (slowest: rank %d)", oslow)))
         return ai_fail(AI_ERR_NOMEM, "plan train");
+    if (vmax > 0 && (snprintf(src, sizeof src, "kb:profile rank %d (step_overhead_s)", vslow),
+                     add_term(e, vmax, src, "step overhead: zero_grad, the batch's windows, the"
+                                            " step's bookkeeping (slowest: rank %d)", vslow)))
+        return ai_fail(AI_ERR_NOMEM, "plan train");
     e->compute = cmax;
     e->exposed = exposed;
     e->opt = omax;
+    e->over = vmax;
     e->slow = slow;
-    e->step = cmax + exposed + omax;
+    e->step = cmax + exposed + omax + vmax;
     return AI_OK;
 }
 
@@ -554,6 +603,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     e->exposed = 2.0 * (M + P - 2) * tp2p + comm;
     e->opt = omax;
     e->slow = wslow;
+    e->over = 0;
     e->step = compute + e->exposed + omax;
     return AI_OK;
 }
@@ -757,6 +807,8 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
             r->t[j] = pr->point[j].fwd_bwd_s;
         }
         r->opt_s = pr->optimizer_s;
+        r->red_s = pr->allreduce_beside_s;
+        r->over_s = pr->step_overhead_s;
         snprintf(r->host, sizeof r->host, "%s", pr->host);
         rank_fit(r);
         got[pr->rank] = 1;
@@ -865,14 +917,18 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     if (x.ar.fitted)
         note(p, "allreduce model: %d measured sizes (%s), ring fit %.1f us + %.3f ns/B",
              x.ar.n, p->fp, x.ar.A * 1e6, x.ar.B * 1e9);
+    else if (x.ar.n >= 2)
+        note(p, "allreduce model: %d measured sizes (%s) fit a per-byte cost of %.3g ns, not"
+                " positive: sizes outside them from the catalogue", x.ar.n, p->fp, x.ar.B * 1e9);
     else
         note(p, "allreduce model: %s", x.ar.n ? "one measured size: other sizes from the"
                                                 " catalogue" : "no kb:learner allreduce timings"
                                                                " for this fingerprint: catalogue");
     for (int i = 0; i < R; i++)
-        note(p, "rank %d (%s): t(b) = %.4f + %.4f b s fitted to %d points, optimizer %.4f s"
-                " (kb:profile rank %d)", i, x.rk[i].host, x.rk[i].a, x.rk[i].c, x.rk[i].n,
-             x.rk[i].opt_s, i);
+        note(p, "rank %d (%s): t(b) = %.4f + %.4f b s fitted to %d points, optimizer %.4f s,"
+                " compute lost per gradient allreduce %.4f s, step overhead %.4f s (kb:profile"
+                " rank %d)", i, x.rk[i].host, x.rk[i].a, x.rk[i].c, x.rk[i].n, x.rk[i].opt_s,
+             x.rk[i].red_s, x.rk[i].over_s, i);
     if ((st = eval_alloc(&e, R)) != AI_OK || (st = eval_alloc(&p->best, R)) != AI_OK ||
         (st = eval_alloc(&p->best_dp, R)) != AI_OK || (st = eval_alloc(&p->best_pipe, R)) != AI_OK)
         goto fail;
@@ -1050,7 +1106,8 @@ ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
         fprintf(f, "  pipeline    none\n");
     }
     fprintf(f, "  predicted   %.4f s per step (compute %.4f + exposed communication %.4f +"
-               " optimizer %.4f)\n", e->step, e->compute, e->exposed, e->opt);
+               " optimizer %.4f + step overhead %.4f)\n", e->step, e->compute, e->exposed,
+            e->opt, e->over);
     if (explain) {
         fprintf(f, "\nterms (they sum to the step):\n");
         for (int i = 0; i < e->nterms; i++)

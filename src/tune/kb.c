@@ -18,9 +18,11 @@
  *   profiles(fp, preset, rank, host, layers, dim, heads, ctx, params,
  *            grad_bytes, gemm_gflops, attention_gflops, optimizer_s, at)
  *   profile_steps(fp, preset, rank, batch, fwd_bwd_s)
+ *   profile_terms(fp, preset, rank, name, value)
  *        each rank's measured compute for one model under a fingerprint
  *        (the training job's compute profile, docs/formats.md), which the
- *        training-job planner reads beside the arms; added to schema 1
+ *        training-job planner reads beside the arms, and the optional
+ *        terms of a job step by name (PROFILE_TERMS); added to schema 1
  *        with CREATE IF NOT EXISTS, so a KB made before them is still
  *        read (without profiles) and gets them at its next writable open.
  *
@@ -94,6 +96,9 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS profile_steps(fp TEXT NOT NULL, preset TEXT NOT NULL,"
     " rank INTEGER NOT NULL, batch INTEGER NOT NULL, fwd_bwd_s REAL NOT NULL,"
     " PRIMARY KEY(fp, preset, rank, batch));"
+    "CREATE TABLE IF NOT EXISTS profile_terms(fp TEXT NOT NULL, preset TEXT NOT NULL,"
+    " rank INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,"
+    " PRIMARY KEY(fp, preset, rank, name));"
     "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
 
 static ai_status_t kb_err(const ai_kb *kb, const char *what)
@@ -183,7 +188,7 @@ static int only_our_objects(ai_kb *kb)
 {
     static const char *const ours[] = {"meta", "fingerprints", "arms", "buckets", "measurements",
                                        "measurements_bucket", "fingerprint_rates", "profiles",
-                                       "profile_steps"};
+                                       "profile_steps", "profile_terms"};
     sqlite3_stmt *q = NULL;
     int ok = sqlite3_prepare_v2(kb->db, "SELECT name FROM sqlite_master", -1, &q, NULL) ==
              SQLITE_OK;
@@ -919,6 +924,22 @@ ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
 
 /* ---------------------------------------------------- compute profiles */
 
+/* The optional terms of a profile: their JSON key (and profile_terms
+ * name) and place in ai_kb_profile. 0 in the struct: not measured. */
+static const struct {
+    const char *name;
+    size_t off;
+} PROFILE_TERMS[] = {
+    {"allreduce_beside_s", offsetof(ai_kb_profile, allreduce_beside_s)},
+    {"step_overhead_s", offsetof(ai_kb_profile, step_overhead_s)},
+};
+#define NTERMS (sizeof PROFILE_TERMS / sizeof PROFILE_TERMS[0])
+
+static double *profile_term(ai_kb_profile *p, size_t i)
+{
+    return (double *)((char *)p + PROFILE_TERMS[i].off);
+}
+
 /* A profile's own figures are sane (the JSON import names the path; this
  * is the C callers' check). */
 static ai_status_t profile_check(const ai_kb_profile *p)
@@ -940,6 +961,12 @@ static ai_status_t profile_check(const ai_kb_profile *p)
         !(isfinite(p->optimizer_s) && p->optimizer_s >= 0))
         return ai_fail(AI_ERR_INVALID, "profile of rank %d: want gemm_gflops and"
                                        " attention_gflops > 0, optimizer_s >= 0", p->rank);
+    for (size_t i = 0; i < NTERMS; i++) {
+        double v = *profile_term((ai_kb_profile *)p, i);
+        if (!(isfinite(v) && v >= 0))
+            return ai_fail(AI_ERR_INVALID, "profile of rank %d: %s: want a number >= 0 (0: not"
+                                           " measured)", p->rank, PROFILE_TERMS[i].name);
+    }
     if (p->npoints < 1 || p->npoints > AI_PROFILE_POINTS)
         return ai_fail(AI_ERR_INVALID, "profile of rank %d: %d step points, want 1..%d", p->rank,
                        p->npoints, AI_PROFILE_POINTS);
@@ -956,26 +983,46 @@ static ai_status_t profile_check(const ai_kb_profile *p)
     return AI_OK;
 }
 
+/* Prepare sql with ?1..?3 bound to p's fingerprint, preset and rank. */
+static ai_status_t profile_stmt(ai_kb *kb, const char *sql, const ai_kb_profile *p,
+                                const char *what, sqlite3_stmt **q)
+{
+    if (sqlite3_prepare_v2(kb->db, sql, -1, q, NULL) != SQLITE_OK)
+        return kb_err(kb, what);
+    sqlite3_bind_text(*q, 1, p->fingerprint, -1, SQLITE_STATIC);
+    sqlite3_bind_text(*q, 2, p->preset, -1, SQLITE_STATIC);
+    sqlite3_bind_int(*q, 3, p->rank);
+    return AI_OK;
+}
+
 /* Replace one rank's profile, inside the caller's transaction. */
 static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
 {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "DELETE FROM profile_steps WHERE fp = ?1 AND preset = ?2"
-                                   " AND rank = ?3", -1, &q, NULL) != SQLITE_OK)
-        return kb_err(kb, "writing profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
-    ai_status_t st = step_done(kb, q, "writing profile");
+    static const char *const del[] = {
+        "DELETE FROM profile_steps WHERE fp = ?1 AND preset = ?2 AND rank = ?3",
+        "DELETE FROM profile_terms WHERE fp = ?1 AND preset = ?2 AND rank = ?3"};
+    ai_status_t st = AI_OK;
+    for (int i = 0; i < 2 && st == AI_OK; i++)
+        if ((st = profile_stmt(kb, del[i], p, "writing profile", &q)) == AI_OK)
+            st = step_done(kb, q, "writing profile");
+    for (size_t i = 0; i < NTERMS && st == AI_OK; i++) {
+        double v = *profile_term((ai_kb_profile *)p, i);
+        if (v <= 0)
+            continue;
+        if ((st = profile_stmt(kb, "INSERT INTO profile_terms VALUES(?1, ?2, ?3, ?4, ?5)", p,
+                               "writing profile", &q)) != AI_OK)
+            return st;
+        sqlite3_bind_text(q, 4, PROFILE_TERMS[i].name, -1, SQLITE_STATIC);
+        sqlite3_bind_double(q, 5, v);
+        st = step_done(kb, q, "writing profile");
+    }
     if (st != AI_OK)
         return st;
-    if (sqlite3_prepare_v2(kb->db, "INSERT OR REPLACE INTO profiles VALUES(?1, ?2, ?3, ?4, ?5,"
-                                   " ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "writing profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
+    if ((st = profile_stmt(kb, "INSERT OR REPLACE INTO profiles VALUES(?1, ?2, ?3, ?4, ?5, ?6,"
+                               " ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)", p, "writing profile",
+                           &q)) != AI_OK)
+        return st;
     sqlite3_bind_text(q, 4, p->host, -1, SQLITE_STATIC);
     sqlite3_bind_int(q, 5, p->layers);
     sqlite3_bind_int(q, 6, p->dim);
@@ -990,12 +1037,9 @@ static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
     if ((st = step_done(kb, q, "writing profile")) != AI_OK)
         return st;
     for (int i = 0; i < p->npoints && st == AI_OK; i++) {
-        if (sqlite3_prepare_v2(kb->db, "INSERT INTO profile_steps VALUES(?1, ?2, ?3, ?4, ?5)", -1,
-                               &q, NULL) != SQLITE_OK)
-            return kb_err(kb, "writing profile");
-        sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-        sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-        sqlite3_bind_int(q, 3, p->rank);
+        if ((st = profile_stmt(kb, "INSERT INTO profile_steps VALUES(?1, ?2, ?3, ?4, ?5)", p,
+                               "writing profile", &q)) != AI_OK)
+            return st;
         sqlite3_bind_int(q, 4, p->point[i].batch);
         sqlite3_bind_double(q, 5, p->point[i].fwd_bwd_s);
         st = step_done(kb, q, "writing profile");
@@ -1036,18 +1080,33 @@ ai_status_t ai_kb_profile_put(ai_kb *kb, const ai_kb_profile *profile)
 static ai_status_t profile_read_points(ai_kb *kb, ai_kb_profile *p)
 {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(kb->db, "SELECT batch, fwd_bwd_s FROM profile_steps WHERE fp = ?1"
-                                   " AND preset = ?2 AND rank = ?3 ORDER BY batch", -1, &q,
-                           NULL) != SQLITE_OK)
-        return kb_err(kb, "reading profile");
-    sqlite3_bind_text(q, 1, p->fingerprint, -1, SQLITE_STATIC);
-    sqlite3_bind_text(q, 2, p->preset, -1, SQLITE_STATIC);
-    sqlite3_bind_int(q, 3, p->rank);
+    ai_status_t st = profile_stmt(kb, "SELECT batch, fwd_bwd_s FROM profile_steps WHERE fp = ?1"
+                                      " AND preset = ?2 AND rank = ?3 ORDER BY batch", p,
+                                  "reading profile", &q);
+    if (st != AI_OK)
+        return st;
     p->npoints = 0;
     while (p->npoints < AI_PROFILE_POINTS && sqlite3_step(q) == SQLITE_ROW) {
         p->point[p->npoints].batch = sqlite3_column_int(q, 0);
         p->point[p->npoints].fwd_bwd_s = sqlite3_column_double(q, 1);
         p->npoints++;
+    }
+    sqlite3_finalize(q);
+    int have = 0; /* a KB opened read-only before the terms table */
+    if (!pragma_int(kb, "SELECT count(*) FROM sqlite_master WHERE name = 'profile_terms'",
+                    &have))
+        return kb_err(kb, "reading profile");
+    if (!have)
+        return AI_OK;
+    if ((st = profile_stmt(kb, "SELECT name, value FROM profile_terms WHERE fp = ?1"
+                               " AND preset = ?2 AND rank = ?3", p, "reading profile", &q)) !=
+        AI_OK)
+        return st;
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        const char *name = (const char *)sqlite3_column_text(q, 0);
+        for (size_t i = 0; name && i < NTERMS; i++) /* unknown names: a later build's */
+            if (!strcmp(name, PROFILE_TERMS[i].name))
+                *profile_term(p, i) = sqlite3_column_double(q, 1);
     }
     sqlite3_finalize(q);
     return AI_OK;
@@ -1121,9 +1180,10 @@ static ai_status_t profile_json_int(const char *path, const char *where, json_t 
     return AI_OK;
 }
 
-/* Every key of object o is one of the NULL-terminated list. */
+/* Every key of object o is one of the NULL-terminated list known, all
+ * present, or an optional term of a rank (PROFILE_TERMS, with terms). */
 static ai_status_t profile_json_keys(const char *path, const char *where, json_t *o,
-                                     const char *const *known)
+                                     const char *const *known, int terms)
 {
     if (!json_is_object(o))
         return ai_fail(AI_ERR_INVALID, "%s: %s: want an object", path, where);
@@ -1134,6 +1194,8 @@ static ai_status_t profile_json_keys(const char *path, const char *where, json_t
         int ok = 0;
         for (int i = 0; known[i] && !ok; i++)
             ok = !strcmp(key, known[i]);
+        for (size_t i = 0; terms && i < NTERMS && !ok; i++)
+            ok = !strcmp(key, PROFILE_TERMS[i].name);
         if (!ok)
             return ai_fail(AI_ERR_INVALID, "%s: %s%s%s: unknown key", path, where,
                            *where ? "." : "", key);
@@ -1153,7 +1215,7 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
     char w[96];
     long long v = 0;
     snprintf(w, sizeof w, "ranks[%zu]", ri);
-    ai_status_t st = profile_json_keys(path, w, r, keys);
+    ai_status_t st = profile_json_keys(path, w, r, keys, 1);
     json_t *host = json_object_get(r, "host"), *steps = json_object_get(r, "step");
     if (st != AI_OK)
         return st;
@@ -1178,6 +1240,12 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
     if ((st = profile_json_number(path, w, json_object_get(r, "optimizer_s"), 0, 0,
                                   &p->optimizer_s)) != AI_OK)
         return st;
+    for (size_t i = 0; i < NTERMS; i++) {
+        json_t *t = json_object_get(r, PROFILE_TERMS[i].name);
+        snprintf(w, sizeof w, "ranks[%zu].%s", ri, PROFILE_TERMS[i].name);
+        if (t && (st = profile_json_number(path, w, t, 0, 0, profile_term(p, i))) != AI_OK)
+            return st;
+    }
     if (!json_is_array(steps) || json_array_size(steps) < 1 ||
         json_array_size(steps) > AI_PROFILE_POINTS)
         return ai_fail(AI_ERR_INVALID, "%s: ranks[%zu].step: want an array of 1..%d points", path,
@@ -1188,7 +1256,7 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
     json_array_foreach(steps, si, s)
     {
         snprintf(w, sizeof w, "ranks[%zu].step[%zu]", ri, si);
-        if ((st = profile_json_keys(path, w, s, pkeys)) != AI_OK)
+        if ((st = profile_json_keys(path, w, s, pkeys, 0)) != AI_OK)
             return st;
         snprintf(w, sizeof w, "ranks[%zu].step[%zu].batch", ri, si);
         if ((st = profile_json_int(path, w, json_object_get(s, "batch"), 1, 1 << 20, &v)) != AI_OK)
@@ -1221,7 +1289,7 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
     ai_kb_profile *ps = NULL, base = {0};
     json_t *kind = json_object_get(root, "kind"), *fp = json_object_get(root, "fingerprint"),
            *model = json_object_get(root, "model"), *ranks = json_object_get(root, "ranks");
-    ai_status_t st = profile_json_keys(path, "", root, keys);
+    ai_status_t st = profile_json_keys(path, "", root, keys, 0);
     long long v = 0;
     if (st != AI_OK)
         goto out;
@@ -1244,7 +1312,7 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
         goto out;
     }
     snprintf(base.fingerprint, sizeof base.fingerprint, "%s", json_string_value(fp));
-    if ((st = profile_json_keys(path, "model", model, mkeys)) != AI_OK)
+    if ((st = profile_json_keys(path, "model", model, mkeys, 0)) != AI_OK)
         goto out;
     json_t *preset = json_object_get(model, "preset");
     if (!json_is_string(preset) || !*json_string_value(preset) ||
