@@ -383,6 +383,28 @@ static int bucket_term(train_eval *e, int n, double sz, double t, const char *sr
     return add_term(e, n * t, src, "allreduce: %d buckets of %s, %.4f s each", n, s1, t);
 }
 
+/* The step's overhead outside compute and optimizer (kb:profile
+ * step_overhead_s: zero_grad, the batch's windows, the step's bookkeeping),
+ * the slowest rank's, as a term of e: its seconds, or -1 out of memory. */
+static double overhead_term(const train_ctx *x, train_eval *e)
+{
+    double vmax = 0;
+    int vslow = 0;
+    char src[TRAIN_SRC];
+    for (int i = 0; i < x->R; i++)
+        if (x->rk[i].over_s > vmax) {
+            vmax = x->rk[i].over_s;
+            vslow = i;
+        }
+    if (vmax <= 0)
+        return 0;
+    snprintf(src, sizeof src, "kb:profile rank %d (step_overhead_s)", vslow);
+    if (add_term(e, vmax, src, "step overhead: zero_grad, the batch's windows, the step's"
+                               " bookkeeping (slowest: rank %d)", vslow))
+        return -1;
+    return vmax;
+}
+
 /* Evaluate data parallelism with shares e->shares, micro-batch e->mb and
  * bucket cap e->cap_mb; fills the step and the terms. */
 static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
@@ -401,8 +423,8 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     double rest = x->G - first, capb = e->cap_mb * 1024 * 1024;
     double last = rest > 0 ? rest - capb * ceil(rest / capb - 1) : first;
     double beside = (x->G - last) / x->G;
-    double cmax = 0, omax = 0, vmax = 0, cslow = 0;
-    int slow = 0, oslow = 0, vslow = 0;
+    double cmax = 0, omax = 0, cslow = 0;
+    int slow = 0, oslow = 0;
     for (int i = 0; i < x->R; i++) {
         double c0 = rank_compute(&x->rk[i], e->shares[i], e->mb);
         double c = c0 + (e->shares[i] > 0 ? beside * x->rk[i].red_s : 0);
@@ -414,10 +436,6 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
         if (x->rk[i].opt_s > omax) {
             omax = x->rk[i].opt_s;
             oslow = i;
-        }
-        if (x->rk[i].over_s > vmax) {
-            vmax = x->rk[i].over_s;
-            vslow = i;
         }
     }
     /* buckets in backward order, reduced one after the other as the
@@ -475,9 +493,8 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
         (snprintf(src, sizeof src, "kb:profile rank %d", oslow),
          add_term(e, omax, src, "optimizer step (slowest: rank %d)", oslow)))
         return ai_fail(AI_ERR_NOMEM, "plan train");
-    if (vmax > 0 && (snprintf(src, sizeof src, "kb:profile rank %d (step_overhead_s)", vslow),
-                     add_term(e, vmax, src, "step overhead: zero_grad, the batch's windows, the"
-                                            " step's bookkeeping (slowest: rank %d)", vslow)))
+    double vmax = overhead_term(x, e);
+    if (vmax < 0)
         return ai_fail(AI_ERR_NOMEM, "plan train");
     e->compute = cmax;
     e->exposed = exposed;
@@ -543,37 +560,51 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     for (int s = 0; s < P; s++)
         for (int j = 0; j < k; j++)
             e->shares[order[s * k + j]] = s == 0 ? rb[j] : 0;
-    /* 1F1B: (M-1) x the bottleneck stage + one pass through all stages,
-     * each boundary crossed by activations forward and gradients back */
+    /* 1F1B, per replica j of M_j micro-batches: (M_j - 1) x its bottleneck
+     * stage + one pass through all its stages, each boundary crossed by
+     * activations forward and gradients back (M_j + P - 2 times each way
+     * on the busiest link). The step waits for the slowest replica; a
+     * replica of fewer micro-batches is not charged the largest count. */
     double act = (double)m * x->ctx * x->dim * 4;
-    double tp2p = p2p_time(&x->ar, act, src), worst = 0, sum = 0;
-    int wslow = 0, wstage = 0;
-    for (int s = 0; s < P; s++) {
-        double ts = 0;
-        int who = order[s * k];
-        for (int j = 0; j < k; j++) {
+    double tp2p = p2p_time(&x->ar, act, src), compute = 0, worst = 0, sum = 0, p2p = 0;
+    int wslow = order[0], wstage = 0, wrep = 0, wM = 1;
+    for (int j = 0; j < k; j++) {
+        int Mj = (rb[j] + m - 1) / m;
+        if (Mj == 0)
+            continue;
+        double bott = 0, pass = 0;
+        int who = order[j], at = 0;
+        for (int s = 0; s < P; s++) {
             double t = fwd_bwd(&x->rk[order[s * k + j]], m) * e->stage_layers[s] / x->L;
-            if (t > ts) {
-                ts = t;
+            pass += t;
+            if (t > bott) {
+                bott = t;
                 who = order[s * k + j];
+                at = s;
             }
         }
-        sum += ts;
-        if (ts > worst) {
-            worst = ts;
+        double links = 2.0 * (Mj + P - 2) * tp2p;
+        if ((Mj - 1) * bott + pass + links > compute + p2p) {
+            compute = (Mj - 1) * bott + pass;
+            p2p = links;
+            worst = bott;
+            sum = pass;
             wslow = who;
-            wstage = s;
+            wstage = at;
+            wrep = j;
+            wM = Mj;
         }
     }
-    double compute = (M - 1) * worst + sum;
     snprintf(s1, sizeof s1, "kb:profile rank %d", wslow);
-    if (add_term(e, (M - 1) * worst, s1,
-                 "pipeline: %d more micro-batches of %d through stage %d (rank %d, %d layers)",
-                 M - 1, m, wstage, wslow, e->stage_layers[wstage]) ||
-        add_term(e, sum, "kb:profile (every stage's slowest rank)",
-                 "pipeline: one micro-batch through all %d stages", P) ||
-        add_term(e, 2.0 * (M + P - 2) * tp2p, src, "activations: %d x 2 messages of %.0f KiB",
-                 M + P - 2, act / 1024))
+    char s4[TRAIN_SRC];
+    snprintf(s4, sizeof s4, "kb:profile (replica %d's ranks)", wrep);
+    if (add_term(e, (wM - 1) * worst, s1,
+                 "pipeline: %d more micro-batches of %d through stage %d (rank %d, %d layers)"
+                 " of replica %d, the slowest",
+                 wM - 1, m, wstage, wslow, e->stage_layers[wstage], wrep) ||
+        add_term(e, sum, s4, "pipeline: one micro-batch through all %d stages", P) ||
+        add_term(e, p2p, src, "activations: %d x 2 messages of %.0f KiB", wM + P - 2,
+                 act / 1024))
         return ai_fail(AI_ERR_NOMEM, "plan train");
     double comm = 0;
     for (int s = 0; s < P; s++) {
@@ -596,15 +627,17 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     }
     char s3[TRAIN_SRC];
     snprintf(s3, sizeof s3, "kb:profile rank %d", oslow);
+    double vmax = -1;
     if (add_term(e, comm, src, "allreduce: each stage's gradients over its %d ranks", k) ||
-        add_term(e, omax, s3, "optimizer step of a stage's layers (slowest: rank %d)", oslow))
+        add_term(e, omax, s3, "optimizer step of a stage's layers (slowest: rank %d)", oslow) ||
+        (vmax = overhead_term(x, e)) < 0)
         return ai_fail(AI_ERR_NOMEM, "plan train");
     e->compute = compute;
-    e->exposed = 2.0 * (M + P - 2) * tp2p + comm;
+    e->exposed = p2p + comm;
     e->opt = omax;
     e->slow = wslow;
-    e->over = 0;
-    e->step = compute + e->exposed + omax;
+    e->over = vmax;
+    e->step = compute + e->exposed + omax + vmax;
     return AI_OK;
 }
 
