@@ -24,7 +24,6 @@ ranks wait on each other: it completes even if every send waits for its
 receiver (simulate() checks it).
 """
 import datetime
-import json
 import math
 import statistics
 import sys
@@ -521,10 +520,4 @@ def main(a, T):
                  " ".join("%.3f" % x for x in busy_med),
                  ", loss %.3f reached at %.1f s (step %d)" % (a.target_loss, t_target, s_target)
                  if t_target is not None else ""), flush=True)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(result, f)
-                f.write("\n")
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return T.finish(a, result if rank == 0 else None)

@@ -751,10 +751,16 @@ def main(argv):
                  ",".join(map(str, shares)), " ".join("%.3f" % x for x in strag),
                  ", loss %.3f reached at %.1f s (step %d)" % (a.target_loss, t_target, s_target)
                  if t_target is not None else ""), flush=True)
-        if a.json:
-            with open(a.json, "w") as f:
-                json.dump(result, f)
-                f.write("\n")
+    return finish(a, result if rank == 0 else None)
+
+
+def finish(a, result):
+    """The end of a run that trained: rank 0 (result not None) writes
+    --json, then every rank leaves the group. Exit status 0."""
+    if result is not None and a.json:
+        with open(a.json, "w") as f:
+            json.dump(result, f)
+            f.write("\n")
     dist.barrier()
     dist.destroy_process_group()
     return 0
