@@ -549,11 +549,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         return st;
     e->pp = P;
     e->nterms = 0;
-    int m = e->mb, M = 0;
-    for (int j = 0; j < k; j++)
-        if ((rb[j] + m - 1) / m > M)
-            M = (rb[j] + m - 1) / m;
-    e->micro_batches = M;
+    int m = e->mb;
     /* the contract's shares sum to B: a replica's samples are listed at
      * its first-stage rank, which takes them in; later stages get their
      * work from the stage before (0 here) */
@@ -568,8 +564,10 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double act = (double)m * x->ctx * x->dim * 4;
     double tp2p = p2p_time(&x->ar, act, src), compute = 0, worst = 0, sum = 0, p2p = 0;
     int wslow = order[0], wstage = 0, wrep = 0, wM = 1;
+    e->micro_batches = 0; /* the plan's: the most of any replica */
     for (int j = 0; j < k; j++) {
         int Mj = (rb[j] + m - 1) / m;
+        e->micro_batches = Mj > e->micro_batches ? Mj : e->micro_batches;
         if (Mj == 0)
             continue;
         double bott = 0, pass = 0;
