@@ -51,23 +51,48 @@ def timed(fn, min_s=0.2, reps=3):
     return statistics.median(ts)
 
 
-def together(fn, reps=2):
-    """Median seconds of fn on this rank, every rank calling fn (no
+def together(fn, reps=2, min_s=2.0):
+    """Seconds per call of fn on this rank, every rank calling fn (no
     collective in it: the ranks call it a different number of times) over
     one window of wall time: after a warm-up call, the window is reps x the
-    slowest rank's warm-up, and each rank calls fn until it ends (at least
-    reps times), so that no rank measures while the others idle."""
+    slowest rank's warm-up and at least min_s, and each rank calls fn until
+    it ends (at least reps times), so that no rank measures while the
+    others idle. The window's time over its calls, not a median of the
+    calls: under a CPU quota (the testbed's nodes, a container's cgroup) a
+    call shorter than the quota's period runs at the host's speed until
+    the period's quota is spent and the next call waits out the period, so
+    the median call is the unthrottled one. min_s spans twenty 100 ms
+    periods (the CFS default): the window ends within a period, which
+    leaves the mean off the quota's rate by up to a period's share."""
     t0 = time.perf_counter()
     fn()
-    w = torch.tensor([reps * (time.perf_counter() - t0)], dtype=torch.float64)
+    w = torch.tensor([max(min_s, reps * (time.perf_counter() - t0))], dtype=torch.float64)
     dist.all_reduce(w, op=dist.ReduceOp.MAX)
     dist.barrier()
-    ts, end = [], time.perf_counter() + float(w)
-    while len(ts) < reps or time.perf_counter() < end:
-        t = time.perf_counter()
+    n, start = 0, time.perf_counter()
+    end = start + float(w)
+    while n < reps or time.perf_counter() < end:
         fn()
-        ts.append(time.perf_counter() - t)
-    return statistics.median(ts)
+        n += 1
+    return (time.perf_counter() - start) / n
+
+
+def batch_points(lo, B, largest):
+    """The profile's batch points past 1, 2, 4, 8: powers of two up to the
+    share the fastest rank is likely to get, from every rank's seconds at
+    the base points lo (a ranks x points tensor, the same on every rank, so
+    every rank picks the same points): B x its speed over the sum of the
+    speeds, a rank's speed 1 / its seconds at the largest base point, with
+    20% to spare; at most largest (the job's largest micro-batch) and B.
+    The planner then reads every share it may give from measured points,
+    not from the line through small batches."""
+    speed = [1.0 / row[-1] for row in lo.tolist()]
+    top = min(largest, B, math.ceil(1.2 * B * max(speed) / sum(speed)))
+    pts, b = [], 16
+    while b < top:
+        pts.append(b)
+        b *= 2
+    return pts + [top] if top > 8 else pts
 
 
 def kernels(a, model):
@@ -89,11 +114,12 @@ def kernels(a, model):
     return gemm_flops / gemm_s / 1e9, attn_flops / attn_s / 1e9
 
 
-def measure(a, ddp, opt, order, world, B, micro):
+def measure(a, ddp, opt, order, world, B, largest):
     """This rank's profile entry (without rank and host), measured with
     every rank of the job calling it at once: ddp the job's DDP wrapper of
     a fresh model, opt its optimizer, order the job's GlobalOrder (its
-    windows), B the global batch, micro the job's micro-batch."""
+    windows), B the global batch, largest the job's largest micro-batch
+    (--micro-batch, else B)."""
     model = ddp.module
     gemm, attn = kernels(a, model)
     rank = dist.get_rank()
@@ -109,7 +135,12 @@ def measure(a, ddp, opt, order, world, B, micro):
         return run
 
     steps = [{"batch": b, "fwd_bwd_s": together(micro_batch(b))}
-             for b in sorted({1, 2, 4, min(micro, 8)})]
+             for b in sorted({1, 2, 4, min(largest, 8)})]
+    lo = torch.zeros(world, len(steps), dtype=torch.float64)
+    lo[rank] = torch.tensor([pt["fwd_bwd_s"] for pt in steps], dtype=torch.float64)
+    dist.all_reduce(lo)
+    steps += [{"batch": b, "fwd_bwd_s": together(micro_batch(b))}
+              for b in batch_points(lo, B, largest)]
     # the optimizer where the job runs it: right after a reduction of the
     # gradients, every rank at once
     grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
@@ -130,9 +161,9 @@ def measure(a, ddp, opt, order, world, B, micro):
     # start, alternately, every rank the same calls (collectives in them)
     red = torch.tensor([statistics.median(red_s[1:])], dtype=torch.float64)
     dist.all_reduce(red, op=dist.ReduceOp.MAX)
-    lo = torch.tensor([[pt["fwd_bwd_s"] for pt in steps]], dtype=torch.float64)
-    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
-    pick = next((i for i, t in enumerate(lo[0].tolist()) if t >= 1.5 * float(red)), len(steps) - 1)
+    least = torch.tensor([[pt["fwd_bwd_s"] for pt in steps]], dtype=torch.float64)
+    dist.all_reduce(least, op=dist.ReduceOp.MIN)
+    pick = next((i for i, t in enumerate(least[0].tolist()) if t >= 1.5 * float(red)), len(steps) - 1)
     run = micro_batch(steps[pick]["batch"])
     alone, beside = [], []
     for _ in range(3):

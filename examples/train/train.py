@@ -470,7 +470,7 @@ def smoothed_time_to(losses, times, target, window=5):
     return None, None
 
 
-def profile_compute(a, world, B, micro, cap, ds):
+def profile_compute(a, world, B, cap, ds):
     """This rank's entry of the compute profile (compute_profile.py), on a
     fresh model under DDP with its own AdamW and its own order of the
     windows (the job's own model and order are left as they are)."""
@@ -480,7 +480,8 @@ def profile_compute(a, world, B, micro, cap, ds):
     ddp = DDP(model, bucket_cap_mb=cap)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=0.01)
     try:
-        return compute_profile.measure(a, ddp, opt, GlobalOrder(ds, a.seed + 1), world, B, micro)
+        return compute_profile.measure(a, ddp, opt, GlobalOrder(ds, a.seed + 1), world, B,
+                                       a.micro_batch or B)
     finally:
         del ddp, opt
 
@@ -629,7 +630,7 @@ def main(argv):
     model_desc = {"preset": a.model, "layers": a.layers, "dim": a.dim, "heads": a.heads, "ctx": a.ctx}
 
     if a.profile_out:
-        mine = profile_compute(a, world, B, micro, cap, ds)
+        mine = profile_compute(a, world, B, cap, ds)
         mine = dict(rank=rank, host=os.environ.get("AUTOINFRA_HOST") or socket.gethostname(), **mine)
         every = [None] * world
         dist.all_gather_object(every, mine)

@@ -50,6 +50,11 @@
 #define TRAIN_MAX_BUCKETS 4096
 #define TRAIN_MAX_BATCH 1000000
 #define TRAIN_SRC 192
+/* How much less a data-parallel plan of smaller micro-batches must predict
+ * to be chosen over larger ones: a rank's profile points scatter by up to
+ * about 10% around the line through them (3-11% RMS over 16 rank profiles
+ * of the tiny model on T5, docs/planner.md). */
+#define TRAIN_MB_MARGIN 0.10
 
 /* One rank's compute model. */
 typedef struct {
@@ -965,34 +970,37 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
         goto fail;
     p->best.step = p->best_dp.step = p->best_pipe.step = INFINITY;
 
-    /* candidates: micro-batches at the measured points and none (one
-     * micro-batch); bucket caps around DDP's default */
-    int mbs[AI_PROFILE_POINTS + 2], nmb = 0;
+    /* candidates: no accumulation (one micro-batch), then the measured
+     * points from the largest down; bucket caps around DDP's default. A
+     * micro-batch below the best one so far must predict TRAIN_MB_MARGIN
+     * less: the profile's points scatter by that much (above), and
+     * accumulating gradients on noise costs a pass per micro-batch. */
+    int mbs[AI_PROFILE_POINTS + 2], nmb = 0, done_mb[AI_PROFILE_POINTS + 2], ndone = 0;
     static const double caps[] = {1, 2, 4, 8, 16, 25, 32, 64, 128};
     if (fix.mb) {
         mbs[nmb++] = fix.mb;
     } else {
-        for (int j = 0; j < x.rk[0].n; j++)
+        mbs[nmb++] = B;
+        for (int j = x.rk[0].n - 1; j >= 0; j--)
             mbs[nmb++] = x.rk[0].b[j];
-        mbs[nmb++] = B; /* no accumulation */
     }
     char sbuf[256];
     int ncaps = fix.cap_mb > 0 ? 1 : (int)(sizeof caps / sizeof caps[0]);
-    for (int mi = 0; mi < nmb; mi++) {
-        if (fix.pp > 1)
-            break;
+    for (int mi = 0; mi < nmb && fix.pp <= 1; mi++) {
         e.mb = mbs[mi];
         if (fix.shares_n)
             memcpy(e.shares, fix.shares, (size_t)R * sizeof *e.shares);
         else
             balance(&x, B, e.mb, e.shares);
-        int maxb = 0;
+        int maxb = 1, seen = 0;
         for (int i = 0; i < R; i++)
             maxb = e.shares[i] > maxb ? e.shares[i] : maxb;
-        if (e.mb > maxb && mi + 1 < nmb && !fix.mb)
-            continue; /* the same as no accumulation */
-        if (e.mb > maxb)
-            e.mb = maxb > 0 ? maxb : 1;
+        e.mb = e.mb < maxb ? e.mb : maxb; /* above the largest share: no accumulation */
+        for (int j = 0; j < ndone; j++)
+            seen |= done_mb[j] == e.mb;
+        if (seen)
+            continue;
+        done_mb[ndone++] = e.mb;
         double mb_best = INFINITY, mb_cap = 0;
         for (int ci = 0; ci < ncaps; ci++) {
             e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : caps[ci];
@@ -1002,7 +1010,8 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
                 mb_best = e.step;
                 mb_cap = e.cap_mb;
             }
-            if (e.step < p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
+            double need = e.mb < p->best_dp.mb ? 1 - TRAIN_MB_MARGIN : 1;
+            if (e.step < need * p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
                 goto fail;
         }
         note(p, "data parallel, micro-batch %d (shares %s): best bucket cap %g MiB, %.4f s",
