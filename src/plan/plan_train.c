@@ -975,7 +975,7 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
      * micro-batch below the best one so far must predict TRAIN_MB_MARGIN
      * less: the profile's points scatter by that much (above), and
      * accumulating gradients on noise costs a pass per micro-batch. */
-    int mbs[AI_PROFILE_POINTS + 2], nmb = 0, done_mb[AI_PROFILE_POINTS + 2], ndone = 0;
+    int mbs[AI_PROFILE_POINTS + 2], nmb = 0, last_mb = 0;
     static const double caps[] = {1, 2, 4, 8, 16, 25, 32, 64, 128};
     if (fix.mb) {
         mbs[nmb++] = fix.mb;
@@ -992,15 +992,13 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
             memcpy(e.shares, fix.shares, (size_t)R * sizeof *e.shares);
         else
             balance(&x, B, e.mb, e.shares);
-        int maxb = 1, seen = 0;
+        int maxb = 1;
         for (int i = 0; i < R; i++)
             maxb = e.shares[i] > maxb ? e.shares[i] : maxb;
         e.mb = e.mb < maxb ? e.mb : maxb; /* above the largest share: no accumulation */
-        for (int j = 0; j < ndone; j++)
-            seen |= done_mb[j] == e.mb;
-        if (seen)
-            continue;
-        done_mb[ndone++] = e.mb;
+        if (e.mb == last_mb)
+            continue; /* the candidates above the largest share, once */
+        last_mb = e.mb;
         double mb_best = INFINITY, mb_cap = 0;
         for (int ci = 0; ci < ncaps; ci++) {
             e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : caps[ci];
