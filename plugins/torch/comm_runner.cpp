@@ -4,6 +4,8 @@
 // to the runtime's and refuse the rest by name.
 #include "comm_runner.hpp"
 
+#include <c10/util/StringUtil.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -41,13 +43,16 @@ ai_op to_ai(Op op) {
   return AI_SUM;
 }
 
-void need(bool ok, const char* what, const std::string& why) {
-  if (!ok) throw std::runtime_error(std::string("autoinfra ") + what + ": " + why);
+// The message is put together only when the check fails: these checks
+// run on every call.
+template <typename... Why>
+void need(bool ok, const char* what, const Why&... why) {
+  if (!ok) throw std::runtime_error(c10::str("autoinfra ", what, ": ", why...));
 }
 
 void check_tensor(const at::Tensor& t, const char* what) {
   need(t.defined(), what, "undefined tensor");
-  need(t.device().is_cpu(), what, "tensor on " + t.device().str() + "; the backend serves CPU tensors");
+  need(t.device().is_cpu(), what, "tensor on ", t.device(), "; the backend serves CPU tensors");
   need(t.layout() == at::kStrided, what, "sparse tensors are not supported");
 }
 
@@ -125,16 +130,40 @@ CommRunner::~CommRunner() {
   ai_comm_destroy(comm_);
 }
 
-uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done) {
+uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done,
+                             bool defer) {
   uint64_t ticket;
+  bool deferred;
   {
     std::lock_guard<std::mutex> l(mu_);
+    double now = ai_now();
+    if (defer) last_defer_ = now;
+    deferred = defer && looking_out_ && !running_ && queue_.empty();
+    deferred_ += deferred;
+    // A call behind others: its caller did not wait for them, so none of
+    // them is taken back; they start now.
+    for (auto& j : queue_) j.not_before = 0;
     ticket = ++tickets_;
-    queue_.push_back(Job{ticket, std::move(fn), std::move(done)});
+    queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0});
     queued_.fetch_add(1, std::memory_order_release);
   }
-  cv_.notify_one();
+  if (!deferred) cv_.notify_all();
   return ticket;
+}
+
+uint64_t CommRunner::deferred_calls() {
+  std::lock_guard<std::mutex> l(mu_);
+  return deferred_;
+}
+
+void CommRunner::expedite() {
+  bool any = false;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    for (auto& j : queue_)
+      if (j.not_before > 0) j.not_before = 0, any = true;
+  }
+  if (any) cv_.notify_all();
 }
 
 bool CommRunner::run_queued(uint64_t ticket) {
@@ -255,6 +284,18 @@ bool CommRunner::revoked() {
   return !revoked_.empty();
 }
 
+void CommRunner::large_posted() {
+  if (!last_waited_.exchange(false, std::memory_order_relaxed)) streak_.store(0, std::memory_order_relaxed);
+}
+
+void CommRunner::large_waited(bool at_once) {
+  last_waited_.store(true, std::memory_order_relaxed);
+  if (!at_once)
+    streak_.store(0, std::memory_order_relaxed);
+  else if (streak_.load(std::memory_order_relaxed) < kWaitStreak)
+    streak_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void CommRunner::set_wait_mode() { ai_comm_set_block_waits(comm_, !inline_ && waiters_ == 0); }
 
 void CommRunner::wait_begin() {
@@ -279,8 +320,25 @@ void CommRunner::loop() {
       std::this_thread::yield();
     {
       std::unique_lock<std::mutex> l(mu_);
-      cv_.wait(l, [this] { return (stop_ || !queue_.empty()) && !running_; });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
+      for (;;) {
+        // Run the next call unless it is deferred; else sleep, until a
+        // deferred call's time or, while calls are deferred, kLookoutS.
+        double now = ai_now(), until_s = 0;
+        if (!running_ && queue_.empty() && stop_) return;  // everything queued has run
+        if (!running_ && !queue_.empty()) {
+          if (stop_ || queue_.front().not_before <= now) break;
+          until_s = queue_.front().not_before;
+        } else if (waits_at_once() && now - last_defer_ < kTickIdleS) {
+          until_s = now + kLookoutS;
+        }
+        if (until_s > 0) {
+          looking_out_ = true;
+          cv_.wait_for(l, std::chrono::duration<double>(until_s - now));
+          looking_out_ = false;
+        } else {
+          cv_.wait(l);
+        }
+      }
       job = std::move(queue_.front());
       queue_.pop_front();
       queued_.fetch_sub(1, std::memory_order_release);
@@ -344,8 +402,7 @@ void CommRunner::reduce(at::Tensor& t, Op op, int root) {
 
 void CommRunner::allgather(std::vector<at::Tensor>& outs, const at::Tensor& in) {
   need(outs.size() == static_cast<size_t>(size_), "allgather",
-       "want one output tensor per rank (" + std::to_string(size_) + "), got " +
-           std::to_string(outs.size()));
+       "want one output tensor per rank (", size_, "), got ", outs.size());
   at::Tensor src = contiguous_in(in, "allgather");
   for (auto& o : outs)
     need(o.numel() == in.numel() && o.scalar_type() == in.scalar_type(), "allgather",
@@ -366,8 +423,7 @@ void CommRunner::allgather_base(at::Tensor& out, const at::Tensor& in) {
 
 void CommRunner::reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, Op op) {
   need(ins.size() == static_cast<size_t>(size_), "reduce_scatter",
-       "want one input tensor per rank (" + std::to_string(size_) + "), got " +
-           std::to_string(ins.size()));
+       "want one input tensor per rank (", size_, "), got ", ins.size());
   for (const auto& i : ins)
     need(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(), "reduce_scatter",
          "input tensors must match the output's size and dtype");
@@ -390,8 +446,7 @@ void CommRunner::exchange(const char* what, const std::vector<const char*>& sptr
                           const std::vector<size_t>& sbytes, const std::vector<char*>& rptr,
                           const std::vector<size_t>& rbytes) {
   need(rbytes[rank_] == sbytes[rank_], what,
-       "this rank sends itself " + std::to_string(sbytes[rank_]) + " bytes but expects " +
-           std::to_string(rbytes[rank_]));
+       "this rank sends itself ", sbytes[rank_], " bytes but expects ", rbytes[rank_]);
   if (sbytes[rank_] > 0) std::memcpy(rptr[rank_], sptr[rank_], sbytes[rank_]);
   // Step d: send to rank + d, receive from rank - d; every rank is in
   // exactly one pair per direction per step, so nobody waits in a cycle.
@@ -418,24 +473,24 @@ void CommRunner::alltoall_base(at::Tensor& out, const at::Tensor& in,
   // Splits count rows along dim 0; empty: equal rows per rank.
   auto blocks = [&](const at::Tensor& t, const std::vector<int64_t>& splits, const char* side,
                     std::vector<size_t>& off, std::vector<size_t>& len) {
-    need(t.dim() >= 1, what, std::string(side) + " tensor has no dim 0 to split");
+    need(t.dim() >= 1, what, side, " tensor has no dim 0 to split");
     int64_t rows = t.size(0), row_bytes = rows ? static_cast<int64_t>(nbytes(t)) / rows : 0;
     std::vector<int64_t> sp = splits;
     if (sp.empty()) {
-      need(rows % size_ == 0, what, std::string(side) + " rows do not divide by the ranks");
+      need(rows % size_ == 0, what, side, " rows do not divide by the ranks");
       sp.assign(size_, rows / size_);
     }
     need(sp.size() == static_cast<size_t>(size_), what,
-         std::string(side) + " splits: want " + std::to_string(size_) + " entries");
+         side, " splits: want ", size_, " entries");
     int64_t sum = 0;
     for (int r = 0; r < size_; r++) {
-      need(sp[r] >= 0, what, std::string(side) + " split is negative");
+      need(sp[r] >= 0, what, side, " split is negative");
       off[r] = static_cast<size_t>(sum * row_bytes);
       len[r] = static_cast<size_t>(sp[r] * row_bytes);
       sum += sp[r];
     }
-    need(sum == rows, what, std::string(side) + " splits sum to " + std::to_string(sum) +
-                                ", the tensor has " + std::to_string(rows) + " rows");
+    need(sum == rows, what, side, " splits sum to ", sum, ", the tensor has ", rows,
+         " rows");
   };
   std::vector<size_t> soff(size_), slen(size_), roff(size_), rlen(size_);
   blocks(in, in_splits, "input", soff, slen);
@@ -453,7 +508,7 @@ void CommRunner::alltoall_base(at::Tensor& out, const at::Tensor& in,
 void CommRunner::alltoall(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins) {
   const char* what = "alltoall";
   need(outs.size() == static_cast<size_t>(size_) && ins.size() == static_cast<size_t>(size_), what,
-       "want one input and one output tensor per rank (" + std::to_string(size_) + ")");
+       "want one input and one output tensor per rank (", size_, ")");
   std::vector<at::Tensor> src(size_);
   std::vector<Staged> dst;
   dst.reserve(size_);
@@ -480,7 +535,7 @@ void CommRunner::gather(std::vector<at::Tensor>& outs, const at::Tensor& in, int
     return;
   }
   need(outs.size() == static_cast<size_t>(size_), what,
-       "the root wants one output tensor per rank (" + std::to_string(size_) + ")");
+       "the root wants one output tensor per rank (", size_, ")");
   for (int r = 0; r < size_; r++) {
     need(outs[r].numel() == in.numel() && outs[r].scalar_type() == in.scalar_type(), what,
          "output tensors must match the input's size and dtype");
@@ -503,7 +558,7 @@ void CommRunner::scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, in
     return;
   }
   need(ins.size() == static_cast<size_t>(size_), what,
-       "the root wants one input tensor per rank (" + std::to_string(size_) + ")");
+       "the root wants one input tensor per rank (", size_, ")");
   for (int r = 0; r < size_; r++) {
     need(ins[r].numel() == out.numel() && ins[r].scalar_type() == out.scalar_type(), what,
          "input tensors must match the output's size and dtype");
@@ -531,6 +586,26 @@ ai_choice CommRunner::choice(ai_coll coll, size_t bytes) {
   ai_choice c{};
   check(ai_comm_choice(comm_, coll, bytes, &c), "choice");
   return c;
+}
+
+double CommRunner::capi_allreduce_loop(at::Tensor& t, int iters) {
+  TORCH_CHECK(t.is_contiguous(), "autoinfra capi_allreduce_loop: a contiguous tensor expected");
+  ai_dtype dt = reduce_dtype(t, "capi_allreduce_loop");
+  double s = 0;
+  exclusive([&] {
+    ai_comm_set_block_waits(comm_, 0);
+    ai_status_t st = AI_OK;
+    double t0 = ai_now();
+    for (int i = 0; i < iters && st == AI_OK; i++)
+      st = ai_allreduce(comm_, AI_IN_PLACE, t.data_ptr(), t.numel(), dt, AI_SUM, nullptr);
+    s = ai_now() - t0;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      set_wait_mode();
+    }
+    check(st, "allreduce (C API loop)");
+  });
+  return s;
 }
 
 std::string CommRunner::fingerprint() {

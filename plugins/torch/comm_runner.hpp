@@ -41,6 +41,21 @@ int poll_us();
 // time is the hand-off, and nothing would overlap them. DDP's gradient
 // buckets (25 MiB by default) stay asynchronous, overlapping backward.
 constexpr size_t kInlineBytes = 64 << 10;
+// A larger call is queued, but while its caller waits for each such call
+// at once (dist.all_reduce without async_op: the last kWaitStreak calls
+// were waited for within kAtOnceS of their return, and nobody asked for
+// their futures) the progress thread is not woken for it: the caller's
+// wait takes it back (run_queued), and with ranks sharing cores a wake per
+// call preempts a rank in the middle of a collective. The progress thread
+// then looks at the queue every kLookoutS instead, so a call that is not
+// waited for still starts within kLookoutS; asking for its future (DDP's
+// buckets, comm hooks), polling it, a later call or a later wait starts
+// it at once and ends the streak. After kTickIdleS without such a call the
+// progress thread sleeps until woken again.
+constexpr int kWaitStreak = 3;
+constexpr double kAtOnceS = 100e-6;
+constexpr double kLookoutS = 1e-3;
+constexpr double kTickIdleS = 0.1;
 
 class CommRunner {
  public:
@@ -56,8 +71,11 @@ class CommRunner {
 
   // Queue fn for the progress thread; done(nullptr) or done(exception)
   // follows on that thread once fn returned or threw. Returns the call's
-  // ticket for run_queued.
-  uint64_t enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done);
+  // ticket for run_queued. defer: the caller waits at once (kWaitStreak):
+  // the progress thread is not woken, if it looks out anyway and nothing
+  // runs or is queued.
+  uint64_t enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done,
+                   bool defer = false);
   // A caller that waits for a queued call at once (dist.all_reduce of a
   // large tensor) runs it itself, fn and done, if it is the next call and
   // the progress thread has not taken it yet: the hand-off to that thread
@@ -76,6 +94,19 @@ class CommRunner {
     *error = owned(fn);
     return true;
   }
+  // The streak of kWaitStreak's comment. large_posted: a call above
+  // kInlineBytes was posted; large_waited: one was waited for, at once or
+  // not; large_async: its future was asked for or it was polled.
+  // waits_at_once: whether the caller's next such call may be deferred.
+  void large_posted();
+  void large_waited(bool at_once);
+  void large_async() { streak_.store(0, std::memory_order_relaxed); }
+  bool waits_at_once() const { return streak_.load(std::memory_order_relaxed) >= kWaitStreak; }
+  // Every deferred call starts now (someone asked for its future, polled
+  // it, or waits for it behind another call).
+  void expedite();
+  // How many calls were queued deferred so far.
+  uint64_t deferred_calls();
   // A thread starts (begin) or stops (end) waiting for a queued call's
   // result. While one waits, or a call runs inline, nothing of this process
   // computes beside the call, so the runtime's waits poll before they sleep
@@ -131,6 +162,11 @@ class CommRunner {
   ai_choice choice(ai_coll coll, size_t bytes);
   // ai_comm_fingerprint (hex), on the progress thread.
   std::string fingerprint();
+  // The reference of bench/torch-overhead: iters in-place sum allreduces
+  // of t (contiguous) straight through the C API on this communicator, on
+  // the calling thread once the runner is idle, the runtime's waits
+  // polling as under `autoinfra bench`. Returns their seconds.
+  double capi_allreduce_loop(at::Tensor& t, int iters);
 
  private:
   void loop();
@@ -174,6 +210,7 @@ class CommRunner {
     uint64_t ticket;
     std::function<void()> fn;
     std::function<void(std::exception_ptr)> done;
+    double not_before;  // ai_now() before which the progress thread leaves it (deferred)
   };
   std::mutex mu_;
   std::condition_variable cv_;
@@ -186,6 +223,11 @@ class CommRunner {
   bool running_ = false;  // a call is running (progress thread or inline)
   bool inline_ = false;   // the running call runs on its caller's thread
   int waiters_ = 0;       // threads in wait_begin..wait_end
+  std::atomic<int> streak_{0};           // large calls in a row waited for at once
+  std::atomic<bool> last_waited_{true};  // the last large call was waited for
+  bool looking_out_ = false;  // under mu_: the progress thread sleeps at most kLookoutS
+  double last_defer_ = -1e9;  // under mu_: ai_now() of the last enqueue(defer)
+  uint64_t deferred_ = 0;     // under mu_: calls queued deferred
   int exclusive_waiters_ = 0;  // threads in exclusive() waiting for the runner to be idle
   // Under mu_: the runtime's wait mode for inline_ and waiters_.
   void set_wait_mode();

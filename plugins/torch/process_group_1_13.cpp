@@ -35,8 +35,9 @@ Op to_op(const c10d::ReduceOp& op, const char* what) {
 // never ask, and making and completing one costs about a microsecond.
 class AutoinfraWork : public c10d::Work {
  public:
-  AutoinfraWork(CommRunner* runner, int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type), runner_(runner), outputs_(std::move(outputs)) {}
+  AutoinfraWork(CommRunner* runner, int rank, c10d::OpType type, std::vector<at::Tensor> outputs,
+                bool large)
+      : c10d::Work(rank, type), runner_(runner), outputs_(std::move(outputs)), large_(large) {}
 
   std::vector<at::Tensor> result() override { return outputs_; }
 
@@ -45,9 +46,11 @@ class AutoinfraWork : public c10d::Work {
   // variable (comm_runner.hpp: 0 by default, the caller sleeps at once).
   // While it waits, the runtime's own waits for this call poll (wait_begin).
   bool wait(std::chrono::milliseconds timeout) override {
+    note(true);
     if (done_.load(std::memory_order_acquire)) return c10d::Work::wait(timeout);
     uint64_t ticket = ticket_.exchange(0, std::memory_order_relaxed);
     if (ticket && runner_->run_queued(ticket)) return c10d::Work::wait(timeout);
+    runner_->expedite();  // it is behind another call, or that one runs
     runner_->wait_begin();
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
     while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < until)
@@ -62,7 +65,14 @@ class AutoinfraWork : public c10d::Work {
     }
   }
 
+  // Polled: the caller does not wait at once.
+  bool isCompleted() override {
+    note(false);
+    return c10d::Work::isCompleted();
+  }
+
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    note(false);
     std::lock_guard<std::mutex> l(future_mu_);
     if (!future_) {
       future_ = c10::make_intrusive<c10::ivalue::Future>(list_type());
@@ -73,6 +83,10 @@ class AutoinfraWork : public c10d::Work {
 
   // The call was queued with this ticket (CommRunner::run_queued).
   void queued(uint64_t ticket) { ticket_.store(ticket, std::memory_order_relaxed); }
+  // post() returns it now: when a large call's wait counts as at once.
+  void posted() {
+    if (large_) posted_s_ = ai_now();
+  }
 
   // The future first: whoever wait() releases may ask for its value.
   void complete(std::exception_ptr e) {
@@ -100,8 +114,24 @@ class AutoinfraWork : public c10d::Work {
       f->markCompleted(c10::IValue(outputs_));
   }
 
+  // A large call's first wait, poll or future: the runner's streak
+  // (kWaitStreak in comm_runner.hpp); anything but a wait at once starts
+  // a deferred call now.
+  void note(bool waited) {
+    if (!large_ || noted_.exchange(true, std::memory_order_relaxed)) return;
+    if (waited) {
+      runner_->large_waited(ai_now() - posted_s_ < kAtOnceS);
+    } else {
+      runner_->large_async();
+      runner_->expedite();
+    }
+  }
+
   CommRunner* runner_;  // outlives every call it has not completed
   std::vector<at::Tensor> outputs_;
+  const bool large_;           // above kInlineBytes
+  double posted_s_ = 0;        // ai_now() when post() returned it
+  std::atomic<bool> noted_{false};
   std::mutex future_mu_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by getFuture
   bool finished_ = false;                           // under future_mu_
@@ -265,18 +295,25 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
   }
 
   // Small calls run inline when the runner is idle (comm_runner.hpp,
-  // kInlineBytes); the rest, and calls that find it busy, are queued.
+  // kInlineBytes); the rest, and calls that find it busy, are queued,
+  // large ones without waking the progress thread while their caller
+  // waits at once (kWaitStreak).
   template <typename F>
   c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
     size_t bytes = 0;
     for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
-    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type, std::move(outputs));
+    bool large = bytes > kInlineBytes;
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type,
+                                                   std::move(outputs), large);
     std::exception_ptr error;
-    if (bytes <= kInlineBytes && runner_->run_inline(fn, &error)) {
+    if (!large && runner_->run_inline(fn, &error)) {
       work->complete(error);
       return work;
     }
-    work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
+    if (large) runner_->large_posted();
+    work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); },
+                                  large && runner_->waits_at_once()));
+    work->posted();
     return work;
   }
 
@@ -437,6 +474,16 @@ std::string fingerprint(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return ai->fingerprint();
 }
 
+double capi_allreduce_loop(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, at::Tensor t,
+                           int iters) {
+  auto& r = autoinfra_group(pg, "capi_allreduce_loop")->runner();
+  return nogil([&] { return r.capi_allreduce_loop(t, iters); });
+}
+
+uint64_t deferred_calls(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return autoinfra_group(pg, "deferred_calls")->runner().deferred_calls();
+}
+
 }  // namespace
 void register_shares(pybind11::module_& m);  // shares_binding.cpp
 }  // namespace aitorch
@@ -464,6 +511,13 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "A newcomer's group in the job at job_addr (ai_comm_join).");
   m.def("fingerprint", &aitorch::fingerprint, pybind11::arg("group"),
         "The communicator's topology fingerprint, hex (ai_comm_fingerprint).");
+  m.def("capi_allreduce_loop", &aitorch::capi_allreduce_loop, pybind11::arg("group"),
+        pybind11::arg("tensor"), pybind11::arg("iters"),
+        "Seconds of iters in-place sum allreduces of tensor through the C API on group's "
+        "communicator (bench/torch-overhead's reference).");
+  m.def("deferred_calls", &aitorch::deferred_calls, pybind11::arg("group"),
+        "How many of group's calls were queued without waking its progress thread, their "
+        "caller waiting for each at once (comm_runner.hpp, kWaitStreak).");
   aitorch::register_shares(m);
   m.attr("torch_version") = "1.13";
 }

@@ -251,3 +251,16 @@ def fingerprint(group=None):
 Shares = _C.Shares
 shares_split = _C.shares_split
 shares_grad_weights = _C.shares_grad_weights
+
+
+def deferred_calls(group=None):
+    """How many of the group's calls were queued without waking its progress
+    thread, their caller waiting for each at once (docs/torch.md)."""
+    return _C.deferred_calls(_group(group))
+
+
+def capi_allreduce_loop(group, tensor, iters):
+    """Seconds of `iters` in-place sum allreduces of `tensor` (contiguous)
+    straight through the C API on `group`'s communicator, after its pending
+    calls: bench/torch-overhead's reference for what the backend adds."""
+    return _C.capi_allreduce_loop(_group(group), tensor, int(iters))

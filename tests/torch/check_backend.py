@@ -10,6 +10,8 @@
     check_backend.py revoke N        rank 0 revokes its group with calls queued behind
                                      a running one: they fail at once, naming the
                                      reason, and so does every later call, on every rank
+    check_backend.py deferred N      large calls waited for at once are deferred; an
+                                     asynchronous one nobody waits for still starts
 
 The parent starts N copies of itself with env:// variables on loopback and
 fails if any rank fails or the whole run exceeds its limit.
@@ -352,6 +354,47 @@ def revoke(rank, n):
     os._exit(0)  # the group is revoked; skip torch's teardown
 
 
+def deferred(rank, n):
+    # A caller that waits for each large call at once gets its calls
+    # queued without waking the progress thread (comm_runner.hpp,
+    # kWaitStreak). An asynchronous call after such a run, which the
+    # caller does not wait for before its peers need it, must still start
+    # on its own: rank 0 posts one and then waits on gloo for rank 1, who
+    # can only send once that call completed on every rank.
+    import torch
+    import torch.distributed as dist
+    import autoinfra.torch as at
+    gloo = dist.new_group(backend="gloo")
+    big = torch.ones(1 << 18)  # 1 MiB: above the inline limit
+    for k in range(12):
+        big.fill_(k)
+        dist.all_reduce(big)
+        same(big, torch.full_like(big, k * n), f"call {k} of the run waited for at once")
+    before = at.deferred_calls()
+    assert before > 0, "a run of calls waited for at once deferred none"
+    big.fill_(1)
+    flag = torch.zeros(1)
+    t0 = time.time()
+    if rank == 0:
+        w = dist.all_reduce(big, async_op=True)
+        dist.recv(flag, 1, group=gloo)
+        w.wait()
+    else:
+        dist.all_reduce(big)
+        if rank == 1:
+            dist.send(torch.ones(1), 0, group=gloo)
+    took = time.time() - t0
+    same(big, torch.full_like(big, n), "the asynchronous call nobody waited for")
+    assert took < 5, f"{took:.2f} s: the call nobody waited for started late"
+    # Its future asked for at once: it starts then; the result chains on.
+    big.fill_(2)
+    fut = dist.all_reduce(big, async_op=True).get_future().then(lambda f: f.value()[0] * 2)
+    same(fut.wait(), torch.full_like(big, 4 * n), "a future's chained value")
+    if rank == 0:
+        print(f"deferred on {n} ranks: {before} of 12 calls waited for at once were deferred; "
+              f"the call nobody waited for took {took * 1e3:.1f} ms")
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
@@ -361,7 +404,8 @@ def child(case, n):
     timeout = datetime.timedelta(seconds=10 if case == "kill" else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
-    {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke}[case](rank, n)
+    {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
+     "deferred": deferred}[case](rank, n)
     dist.destroy_process_group()
 
 
