@@ -12,6 +12,11 @@
  * work runs, and that `down` removes the cgroups. Skipped without a
  * working cgroup cpu controller.
  *
+ * A third brings up three nodes, one with a NIC a tenth as fast, and
+ * checks that `autoinfra bench` across them reports that node's rank as
+ * degraded (ai_comm_degraded, from the learner's probe of the links), and
+ * no rank once `shape` gives it the others' rate.
+ *
  * The testbed's state goes to a private directory under /tmp
  * (TESTBED_STATE), but namespace and link names (ai-*, aib-*, ain*, air*)
  * are global: the test runs `down` before and after, also on failure
@@ -316,6 +321,28 @@ static void test_testbed_allreduce_shaped(void **st)
     assert_clean();
 }
 
+/* Skip unless root, the testbed is free and the shell test `tools`
+ * passes (what: the tools, for the message); write the spec `text` to
+ * tmpdir/name (its path into path) and start from no testbed. */
+static void prepare(const char *tools, const char *what, const char *name, const char *text,
+                    char *path, size_t n)
+{
+    if (geteuid() != 0 || locked_out)
+        skip();
+    char *argv[] = {"/bin/sh", "-c", (char *)tools, NULL};
+    if (run(argv, 10) != 0) {
+        fprintf(stderr, "test_testbed: skipped: needs %s\n", what);
+        skip();
+    }
+    snprintf(path, n, "%s/%s", tmpdir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    assert_int_equal(run_down(), 0);
+    assert_clean();
+}
+
 /* Two nodes, f-0 at full speed and h-0 at half; a full-speed device gets
  * half a core (TESTBED_FULL_CORES), so both fit a busy 2-core host. */
 static const char speed_spec[] =
@@ -386,24 +413,11 @@ static double median_ratio(int reps)
 static void test_testbed_speed(void **st)
 {
     (void)st;
-    if (geteuid() != 0 || locked_out)
-        skip();
-    char *argv[] = {"/bin/sh", "-c", "command -v ip && command -v awk", NULL};
-    if (run(argv, 10) != 0) {
-        fprintf(stderr, "test_testbed: skipped: needs iproute2's 'ip' and awk\n");
-        skip();
-    }
     char sp[400];
-    snprintf(sp, sizeof sp, "%s/speed.json", tmpdir);
-    FILE *f = fopen(sp, "w");
-    assert_non_null(f);
-    fputs(speed_spec, f);
-    fclose(f);
+    prepare("command -v ip && command -v awk", "iproute2's 'ip' and awk", "speed.json", speed_spec,
+            sp, sizeof sp);
     setenv("TESTBED_FULL_CORES", "0.5", 1);
     unsetenv("TESTBED_CGROUP");
-
-    assert_int_equal(run_down(), 0);
-    assert_clean();
     char *up[] = {"/bin/sh", testbed, "up", sp, NULL};
     int rc = run(up, 60);
     if (rc != 0 && strstr(errbuf, "no cgroup cpu controller works here")) {
@@ -469,11 +483,80 @@ static void test_testbed_speed(void **st)
     unsetenv("TESTBED_FULL_CORES");
 }
 
+/* Three nodes at 500 Mbit/s, n-2's NIC at 50. */
+static const char slow_spec[] =
+    "{\"name\": \"three-one-slow\", \"node_groups\": [\n"
+    " {\"name\": \"n\", \"count\": 3, \"device\": \"cpu\", \"devices_per_node\": 1,\n"
+    "  \"nic\": {\"bw_Gbps\": 0.5, \"latency_us\": 50}}],\n"
+    " \"overrides\": [{\"node\": \"n-2\", \"nic\": {\"bw_Gbps\": 0.05}}]}\n";
+
+/* One bench job across the nodes, a fresh knowledge base each time (so the
+ * learner probes the links): the "degraded" list of its row, as text. */
+static void degraded_of_job(int job_no, char *out, size_t n)
+{
+    char kb[400];
+    snprintf(kb, sizeof kb, "%s/kb-%d.sqlite", tmpdir, job_no);
+    setenv("AUTOINFRA_KB", kb, 1);
+    const char *bin = getenv("AUTOINFRA_BIN");
+    char *job[] = {"/bin/sh", testbed, "run", "--timeout", "60", "--", (char *)bin, "bench",
+                   "--coll", "allreduce", "--bytes", "64K", "--iters", "3", "--json", NULL};
+    int rc = run(job, 90);
+    unsetenv("AUTOINFRA_KB");
+    if (rc != 0)
+        fail_msg("bench/testbed run ... bench failed (%d):\n%s%s", rc, outbuf, errbuf);
+    json_error_t jerr;
+    json_t *o = json_loads(outbuf, JSON_DISABLE_EOF_CHECK, &jerr);
+    if (!o)
+        fail_msg("testbed run printed no JSON (%s):\n%s", jerr.text, outbuf);
+    json_t *d = json_object_get(o, "degraded");
+    if (!json_is_array(d) || json_integer_value(json_object_get(o, "hosts")) != 3)
+        fail_msg("the row has no degraded list, or not 3 hosts:\n%s", outbuf);
+    char *txt = json_dumps(d, JSON_COMPACT);
+    snprintf(out, n, "%s", txt ? txt : "?");
+    free(txt);
+    json_decref(o);
+    unlink(kb);
+}
+
+static void test_testbed_degraded(void **st)
+{
+    (void)st;
+    char sp[400];
+    prepare("command -v ip", "iproute2's 'ip'", "slow.json", slow_spec, sp, sizeof sp);
+    char *up[] = {"/bin/sh", testbed, "up", sp, NULL};
+    int rc = run(up, 60);
+    unlink(sp);
+    if (rc != 0)
+        fail_msg("bench/testbed up (three nodes, one slow NIC) failed (%d):\n%s%s", rc, outbuf,
+                 errbuf);
+
+    char got[256];
+    degraded_of_job(0, got, sizeof got);
+    fprintf(stderr, "test_testbed: n-2 at 50 Mbit/s: degraded %s\n", got);
+    if (strcmp(got, "[2]") != 0)
+        fail_msg("with n-2's NIC at a tenth of the others' the degraded ranks are %s, not [2]", got);
+
+    char *same[] = {"/bin/sh", testbed, "shape", "n-2", "0.5", NULL};
+    rc = run(same, 20);
+    if (rc != 0)
+        fail_msg("shape n-2 0.5 failed (%d):\n%s%s", rc, outbuf, errbuf);
+    degraded_of_job(1, got, sizeof got);
+    fprintf(stderr, "test_testbed: n-2 back at 500 Mbit/s: degraded %s\n", got);
+    if (strcmp(got, "[]") != 0)
+        fail_msg("with every NIC at 500 Mbit/s the degraded ranks are %s, not none", got);
+
+    rc = run_down();
+    if (rc != 0)
+        fail_msg("bench/testbed down failed (%d):\n%s", rc, errbuf);
+    assert_clean();
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_testbed_allreduce_shaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_testbed_speed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_testbed_degraded, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (lock_fd >= 0)

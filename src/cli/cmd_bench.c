@@ -38,6 +38,7 @@
 #define BENCH_SENTINEL 251.0
 #define BENCH_DEFAULT_MIN 8
 #define BENCH_DEFAULT_MAX ((size_t)64 << 20)
+#define BENCH_DEGRADED_MAX 64 /* degraded ranks a row lists */
 
 /* The rank as the environment tells it, for messages printed before (or
  * without) a communicator. */
@@ -569,6 +570,8 @@ typedef struct bench_row {
     const char *algo;
     int has_choice;  /* auto: what it settled on */
     ai_choice choice;
+    int degraded[BENCH_DEGRADED_MAX]; /* ai_comm_degraded after the size, ascending */
+    int ndegraded;                    /* how many there are (may exceed the array) */
     double time_us, algbw, busbw;
     int64_t wrong; /* -1 without --check */
 } bench_row;
@@ -618,7 +621,25 @@ static void print_row(const bench_opts *o, const bench_row *r, int p, int nhosts
         printf(",");
         bench_print_choice(&r->choice);
     }
-    printf("}\n");
+    printf(",\"degraded\":[");
+    for (int k = 0; k < r->ndegraded && k < BENCH_DEGRADED_MAX; k++)
+        printf("%s%d", k ? "," : "", r->degraded[k]);
+    printf("]}\n");
+    fflush(stdout);
+}
+
+/* The table's last line, when the links as last measured (the learner's
+ * probe across hosts) show degraded peers (ai_comm_degraded). */
+static void print_degraded(const ai_comm *comm)
+{
+    int ranks[BENCH_DEGRADED_MAX], n = 0;
+    if (ai_comm_degraded(comm, ranks, BENCH_DEGRADED_MAX, &n) != AI_OK || n == 0)
+        return;
+    printf("# degraded links, as measured: rank%s", n == 1 ? "" : "s");
+    for (int k = 0; k < n && k < BENCH_DEGRADED_MAX; k++)
+        printf("%s %d", k ? "," : "", ranks[k]);
+    printf("%s (bandwidth under half the median host's or latency over 4x its)\n",
+           n > BENCH_DEGRADED_MAX ? ", ..." : "");
     fflush(stdout);
 }
 
@@ -691,6 +712,8 @@ static int bench_size(ai_comm *comm, const bench_opts *o, const ai_algo_opts *ao
         row.has_choice = 1;
         row.algo = row.choice.algo;
     }
+    if ((st = ai_comm_degraded(comm, row.degraded, BENCH_DEGRADED_MAX, &row.ndegraded)) != AI_OK)
+        return bench_fail(rank, st, "degraded links");
     row.time_us = mean * 1e6;
     row.algbw = mean > 0 ? (double)s.bytes / mean / 1e9 : 0.0;
     row.busbw = row.algbw * bus_factor(o->coll, p);
@@ -779,6 +802,8 @@ int cli_bench_main(int argc, char **argv)
         if (b > o.max_bytes)
             break;
     }
+    if (!rc && rank == 0 && !o.json && !o.learn)
+        print_degraded(comm);
     if (!rc && wrong_total > 0) {
         if (rank == 0)
             fprintf(stderr, "autoinfra bench: %lld wrong element%s in %s results\n",
