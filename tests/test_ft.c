@@ -12,6 +12,8 @@
  * communicator has the survivors in the old order and computes correct
  * allreduces; a grown communicator of 3 + 1 computes correctly; a
  * newcomer with the wrong token is refused and the members are not hung.
+ * A rank stopped past the timeout is agreed failed by the others before it
+ * resumes, and learns so when it does.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -321,6 +323,91 @@ static void test_kill_agree_shrink(void **state)
         kill_trial(mix(seed + i), shapes[i][0], shapes[i][1], shapes[i][2], shapes[i][3]);
 }
 
+/* ----------------------------------------------------------------- stall */
+
+/* The last rank stops (SIGSTOP) for STALL_S, six times the communicator's
+ * timeout, right after a good allreduce; the others revoke and agree. */
+#define STALL_TIMEOUT_S 1.0
+#define STALL_S 6
+
+static int stall_body(ai_comm *c, void *arg)
+{
+    trial *t = arg;
+    int r = ai_comm_rank(c), n = ai_comm_size(c);
+    double v = 1;
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL);
+    if (st != AI_OK || v != n) {
+        fprintf(stderr, "rank %d: allreduce before the stall: %s (%g)\n", r, ai_last_error(), v);
+        return 2;
+    }
+    if (r != n - 1) {
+        double t0 = now_s();
+        int bad = recover(c, t);
+        t->fail_s[r] = now_s() - t0;
+        return bad;
+    }
+    /* A child resumes this rank: a stopped process runs no timer. */
+    pid_t self = getpid(), waker = fork();
+    if (waker == 0) {
+        struct timespec ts = {STALL_S, 0};
+        nanosleep(&ts, NULL);
+        kill(self, SIGCONT);
+        _exit(0);
+    }
+    if (waker < 0)
+        return 3;
+    raise(SIGSTOP);
+    waitpid(waker, NULL, 0);
+    uint64_t flags = ~(uint64_t)0;
+    st = ai_comm_agree(c, &flags);
+    t->err[r] = st;
+    t->done[r] = 1;
+    if (st != AI_ERR_PEER) {
+        fprintf(stderr, "rank %d: stalled %d s, then agree returned %s (%s), not AI_ERR_PEER\n", r,
+                STALL_S, ai_strerror(st), ai_last_error());
+        return 4;
+    }
+    return 0;
+}
+
+/* The others must agree without the stalled rank well before it resumes
+ * (the agreement counts a silent rank failed after the timeout), shrink to
+ * themselves and compute correctly (recover); the stalled rank, resumed,
+ * must learn that it was counted failed rather than wait or rejoin. */
+static void stall_trial(int n, int nhosts)
+{
+    trial *t = shared_trial();
+    t->n = n;
+    ranks_opts o = {.nhosts = nhosts, .timeout_s = STALL_TIMEOUT_S, .deadline_s = 40};
+    int rc = ranks_run(n, &o, stall_body, t);
+    if (rc != 0)
+        fail_msg("stall trial, %d ranks on %d hosts: a rank failed (see above)", n, nhosts);
+    uint64_t stalled = (uint64_t)1 << (n - 1);
+    for (int r = 0; r < n - 1; r++) {
+        assert_true(t->done[r]);
+        if (t->failed[r] != stalled || t->flags[r] != ~(stalled - 1))
+            fail_msg("rank %d agreed on failed set %#llx and flags %#llx; want %#llx and %#llx", r,
+                     (unsigned long long)t->failed[r], (unsigned long long)t->flags[r],
+                     (unsigned long long)stalled, (unsigned long long)~(stalled - 1));
+        assert_int_equal(t->new_size[r], n - 1);
+        assert_int_equal(t->new_rank[r], r);
+        fprintf(stderr, "stall, %d ranks on %d hosts: rank %d agreed and shrank in %.2f s\n", n,
+                nhosts, r, t->fail_s[r]);
+        if (t->fail_s[r] >= STALL_S)
+            fail_msg("rank %d took %.1f s to agree without the stalled rank: it waited for it", r,
+                     t->fail_s[r]);
+    }
+    assert_true(t->done[n - 1]);
+    munmap(t, sizeof *t);
+}
+
+static void test_stall_agree_shrink(void **state)
+{
+    (void)state;
+    stall_trial(4, 0); /* one host: the stalled process is alive, only silent */
+    stall_trial(4, 2); /* over TCP */
+}
+
 /* ---------------------------------------------------------------- revoke */
 
 static int revoke_body(ai_comm *c, void *arg)
@@ -493,6 +580,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_revoke),
         cmocka_unit_test(test_kill_agree_shrink),
+        cmocka_unit_test(test_stall_agree_shrink),
         cmocka_unit_test(test_grow_join),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,9 @@
  *
  * A rank that finds itself counted failed (it stalled past someone's
  * timeout) leaves: it closes its control connections, so the others count
- * it failed at once, and returns AI_ERR_PEER. Frames carry the agreement's
+ * it failed at once, and returns AI_ERR_PEER. It reads what a peer it
+ * counts failed sent before, so a rank stopped while the others agreed
+ * and finished learns it from their frames waiting in its sockets. Frames carry the agreement's
  * number (every rank runs agreements in the same order); leftovers of an
  * earlier one are skipped.
  */
@@ -306,6 +308,34 @@ static int take(agree_run *a, int j)
     return 0;
 }
 
+/* Did a peer this rank counts failed count this rank failed first, in a
+ * frame of this agreement or a later one (they went on without it)? A
+ * rank that was stopped finds the others' frames waiting in its sockets,
+ * the connection since ended (they finished) or its own send to them
+ * failed: what they sent is read all the same, before this rank concludes
+ * that it alone survives. */
+static int excluded_by_failed_peer(agree_run *a)
+{
+    ai_comm *c = a->c;
+    for (int j = 0; j < c->size; j++) {
+        if (j == c->rank || !a->me.failed[j])
+            continue;
+        comm_ctl_drain(c, j);
+        const unsigned char *f;
+        size_t len;
+        for (size_t off = 0; comm_ctl_frame_at(c, j, off, &f, &len); off += len) {
+            uint32_t epoch, round, kind;
+            if (frame_parse(f, len, &epoch, &round, &kind, &a->in) > 0 && epoch >= a->epoch &&
+                a->in.failed[c->rank]) {
+                a->excluded = 1;
+                a->excluded_by = j;
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
 static int has_frame(ai_comm *c, int j)
 {
     const unsigned char *f;
@@ -405,7 +435,7 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
         send_all(&a, FT_AGREE);
         if ((st = gather(&a)) != AI_OK)
             goto out;
-        if (a.excluded)
+        if (a.excluded || excluded_by_failed_peer(&a))
             break;
         if (a.decided || (!a.changed && a.equal))
             break;

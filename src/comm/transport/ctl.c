@@ -70,11 +70,10 @@ static void ctl_scan(comm_peer *p)
     }
 }
 
-ai_status_t comm_ctl_pump(ai_comm *c, int peer)
+/* Read what the connection has, without blocking, into the kept bytes;
+ * its end (or an error) marks it dead. */
+static ai_status_t ctl_read(comm_peer *p)
 {
-    comm_peer *p = &c->tp->peers[peer];
-    if (p->ctl_fd < 0 || p->ctl_dead)
-        return AI_ERR_PEER;
     for (;;) {
         if (p->ctl_cap - p->ctl_len < CTL_READ) {
             size_t cap = AI_MAX(p->ctl_cap * 2, p->ctl_len + CTL_READ);
@@ -93,10 +92,27 @@ ai_status_t comm_ctl_pump(ai_comm *c, int peer)
             continue;
         if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
             ctl_fail(p);
-        break;
+        return AI_OK;
     }
+}
+
+ai_status_t comm_ctl_pump(ai_comm *c, int peer)
+{
+    comm_peer *p = &c->tp->peers[peer];
+    if (p->ctl_fd < 0 || p->ctl_dead)
+        return AI_ERR_PEER;
+    ai_status_t st = ctl_read(p);
+    if (st != AI_OK)
+        return st;
     ctl_scan(p);
     return p->ctl_dead ? AI_ERR_PEER : AI_OK;
+}
+
+void comm_ctl_drain(ai_comm *c, int peer)
+{
+    comm_peer *p = &c->tp->peers[peer];
+    if (p->ctl_fd >= 0 && ctl_read(p) == AI_OK)
+        ctl_scan(p);
 }
 
 ai_status_t comm_ctl_adopt(ai_comm *c, int32_t origin, const char *reason, int revoked, int via,
@@ -175,19 +191,24 @@ int comm_ctl_notice(ai_comm *c, int peer, double grace_s)
     }
 }
 
-int comm_ctl_frame(ai_comm *c, int peer, const unsigned char **frame, size_t *len)
+int comm_ctl_frame_at(ai_comm *c, int peer, size_t off, const unsigned char **frame, size_t *len)
 {
     comm_peer *p = &c->tp->peers[peer];
     uint16_t kind;
     uint32_t body;
-    size_t need;
-    if (p->ctl_len < COMM_WIRE_FT_HDR ||
-        comm_wire_ft_hdr_parse(p->ctl_buf, p->ctl_len, &kind, &body, &need) != AI_OK || need ||
-        p->ctl_len < COMM_WIRE_FT_HDR + (size_t)body)
+    size_t need, have = off < p->ctl_len ? p->ctl_len - off : 0;
+    if (have < COMM_WIRE_FT_HDR ||
+        comm_wire_ft_hdr_parse(p->ctl_buf + off, have, &kind, &body, &need) != AI_OK || need ||
+        have < COMM_WIRE_FT_HDR + (size_t)body)
         return 0;
-    *frame = p->ctl_buf;
+    *frame = p->ctl_buf + off;
     *len = COMM_WIRE_FT_HDR + body;
     return 1;
+}
+
+int comm_ctl_frame(ai_comm *c, int peer, const unsigned char **frame, size_t *len)
+{
+    return comm_ctl_frame_at(c, peer, 0, frame, len);
 }
 
 void comm_ctl_consume(ai_comm *c, int peer, size_t len)

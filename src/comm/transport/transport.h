@@ -278,6 +278,9 @@ uint64_t comm_machine_id(void);
  * AI_OK when there is none. comm_ctl_notice: wait up to grace_s for
  * peer's notice; 1 if it came. */
 ai_status_t comm_ctl_pump(ai_comm *c, int peer);
+/* comm_ctl_pump's reading for a connection already counted dead (a send
+ * failed, or it ended): what the peer sent before is kept all the same. */
+void comm_ctl_drain(ai_comm *c, int peer);
 ai_status_t comm_ctl_check(ai_comm *c);
 int comm_ctl_notice(ai_comm *c, int peer, double grace_s);
 /* The failure a notice tells this rank: origin failed first for reason
@@ -288,6 +291,9 @@ ai_status_t comm_ctl_adopt(ai_comm *c, int32_t origin, const char *reason, int r
  * 1 with *frame and *len (header included) set; consume with
  * comm_ctl_consume. 0 when none is complete. */
 int comm_ctl_frame(ai_comm *c, int peer, const unsigned char **frame, size_t *len);
+/* The same for the frame starting off bytes in (off: the ends of the ones
+ * before), to look past the first without consuming it. */
+int comm_ctl_frame_at(ai_comm *c, int peer, size_t off, const unsigned char **frame, size_t *len);
 void comm_ctl_consume(ai_comm *c, int peer, size_t len);
 /* Send a whole control frame before deadline; AI_ERR_PEER (ctl_dead set)
  * if the connection failed. */
