@@ -15,7 +15,11 @@
  * A third brings up three nodes, one with a NIC a tenth as fast, and
  * checks that `autoinfra bench` across them reports that node's rank as
  * degraded (ai_comm_degraded, from the learner's probe of the links), and
- * no rank once `shape` gives it the others' rate.
+ * no rank once `shape` gives it the others' rate. On the same nodes, the
+ * torch backend's groups of dist.new_group (tests/torch/check_backend.py
+ * groups, one rank per node) must compute correctly, including a group
+ * whose rank 0 is not on MASTER_ADDR's node; skipped without the torch
+ * plugin next to AUTOINFRA_BIN.
  *
  * The testbed's state goes to a private directory under /tmp
  * (TESTBED_STATE), but namespace and link names (ai-*, aib-*, ain*, air*)
@@ -518,7 +522,31 @@ static void degraded_of_job(int job_no, char *out, size_t n)
     unlink(kb);
 }
 
-static void test_testbed_degraded(void **st)
+/* check_backend.py groups on the nodes that are up, one rank each, if the
+ * torch plugin was built (plugins/torch next to AUTOINFRA_BIN). */
+static void torch_groups(void)
+{
+    char lib[1200], script[1200];
+    const char *bin = getenv("AUTOINFRA_BIN"), *slash = strrchr(bin, '/');
+    snprintf(lib, sizeof lib, "%.*s/plugins/torch/_autoinfra_torch.so",
+             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    snprintf(script, sizeof script, "%s/tests/torch/check_backend.py",
+             getenv("AUTOINFRA_SOURCE_DIR"));
+    if (access(lib, R_OK) != 0 || access("/usr/bin/python3", X_OK) != 0) {
+        fprintf(stderr, "test_testbed: torch groups skipped: no %s or /usr/bin/python3\n", lib);
+        return;
+    }
+    setenv("AUTOINFRA_TORCH_LIB", lib, 1);
+    char *job[] = {"/bin/sh", testbed, "run", "--timeout", "120", "--", "/usr/bin/python3", "-W",
+                   "ignore", script, "groups", "3", NULL};
+    int rc = run(job, 150);
+    unsetenv("AUTOINFRA_TORCH_LIB");
+    if (rc != 0 || !strstr(outbuf, "groups on 3 ranks"))
+        fail_msg("check_backend.py groups across the nodes failed (%d):\n%s%s", rc, outbuf, errbuf);
+    fprintf(stderr, "test_testbed: %s", strstr(outbuf, "groups on 3 ranks"));
+}
+
+static void test_testbed_three_nodes(void **st)
 {
     (void)st;
     char sp[400];
@@ -545,6 +573,8 @@ static void test_testbed_degraded(void **st)
     if (strcmp(got, "[]") != 0)
         fail_msg("with every NIC at 500 Mbit/s the degraded ranks are %s, not none", got);
 
+    torch_groups();
+
     rc = run_down();
     if (rc != 0)
         fail_msg("bench/testbed down failed (%d):\n%s", rc, errbuf);
@@ -556,7 +586,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_testbed_allreduce_shaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_testbed_speed, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_testbed_degraded, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_testbed_three_nodes, setup, teardown),
     };
     int failed = cmocka_run_group_tests(tests, NULL, NULL);
     if (lock_fd >= 0)

@@ -12,6 +12,11 @@
                                      reason, and so does every later call, on every rank
     check_backend.py deferred N      large calls waited for at once are deferred; an
                                      asynchronous one nobody waits for still starts
+    check_backend.py groups N        dist.new_group of every pair and of all ranks but
+                                     the first, beside the default group
+
+Run with RANK set (bench/testbed run sets it on every node), a case runs
+as that one rank: test_testbed runs `groups` so across namespaces.
 
 The parent starts N copies of itself with env:// variables on loopback and
 fails if any rank fails or the whole run exceeds its limit.
@@ -395,6 +400,31 @@ def deferred(rank, n):
               f"the call nobody waited for took {took * 1e3:.1f} ms")
 
 
+def groups(rank, n):
+    # Groups of dist.new_group, each a communicator of its own made through
+    # the job's store: every pair of ranks, and the ranks but the first (on
+    # the testbed, a group whose rank 0 is not on MASTER_ADDR's node), in
+    # turn and interleaved with the default group's calls.
+    import itertools
+    import torch
+    import torch.distributed as dist
+    pairs = list(itertools.combinations(range(n), 2)) + [tuple(range(1, n))]
+    made = [(members, dist.new_group(list(members))) for members in pairs]
+    for step in range(3):
+        for members, g in made:
+            t = torch.full((1000,), float(rank + 1 + step))
+            if rank in members:
+                dist.all_reduce(t, group=g)
+                same(t, torch.full((1000,), float(sum(r + 1 + step for r in members))),
+                     f"allreduce on group {members}, step {step}")
+            w = torch.full((8,), float(rank))
+            dist.all_reduce(w)
+            same(w, torch.full((8,), float(sum(range(n)))), f"default group after {members}")
+    if rank == 0:
+        hosts = os.environ.get("AUTOINFRA_HOST", "one host")
+        print(f"groups on {n} ranks (rank 0 on {hosts}): {len(made)} groups agree")
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
@@ -405,7 +435,7 @@ def child(case, n):
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
-     "deferred": deferred}[case](rank, n)
+     "deferred": deferred, "groups": groups}[case](rank, n)
     dist.destroy_process_group()
 
 
