@@ -285,7 +285,8 @@ bool CommRunner::revoked() {
 }
 
 void CommRunner::large_posted() {
-  if (!last_waited_.exchange(false, std::memory_order_relaxed)) streak_.store(0, std::memory_order_relaxed);
+  if (!last_waited_.exchange(false, std::memory_order_relaxed))
+    streak_.store(0, std::memory_order_relaxed);
 }
 
 void CommRunner::large_waited(bool at_once) {

@@ -29,9 +29,9 @@
  * timeout) leaves: it closes its control connections, so the others count
  * it failed at once, and returns AI_ERR_PEER. It reads what a peer it
  * counts failed sent before, so a rank stopped while the others agreed
- * and finished learns it from their frames waiting in its sockets. Frames carry the agreement's
- * number (every rank runs agreements in the same order); leftovers of an
- * earlier one are skipped.
+ * and finished learns it from their frames waiting in its sockets. Frames
+ * carry the agreement's number (every rank runs agreements in the same
+ * order); leftovers of an earlier one are skipped.
  */
 #include "comm/ft/ft.h"
 #include "comm/transport/wire.h"
