@@ -142,7 +142,7 @@ uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::e
     deferred_ += deferred;
     // A call behind others: its caller did not wait for them, so none of
     // them is taken back; they start now.
-    for (auto& j : queue_) j.not_before = 0;
+    undefer();
     ticket = ++tickets_;
     queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0});
     queued_.fetch_add(1, std::memory_order_release);
@@ -156,12 +156,18 @@ uint64_t CommRunner::deferred_calls() {
   return deferred_;
 }
 
-void CommRunner::expedite() {
+bool CommRunner::undefer() {
   bool any = false;
+  for (auto& j : queue_)
+    if (j.not_before > 0) j.not_before = 0, any = true;
+  return any;
+}
+
+void CommRunner::expedite() {
+  bool any;
   {
     std::lock_guard<std::mutex> l(mu_);
-    for (auto& j : queue_)
-      if (j.not_before > 0) j.not_before = 0, any = true;
+    any = undefer();
   }
   if (any) cv_.notify_all();
 }

@@ -231,6 +231,8 @@ class CommRunner {
   int exclusive_waiters_ = 0;  // threads in exclusive() waiting for the runner to be idle
   // Under mu_: the runtime's wait mode for inline_ and waiters_.
   void set_wait_mode();
+  // Under mu_: every deferred call may start now; whether there was one.
+  bool undefer();
   std::thread thread_;
 };
 
