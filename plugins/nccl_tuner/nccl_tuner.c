@@ -1,25 +1,32 @@
 /*
- * NCCL tuner plugin (ABI v5, NCCL 2.28) answering from the autoinfra
- * knowledge base. docs/nccl-tuner.md describes use, mapping and fallback.
+ * NCCL tuner plugin answering from the autoinfra knowledge base, exported
+ * under every tuner ABI NCCL has used since 2.21 (ncclTunerPlugin_v2 .. v6,
+ * nccl_tuner_abi.h) so that the NCCL a program really loads (PyTorch's
+ * wheels ship 2.21 to 2.27) finds a version it knows. docs/nccl-tuner.md
+ * describes use, mapping and fallback.
  *
- * init() opens the KB read-only, picks one fingerprint for the communicator
- * (AUTOINFRA_FINGERPRINT, else the one measured with the same number of
- * ranks and hosts that holds the most samples), copies that fingerprint's
- * best arm of every (collective, size bucket) into a fixed table and closes
- * the KB. getCollInfo() is then a table look-up: no SQLite, no allocation,
- * no lock on NCCL's hot path.
+ * One core behind all five: init() opens the KB read-only, picks one
+ * fingerprint for the communicator (AUTOINFRA_FINGERPRINT, else the one
+ * measured with the same number of ranks and hosts that holds the most
+ * samples), copies that fingerprint's best arm of every (collective, size
+ * bucket) into a fixed table, reads the optional override file
+ * (NCCL_TUNER_CONFIG_FILE, the CSV format of NCCL's example tuner) and
+ * closes everything. core_coll() is then a look-up: no SQLite, no
+ * allocation, no lock, no system call on NCCL's launch path.
  *
- * getCollInfo() only ever writes one cell of NCCL's cost table, and only a
- * cell NCCL offered (value >= 0): it sets the learned algorithm's cell, with
- * a protocol chosen by size, to 0.0 so NCCL's minimum search picks it. In
- * every other case the table is left exactly as NCCL filled it, which is
- * how NCCL falls back to its own choice (an error return would fail the
- * collective instead).
+ * core_coll() only ever writes one cell of NCCL's cost table, and only a
+ * cell NCCL offered (value >= 0), setting it to 0.0 so NCCL's minimum
+ * search picks it; in every other case the table is left exactly as NCCL
+ * filled it, which is how NCCL falls back to its own choice (an error
+ * return would fail the collective instead). The v2 front end, which has
+ * no table, builds one of what 2.21 can safely run and turns the written
+ * cell back into an algorithm and a protocol.
  */
-#include "nccl_tuner_v5.h"
+#include "nccl_tuner_abi.h"
 
 #include <autoinfra.h>
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,18 +50,47 @@ _Static_assert(AI_ALLREDUCE == 0 && AI_REDUCE_SCATTER == 1 && AI_ALLGATHER == 2 
 #define TUNER_LL_MAX ((size_t)64 << 10)
 #define TUNER_LL128_MAX ((size_t)4 << 20)
 
+/* Channel counts handed to NCCL are kept within 1..64 (MAXCHANNELS of
+ * 2.30; older releases clamp to their own, smaller, maximum themselves). */
+#define TUNER_MAX_CHANNELS 64
+/* Chunk sizes below this are not handed to NCCL: it rounds the answer down
+ * to the protocol's grain (up to 1920 B for LL128), and a zero chunk would
+ * stall it. */
+#define TUNER_MIN_CHUNK ((size_t)4096)
+/* Override file: lines kept at most, and the longest line read. */
+#define TUNER_MAX_RULES 4096
+#define TUNER_LINE_MAX 512
+
 typedef struct tuner_entry {
     signed char nccl_algo; /* NCCL_ALGO_*, or -1: nothing learned / no mapping */
+    int channels;          /* the arm's channel count, 0: none */
+    size_t chunk;          /* the arm's chunk size in bytes, 0: none */
     char algo[32];         /* autoinfra algorithm name, for the log */
 } tuner_entry;
 
+/* One line of the override file. -1 in a match field: any value. */
+typedef struct tuner_rule {
+    int func; /* ncclFunc_t */
+    size_t min_bytes, max_bytes;
+    int algo, proto;
+    int channels; /* -1: NCCL's */
+    long nnodes, nranks;
+    int pipe_ops, reg_buff;
+    int line;
+} tuner_rule;
+
 typedef struct tuner_ctx {
     ncclDebugLogger_t log;
-    int trace; /* per-call decisions logged (NCCL_DEBUG=TRACE) */
+    int version; /* the tuner ABI NCCL loaded: 2..6 */
+    int trace;   /* per-call decisions logged (NCCL_DEBUG=TRACE) */
     size_t nranks, nnodes;
-    uint64_t comm_id;     /* NCCL's communicator hash, for the log */
+    uint64_t comm_id;     /* NCCL's communicator hash (v5 on), for the log */
+    int user_algo;        /* NCCL_ALGO set: the algorithm is the user's */
+    int user_proto;       /* NCCL_PROTO set: the protocol is the user's */
     char fingerprint[17]; /* "" when nothing applies */
     int nbuckets;         /* entries with nccl_algo >= 0 */
+    tuner_rule *rules;    /* override lines matching this communicator */
+    int nrules;
     tuner_entry table[TUNER_NCOLL][TUNER_NBUCKET];
 } tuner_ctx;
 
@@ -68,8 +104,9 @@ __attribute__((format(printf, 4, 5))) static void tlog(const tuner_ctx *c, ncclD
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    /* Lines of communicator set-up also go to NCCL's INIT subsystem (shown
-     * by default at NCCL_DEBUG=INFO), per-call ones to TUNING only. */
+    /* Every line carries NCCL's TUNING subsystem, so NCCL_DEBUG_SUBSYS=TUNING
+     * shows it; lines of communicator set-up also go to INIT (shown by
+     * default at NCCL_DEBUG=INFO). */
     unsigned long flags = level == NCCL_LOG_TRACE ? NCCL_TUNING : NCCL_INIT | NCCL_TUNING;
     c->log(level, flags, __FILE__, line, "%s", buf);
 }
@@ -132,6 +169,8 @@ static void reset_table(tuner_ctx *c)
         for (int k = 0; k < TUNER_NBUCKET; k++) {
             c->table[i][k].nccl_algo = -1;
             c->table[i][k].algo[0] = '\0';
+            c->table[i][k].channels = 0;
+            c->table[i][k].chunk = 0;
         }
     }
     c->nbuckets = 0;
@@ -190,6 +229,10 @@ static int load_visit(const ai_kb_arm *arm, void *arg)
         return 0;
     snprintf(e->algo, sizeof e->algo, "%s", arm->algo);
     e->nccl_algo = (signed char)map_algo(arm->coll, arm->algo);
+    e->channels = arm->channels > 0 ? (arm->channels < TUNER_MAX_CHANNELS ? arm->channels
+                                                                          : TUNER_MAX_CHANNELS)
+                                    : 0;
+    e->chunk = arm->chunk_bytes >= TUNER_MIN_CHUNK ? arm->chunk_bytes : 0;
     if (e->nccl_algo >= 0)
         c->nbuckets++;
     return 0;
@@ -265,12 +308,213 @@ static void load_kb(tuner_ctx *c)
              (unsigned long long)c->comm_id, shown, c->nranks, c->nnodes);
 }
 
-static ncclResult_t tuner_init(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
-                               ncclDebugLogger_t logFunction, ncclNvlDomainInfo_v5_t *nvlDomainInfo,
-                               ncclTunerConstants_v5_t *constants)
+/* ------------------------------------------------------- override file */
+
+static int parse_long(const char *s, long lo, long hi, long *out)
 {
-    (void)nvlDomainInfo;
-    (void)constants; /* NCCL's own model constants are left as they are */
+    if (!*s)
+        return -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_size(const char *s, size_t *out)
+{
+    if (!*s || *s == '-' || *s == '+')
+        return -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > SIZE_MAX)
+        return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static int name_index(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (names[i] && strcasecmp(s, names[i]) == 0)
+            return i;
+    return -1;
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t')
+        s++;
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r' || s[n - 1] == '\n'))
+        s[--n] = '\0';
+    return s;
+}
+
+/* One CSV line -> rule; NULL on success, else what was wrong. */
+static const char *parse_rule(char *text, tuner_rule *r)
+{
+    static const char *const funcs[] = {"broadcast", "reduce", "allgather", "reducescatter",
+                                        "allreduce"};
+    static const char *const algos[] = {"tree", "ring", "collnet_direct", "collnet_chain",
+                                        "nvls", "nvls_tree", "pat"};
+    static const char *const protos[] = {"ll", "ll128", "simple"};
+    char *field[10];
+    int n = 0;
+    for (char *p = text;;) {
+        char *comma = strchr(p, ',');
+        if (n == 10)
+            return "more than 10 fields";
+        field[n++] = trim(p);
+        if (!comma)
+            break;
+        *comma = '\0';
+        p = comma + 1;
+    }
+    if (n < 8)
+        return "fewer than 8 fields (collective,minbytes,maxbytes,algorithm,protocol,channels,"
+               "nNodes,nRanks[,numPipeOps[,regBuff]])";
+    long v;
+    r->func = name_index(field[0], funcs, 5);
+    if (r->func < 0 && strcasecmp(field[0], "reduce_scatter") == 0)
+        r->func = ncclFuncReduceScatter;
+    if (r->func < 0)
+        return "unknown collective (broadcast, reduce, allgather, reducescatter, allreduce)";
+    if (parse_size(field[1], &r->min_bytes) || parse_size(field[2], &r->max_bytes))
+        return "minbytes / maxbytes not a byte count";
+    if (r->min_bytes > r->max_bytes)
+        return "minbytes above maxbytes";
+    r->algo = name_index(field[3], algos, NCCL_NUM_ALGORITHMS);
+    if (r->algo < 0)
+        return "unknown algorithm (tree, ring, collnet_direct, collnet_chain, nvls, nvls_tree, pat)";
+    r->proto = name_index(field[4], protos, NCCL_NUM_PROTOCOLS);
+    if (r->proto < 0)
+        return "unknown protocol (ll, ll128, simple)";
+    if (parse_long(field[5], -1, TUNER_MAX_CHANNELS, &v) || v == 0)
+        return "channels not -1 or 1..64";
+    r->channels = (int)v;
+    if (parse_long(field[6], -1, 1L << 30, &v) || v == 0)
+        return "nNodes not -1 or a positive count";
+    r->nnodes = v;
+    if (parse_long(field[7], -1, 1L << 30, &v) || v == 0)
+        return "nRanks not -1 or a positive count";
+    r->nranks = v;
+    r->pipe_ops = -1;
+    r->reg_buff = -1;
+    if (n > 8) {
+        if (parse_long(field[8], -1, 1L << 30, &v) || v == 0)
+            return "numPipeOps not -1 or a positive count";
+        r->pipe_ops = (int)v;
+    }
+    if (n > 9) {
+        if (parse_long(field[9], -1, 1, &v))
+            return "regBuff not -1, 0 or 1";
+        r->reg_buff = (int)v;
+    }
+    return NULL;
+}
+
+/* Read NCCL_TUNER_CONFIG_FILE, keeping the lines that apply to this
+ * communicator's node and rank count. Bad lines are reported and skipped;
+ * the rest still apply. */
+static void load_rules(tuner_ctx *c)
+{
+    const char *path = getenv("NCCL_TUNER_CONFIG_FILE");
+    if (!path || !*path)
+        return;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        tlog(c, NCCL_LOG_WARN, __LINE__, "autoinfra tuner: NCCL_TUNER_CONFIG_FILE=%s: %s", path,
+             strerror(errno));
+        return;
+    }
+    char line[TUNER_LINE_MAX + 2];
+    int lineno = 0, bad = 0, total = 0;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        size_t len = strlen(line);
+        if (len && line[len - 1] != '\n' && !feof(f)) {
+            /* Longer than any sensible line: skip the rest of it. */
+            int ch;
+            while ((ch = fgetc(f)) != EOF && ch != '\n')
+                ;
+            tlog(c, NCCL_LOG_WARN, __LINE__,
+                 "autoinfra tuner: %s line %d: longer than %d characters; ignored", path, lineno,
+                 TUNER_LINE_MAX);
+            bad++;
+            continue;
+        }
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        tuner_rule r;
+        const char *why = parse_rule(s, &r);
+        if (why) {
+            tlog(c, NCCL_LOG_WARN, __LINE__, "autoinfra tuner: %s line %d: %s; line ignored", path,
+                 lineno, why);
+            bad++;
+            continue;
+        }
+        total++;
+        if ((r.nnodes != -1 && (size_t)r.nnodes != c->nnodes) ||
+            (r.nranks != -1 && (size_t)r.nranks != c->nranks))
+            continue;
+        if (c->nrules == TUNER_MAX_RULES) {
+            tlog(c, NCCL_LOG_WARN, __LINE__,
+                 "autoinfra tuner: %s: more than %d lines apply; the rest are ignored", path,
+                 TUNER_MAX_RULES);
+            break;
+        }
+        if ((c->nrules & (c->nrules - 1)) == 0) { /* grow at powers of two */
+            size_t cap = c->nrules ? 2 * (size_t)c->nrules : 8;
+            tuner_rule *grown = realloc(c->rules, cap * sizeof *grown);
+            if (!grown) {
+                tlog(c, NCCL_LOG_WARN, __LINE__, "autoinfra tuner: %s: out of memory", path);
+                break;
+            }
+            c->rules = grown;
+        }
+        r.line = lineno;
+        c->rules[c->nrules++] = r;
+    }
+    fclose(f);
+    tlog(c, NCCL_LOG_INFO, __LINE__,
+         "autoinfra tuner: comm %016llx: %s: %d override lines, %d for %zu ranks on %zu nodes%s",
+         (unsigned long long)c->comm_id, path, total, c->nrules, c->nranks, c->nnodes,
+         bad ? " (some lines ignored, see above)" : "");
+}
+
+/* ---------------------------------------------------------------- init */
+
+static void note_user_settings(tuner_ctx *c)
+{
+    const char *algo = getenv("NCCL_ALGO");
+    const char *proto = getenv("NCCL_PROTO");
+    c->user_algo = algo && *algo;
+    c->user_proto = proto && *proto;
+    if (c->user_algo && c->user_proto)
+        tlog(c, NCCL_LOG_INFO, __LINE__,
+             "autoinfra tuner: NCCL_ALGO=%s and NCCL_PROTO=%s are set: the plugin leaves"
+             " algorithm, protocol, channels and chunk size to NCCL%s",
+             algo, proto, c->nrules ? " (NCCL_TUNER_CONFIG_FILE lines still apply)" : "");
+    else if (c->user_algo)
+        tlog(c, NCCL_LOG_INFO, __LINE__,
+             "autoinfra tuner: NCCL_ALGO=%s is set: the plugin leaves the algorithm to NCCL and"
+             " picks only the protocol%s",
+             algo, c->version == 2 ? " (not under tuner v2, which cannot: nothing is set)" : "");
+    else if (c->user_proto)
+        tlog(c, NCCL_LOG_INFO, __LINE__,
+             "autoinfra tuner: NCCL_PROTO=%s is set: the plugin leaves the protocol to NCCL and"
+             " picks only the algorithm%s",
+             proto, c->version == 2 ? " (not under tuner v2, which cannot: nothing is set)" : "");
+}
+
+static ncclResult_t init_common(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                                ncclDebugLogger_t logFunction, int version)
+{
     if (!ctx)
         return ncclInvalidArgument;
     *ctx = NULL;
@@ -282,21 +526,33 @@ static ncclResult_t tuner_init(void **ctx, uint64_t commId, size_t nRanks, size_
     }
     reset_table(c);
     c->log = logFunction;
+    c->version = version;
     c->nranks = nRanks;
     c->nnodes = nNodes;
     const char *dbg = getenv("NCCL_DEBUG");
     c->trace = dbg && strcasecmp(dbg, "TRACE") == 0;
     c->comm_id = commId;
     load_kb(c);
+    load_rules(c);
+    note_user_settings(c);
     *ctx = c;
     return ncclSuccess;
 }
 
-/* ---------------------------------------------------------- getCollInfo */
-
-static int coll_of(ncclFunc_t f, ai_coll *out)
+static ncclResult_t tuner_finalize(void *ctx)
 {
-    switch ((int)f) {
+    tuner_ctx *c = ctx;
+    if (c)
+        free(c->rules);
+    free(c);
+    return ncclSuccess;
+}
+
+/* --------------------------------------------------------------- core */
+
+static int coll_of(int f, ai_coll *out)
+{
+    switch (f) {
     case ncclFuncAllReduce: *out = AI_ALLREDUCE; return 1;
     case ncclFuncAllGather: *out = AI_ALLGATHER; return 1;
     case ncclFuncReduceScatter: *out = AI_REDUCE_SCATTER; return 1;
@@ -306,40 +562,127 @@ static int coll_of(ncclFunc_t f, ai_coll *out)
     }
 }
 
-static ncclResult_t tuner_get_coll_info(void *ctx, ncclFunc_t collType, size_t nBytes,
-                                        int numPipeOps, float **collCostTable, int numAlgo,
-                                        int numProto, int regBuff, int *nChannels)
+/* The KB entry for NCCL's (func, nBytes), or NULL. NCCL's nBytes is the
+ * whole vector for AllReduce / Broadcast / Reduce and nRanks x the per-rank
+ * block for AllGather / ReduceScatter (ncclFuncMaxSendRecvCount); the KB
+ * holds per-rank payloads. From 2.29 a group of broadcasts from several
+ * roots is asked as one AllGather of nRanks x the largest broadcast, so it
+ * lands in the allgather bucket of that broadcast's size. */
+static const tuner_entry *lookup(const tuner_ctx *c, int func, size_t nBytes, int *bucket)
 {
-    (void)numPipeOps;
-    (void)regBuff;
-    (void)nChannels; /* our channels are TCP connections, not NCCL's CTAs: NCCL decides */
-    const tuner_ctx *c = ctx;
     ai_coll coll;
-    if (!c || c->nbuckets == 0 || !collCostTable || numAlgo <= 0 || numProto <= 0 ||
-        !coll_of(collType, &coll))
-        return ncclSuccess;
-
-    /* NCCL's nBytes -> our per-rank payload. */
+    if (c->nbuckets == 0 || !coll_of(func, &coll))
+        return NULL;
     size_t per_rank = nBytes;
     if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER) {
         if (c->nranks == 0)
-            return ncclSuccess;
+            return NULL;
         per_rank = nBytes / c->nranks;
     }
     if (per_rank == 0)
-        return ncclSuccess;
+        return NULL;
     int k = 63 - __builtin_clzll((unsigned long long)per_rank);
     const tuner_entry *e = &c->table[coll][k];
-    int a = e->nccl_algo;
-    if (a < 0 || a >= numAlgo)
-        return ncclSuccess;
+    if (e->nccl_algo < 0)
+        return NULL;
+    *bucket = k;
+    return e;
+}
 
-    /* Protocol preference by size; later entries are fallbacks when NCCL
-     * did not offer the earlier ones for this algorithm. PAT runs SIMPLE
-     * only. */
+/* The first override line for (func, nBytes, numPipeOps, regBuff).
+ * regBuff < 0 (not passed by v2 / v3) matches only lines with regBuff -1.
+ * any_ops_buf: ignore numPipeOps and regBuff (any line covering the size). */
+static const tuner_rule *match_rule(const tuner_ctx *c, int func, size_t nBytes, int numPipeOps,
+                                    int regBuff, int any_ops_buf)
+{
+    for (int i = 0; i < c->nrules; i++) {
+        const tuner_rule *r = &c->rules[i];
+        if (r->func != func || nBytes < r->min_bytes || nBytes > r->max_bytes)
+            continue;
+        if (any_ops_buf ||
+            ((r->pipe_ops == -1 || r->pipe_ops == numPipeOps) &&
+             (r->reg_buff == -1 || (regBuff >= 0 && r->reg_buff == (regBuff != 0)))))
+            return r;
+    }
+    return NULL;
+}
+
+static int offered(const float *cells, int numProto, int a, int p)
+{
+    return cells[(size_t)a * (size_t)numProto + (size_t)p] >= 0.0f; /* not IGNORE, not NaN */
+}
+
+/*
+ * The shared decision. cells is NCCL's float[numAlgo][numProto] cost table
+ * (row = algorithm). regBuff < 0: not known (v2, v3). Writes at most one
+ * offered cell, to 0.0, and *nChannels when a channel count is known for
+ * what was chosen.
+ */
+static void core_coll(const tuner_ctx *c, int func, size_t nBytes, int numPipeOps, int regBuff,
+                      float *cells, int numAlgo, int numProto, int *nChannels)
+{
+    if (!c || !cells || numAlgo <= 0 || numProto <= 0)
+        return;
+    if (numAlgo > NCCL_NUM_ALGORITHMS)
+        numAlgo = NCCL_NUM_ALGORITHMS;
+
+    /* 1. The user's override file, first matching line. */
+    const tuner_rule *r = match_rule(c, func, nBytes, numPipeOps, regBuff, 0);
+    if (r) {
+        if (r->algo < numAlgo && r->proto < numProto && offered(cells, numProto, r->algo, r->proto)) {
+            cells[(size_t)r->algo * (size_t)numProto + (size_t)r->proto] = 0.0f;
+            if (nChannels && r->channels > 0)
+                *nChannels = r->channels;
+            if (c->trace)
+                tlog(c, NCCL_LOG_TRACE, __LINE__,
+                     "autoinfra tuner: func %d nBytes %zu: override line %d -> %s/%s channels %d",
+                     func, nBytes, r->line, nccl_algo_name(r->algo), nccl_proto_name(r->proto),
+                     r->channels);
+        } else if (c->trace) {
+            tlog(c, NCCL_LOG_TRACE, __LINE__,
+                 "autoinfra tuner: func %d nBytes %zu: override line %d asks for %s/%s, which NCCL"
+                 " does not offer here; NCCL decides",
+                 func, nBytes, r->line, nccl_algo_name(r->algo), nccl_proto_name(r->proto));
+        }
+        return;
+    }
+
+    /* 2. The knowledge base. */
+    int k;
+    const tuner_entry *e = lookup(c, func, nBytes, &k);
+    if (!e || (c->user_algo && c->user_proto))
+        return;
+
+    int a = e->nccl_algo;
+    if (c->user_algo) {
+        /* NCCL's own algorithm: the row of its cheapest offered cell. */
+        float best = 0.0f;
+        a = -1;
+        for (int i = 0; i < numAlgo; i++)
+            for (int p = 0; p < numProto; p++) {
+                float v = cells[(size_t)i * (size_t)numProto + (size_t)p];
+                if (v >= 0.0f && (a < 0 || v < best)) {
+                    best = v;
+                    a = i;
+                }
+            }
+    }
+    if (a < 0 || a >= numAlgo)
+        return;
+
     int prefs[3], n = 0;
-    if (a == NCCL_ALGO_PAT) {
-        prefs[n++] = NCCL_PROTO_SIMPLE;
+    if (c->user_proto) {
+        /* NCCL's protocol for that algorithm: the cheapest offered one. */
+        int bp = -1;
+        for (int p = 0; p < numProto; p++)
+            if (offered(cells, numProto, a, p) &&
+                (bp < 0 || cells[(size_t)a * (size_t)numProto + (size_t)p] <
+                               cells[(size_t)a * (size_t)numProto + (size_t)bp]))
+                bp = p;
+        if (bp >= 0)
+            prefs[n++] = bp;
+    } else if (a == NCCL_ALGO_PAT) {
+        prefs[n++] = NCCL_PROTO_SIMPLE; /* the only protocol PAT runs with */
     } else if (nBytes < TUNER_LL_MAX) {
         prefs[n++] = NCCL_PROTO_LL;
         prefs[n++] = NCCL_PROTO_LL128;
@@ -352,41 +695,194 @@ static ncclResult_t tuner_get_coll_info(void *ctx, ncclFunc_t collType, size_t n
         prefs[n++] = NCCL_PROTO_LL128;
     }
 
-    /* The table is float[numAlgo][numProto], contiguous; with NCCL's
-     * numProto = NCCL_NUM_PROTOCOLS this is table[a][p]. */
-    float *cells = (float *)(void *)collCostTable;
     for (int i = 0; i < n; i++) {
         int p = prefs[i];
-        if (p >= numProto)
+        if (p >= numProto || !offered(cells, numProto, a, p))
             continue;
         float *cell = &cells[(size_t)a * (size_t)numProto + (size_t)p];
-        if (!(*cell >= 0.0f)) /* NCCL_ALGO_PROTO_IGNORE, any negative, NaN */
-            continue;
+        /* The learned channel count belongs to the learned algorithm. */
+        int ch = a == e->nccl_algo ? e->channels : 0;
         if (c->trace)
             tlog(c, NCCL_LOG_TRACE, __LINE__,
-                 "autoinfra tuner: func %d nBytes %zu (bucket %zu B/rank, learned %s) -> %s/%s "
-                 "(was %g us)",
-                 (int)collType, nBytes, (size_t)1 << k, e->algo, nccl_algo_name(a),
-                 nccl_proto_name(p), (double)*cell);
+                 "autoinfra tuner: func %d nBytes %zu (bucket %zu B/rank, learned %s) -> %s/%s"
+                 " channels %d (was %g us)",
+                 func, nBytes, (size_t)1 << k, e->algo, nccl_algo_name(a), nccl_proto_name(p), ch,
+                 (double)*cell);
         *cell = 0.0f;
-        return ncclSuccess;
+        if (nChannels && ch > 0)
+            *nChannels = ch;
+        return;
     }
     if (c->trace)
         tlog(c, NCCL_LOG_TRACE, __LINE__,
-             "autoinfra tuner: func %d nBytes %zu learned %s -> %s not offered; NCCL decides",
-             (int)collType, nBytes, e->algo, nccl_algo_name(a));
+             "autoinfra tuner: func %d nBytes %zu learned %s -> %s not offered; NCCL decides", func,
+             nBytes, e->algo, nccl_algo_name(a));
+}
+
+/* ------------------------------------------------------ v3 .. v6 front */
+
+static ncclResult_t tuner_get_coll_info(void *ctx, ncclFunc_t collType, size_t nBytes,
+                                        int numPipeOps, float **collCostTable, int numAlgo,
+                                        int numProto, int regBuff, int *nChannels)
+{
+    /* The table is a contiguous float[numAlgo][numProto] passed as float **. */
+    core_coll(ctx, (int)collType, nBytes, numPipeOps, regBuff, (float *)(void *)collCostTable,
+              numAlgo, numProto, nChannels);
     return ncclSuccess;
 }
 
-static ncclResult_t tuner_finalize(void *ctx)
+static ncclResult_t tuner_get_coll_info_v3(void *ctx, ncclFunc_t collType, size_t nBytes,
+                                           int numPipeOps, float **collCostTable, int numAlgo,
+                                           int numProto, int *nChannels)
 {
-    free(ctx);
+    return tuner_get_coll_info(ctx, collType, nBytes, numPipeOps, collCostTable, numAlgo, numProto,
+                               -1, nChannels);
+}
+
+/* v6: the learned chunk size, when NCCL runs the algorithm learned for this
+ * size (nBytes is the part NCCL is scheduling, looked up like getCollInfo's;
+ * an override line for it leaves the chunk to NCCL). */
+static ncclResult_t tuner_get_chunk_size(void *ctx, ncclFunc_t collType, size_t nBytes, int algo,
+                                         int proto, int nChannels, size_t *chunkSize)
+{
+    const tuner_ctx *c = ctx;
+    if (!c || !chunkSize || c->user_algo || c->user_proto)
+        return ncclSuccess;
+    if (match_rule(c, (int)collType, nBytes, 0, -1, 1))
+        return ncclSuccess;
+    int k;
+    const tuner_entry *e = lookup(c, (int)collType, nBytes, &k);
+    if (!e || e->chunk == 0 || e->nccl_algo != algo)
+        return ncclSuccess;
+    if (c->trace)
+        tlog(c, NCCL_LOG_TRACE, __LINE__,
+             "autoinfra tuner: func %d nBytes %zu %s/%s %d channels: chunk %zu -> %zu B",
+             (int)collType, nBytes, nccl_algo_name(algo), nccl_proto_name(proto), nChannels,
+             *chunkSize, e->chunk);
+    *chunkSize = e->chunk;
     return ncclSuccess;
 }
+
+static ncclResult_t tuner_init_v5(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                                  ncclDebugLogger_t logFunction,
+                                  ncclNvlDomainInfo_v5_t *nvlDomainInfo,
+                                  ncclTunerConstants_v5_t *constants)
+{
+    (void)nvlDomainInfo;
+    (void)constants; /* NCCL's own model constants are left as they are */
+    return init_common(ctx, commId, nRanks, nNodes, logFunction, 5);
+}
+
+static ncclResult_t tuner_init_v6(void **ctx, uint64_t commId, size_t nRanks, size_t nNodes,
+                                  ncclDebugLogger_t logFunction,
+                                  ncclNvlDomainInfo_v5_t *nvlDomainInfo,
+                                  ncclTunerConstants_v5_t *constants)
+{
+    (void)nvlDomainInfo;
+    (void)constants;
+    return init_common(ctx, commId, nRanks, nNodes, logFunction, 6);
+}
+
+static ncclResult_t tuner_init_v4(size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
+                                  void **context)
+{
+    return init_common(context, 0, nRanks, nNodes, logFunction, 4);
+}
+
+static ncclResult_t tuner_init_v3(size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
+                                  void **context)
+{
+    return init_common(context, 0, nRanks, nNodes, logFunction, 3);
+}
+
+/* ------------------------------------------------------------ v2 front */
+
+static ncclResult_t tuner_init_v2(size_t nRanks, size_t nNodes, ncclDebugLogger_t logFunction,
+                                  void **context)
+{
+    return init_common(context, 0, nRanks, nNodes, logFunction, 2);
+}
+
+/*
+ * 2.21 runs what a v2 plugin names without checking it against what the
+ * platform enables or what NCCL_ALGO / NCCL_PROTO allow. So the core is
+ * given a table of only what 2.21 runs everywhere: RING with LL and
+ * SIMPLE for the five collectives, TREE with LL and SIMPLE for AllReduce,
+ * and (for an override line only, the KB never asks for them) CollNet /
+ * NVLS with SIMPLE for AllReduce when NCCL says they are supported. LL128
+ * is never offered: whether 2.21 enabled it on this machine is not known
+ * here. With NCCL_ALGO or NCCL_PROTO set nothing is answered.
+ */
+static ncclResult_t tuner_get_coll_info_v2(void *ctx, ncclFunc_t collType, size_t nBytes,
+                                           int collNetSupport, int nvlsSupport, int numPipeOps,
+                                           int *algorithm, int *protocol, int *nChannels)
+{
+    const tuner_ctx *c = ctx;
+    ai_coll coll;
+    if (!c || !algorithm || !protocol || c->user_algo || c->user_proto ||
+        !coll_of((int)collType, &coll))
+        return ncclSuccess;
+    float t[NCCL_NUM_ALGORITHMS_2_21][NCCL_NUM_PROTOCOLS];
+    for (int a = 0; a < NCCL_NUM_ALGORITHMS_2_21; a++)
+        for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++)
+            t[a][p] = (float)NCCL_ALGO_PROTO_IGNORE;
+    t[NCCL_ALGO_RING][NCCL_PROTO_LL] = t[NCCL_ALGO_RING][NCCL_PROTO_SIMPLE] = 1.0f;
+    if (coll == AI_ALLREDUCE) {
+        t[NCCL_ALGO_TREE][NCCL_PROTO_LL] = t[NCCL_ALGO_TREE][NCCL_PROTO_SIMPLE] = 1.0f;
+        if (collNetSupport == 1)
+            t[NCCL_ALGO_COLLNET_DIRECT][NCCL_PROTO_SIMPLE] =
+                t[NCCL_ALGO_COLLNET_CHAIN][NCCL_PROTO_SIMPLE] = 1.0f;
+        if (nvlsSupport == 1)
+            t[NCCL_ALGO_NVLS][NCCL_PROTO_SIMPLE] = t[NCCL_ALGO_NVLS_TREE][NCCL_PROTO_SIMPLE] = 1.0f;
+    }
+    int nch = 0;
+    core_coll(c, (int)collType, nBytes, numPipeOps, -1, &t[0][0], NCCL_NUM_ALGORITHMS_2_21,
+              NCCL_NUM_PROTOCOLS, &nch);
+    for (int a = 0; a < NCCL_NUM_ALGORITHMS_2_21; a++)
+        for (int p = 0; p < NCCL_NUM_PROTOCOLS; p++)
+            if (t[a][p] == 0.0f) {
+                *algorithm = a;
+                *protocol = p;
+                if (nChannels && nch > 0)
+                    *nChannels = nch;
+            }
+    return ncclSuccess;
+}
+
+/* ------------------------------------------------------------- exports */
+
+TUNER_EXPORT const ncclTuner_v2_t ncclTunerPlugin_v2 = {
+    .name = "autoinfra",
+    .init = tuner_init_v2,
+    .getCollInfo = tuner_get_coll_info_v2,
+    .destroy = tuner_finalize,
+};
+
+TUNER_EXPORT const ncclTuner_v3_t ncclTunerPlugin_v3 = {
+    .name = "autoinfra",
+    .init = tuner_init_v3,
+    .getCollInfo = tuner_get_coll_info_v3,
+    .destroy = tuner_finalize,
+};
+
+TUNER_EXPORT const ncclTuner_v4_t ncclTunerPlugin_v4 = {
+    .name = "autoinfra",
+    .init = tuner_init_v4,
+    .getCollInfo = tuner_get_coll_info,
+    .destroy = tuner_finalize,
+};
 
 TUNER_EXPORT const ncclTuner_v5_t ncclTunerPlugin_v5 = {
     .name = "autoinfra",
-    .init = tuner_init,
+    .init = tuner_init_v5,
     .getCollInfo = tuner_get_coll_info,
     .finalize = tuner_finalize,
+};
+
+TUNER_EXPORT const ncclTuner_v6_t ncclTunerPlugin_v6 = {
+    .name = "autoinfra",
+    .init = tuner_init_v6,
+    .getCollInfo = tuner_get_coll_info,
+    .finalize = tuner_finalize,
+    .getChunkSize = tuner_get_chunk_size,
 };
