@@ -62,7 +62,8 @@ _Static_assert(AI_ALLREDUCE == 0 && AI_REDUCE_SCATTER == 1 && AI_ALLGATHER == 2 
 #define TUNER_LINE_MAX 512
 
 typedef struct tuner_entry {
-    signed char nccl_algo; /* NCCL_ALGO_*, or -1: nothing learned / no mapping */
+    signed char nccl_algo;  /* NCCL_ALGO_*, or -1: nothing learned / no mapping */
+    signed char nccl_proto; /* NCCL_PROTO_* measured with (nccl_* arms), or -1 */
     int channels;          /* the arm's channel count, 0: none */
     size_t chunk;          /* the arm's chunk size in bytes, 0: none */
     char algo[32];         /* autoinfra algorithm name, for the log */
@@ -142,6 +143,36 @@ static int name_in(const char *name, const char *const *list)
  * answer for another collective finds its cell disabled and NCCL decides.
  * -1: a name we do not know (a newer KB); leave NCCL alone.
  */
+/*
+ * Arms the NCCL profiler plugin measured are named nccl_<algorithm>_<protocol>
+ * (lower case, NCCL's names: nccl_ring_ll128, nccl_nvls_tree_simple): they
+ * map to that algorithm, with that protocol tried first. 0 if not such a
+ * name.
+ */
+static int map_nccl_name(const char *algo, int *nccl_algo, int *nccl_proto)
+{
+    static const char *const algos[] = {"tree", "ring", "collnet_direct", "collnet_chain",
+                                        "nvls", "nvls_tree", "pat"};
+    static const char *const protos[] = {"ll", "ll128", "simple"};
+    if (strncasecmp(algo, "nccl_", 5) != 0)
+        return 0;
+    const char *a = algo + 5, *us = strrchr(a, '_');
+    if (!us)
+        return 0;
+    int ai = -1, pi = -1;
+    for (int i = 0; i < NCCL_NUM_ALGORITHMS; i++)
+        if (strlen(algos[i]) == (size_t)(us - a) && strncasecmp(a, algos[i], (size_t)(us - a)) == 0)
+            ai = i;
+    for (int i = 0; i < NCCL_NUM_PROTOCOLS; i++)
+        if (strcasecmp(us + 1, protos[i]) == 0)
+            pi = i;
+    if (ai < 0 || pi < 0)
+        return 0;
+    *nccl_algo = ai;
+    *nccl_proto = pi;
+    return 1;
+}
+
 static int map_algo(ai_coll coll, const char *algo)
 {
     static const char *const ring_like[] = {"ring", "chain", "weighted", "pairwise",
@@ -170,6 +201,7 @@ static void reset_table(tuner_ctx *c)
             c->table[i][k].nccl_algo = -1;
             c->table[i][k].algo[0] = '\0';
             c->table[i][k].channels = 0;
+            c->table[i][k].nccl_proto = -1;
             c->table[i][k].chunk = 0;
         }
     }
@@ -228,7 +260,14 @@ static int load_visit(const ai_kb_arm *arm, void *arg)
     if (e->algo[0]) /* one best arm per bucket; keep the first */
         return 0;
     snprintf(e->algo, sizeof e->algo, "%s", arm->algo);
-    e->nccl_algo = (signed char)map_algo(arm->coll, arm->algo);
+    int na, np;
+    if (map_nccl_name(arm->algo, &na, &np)) {
+        e->nccl_algo = (signed char)na;
+        e->nccl_proto = (signed char)np;
+    } else {
+        e->nccl_algo = (signed char)map_algo(arm->coll, arm->algo);
+        e->nccl_proto = -1;
+    }
     e->channels = arm->channels > 0 ? (arm->channels < TUNER_MAX_CHANNELS ? arm->channels
                                                                           : TUNER_MAX_CHANNELS)
                                     : 0;
@@ -670,7 +709,9 @@ static void core_coll(const tuner_ctx *c, int func, size_t nBytes, int numPipeOp
     if (a < 0 || a >= numAlgo)
         return;
 
-    int prefs[3], n = 0;
+    int prefs[4], n = 0;
+    if (!c->user_proto && a == e->nccl_algo && e->nccl_proto >= 0)
+        prefs[n++] = e->nccl_proto; /* measured under NCCL with this protocol */
     if (c->user_proto) {
         /* NCCL's protocol for that algorithm: the cheapest offered one. */
         int bp = -1;
