@@ -1224,6 +1224,40 @@ static void test_override_file(void **state)
     unlink(conf_path);
 }
 
+/* Many lines (the rule table grows) and an over-long line (skipped with a
+ * warning; the lines after it still read). */
+static void test_override_many_lines(void **state)
+{
+    (void)state;
+    size_t cap = 64 * 1024;
+    char *text = malloc(cap);
+    assert_non_null(text);
+    size_t used = 0;
+    for (int i = 0; i < 300; i++)
+        used += (size_t)snprintf(text + used, cap - used, "allreduce,%d,%d,ring,ll,%d,-1,-1\n",
+                                 100000 + i, 100000 + i, i % 64 + 1);
+    memset(text + used, 'x', 700);
+    used += 700;
+    used += (size_t)snprintf(text + used, cap - used, "\nallreduce,5,5,tree,ll,7,-1,-1\n");
+    write_conf(text);
+    free(text);
+    void *ctx = comm_init(4, 4);
+    assert_int_equal(log_warn, 1);
+    assert_non_null(strstr(log_text, "line 301: longer than"));
+    int a, p, nch, same;
+    for (int i = 0; i < 300; i += 37) {
+        v5_coll(ctx, ncclFuncAllReduce, (size_t)(100000 + i), 1, 0, 0, &a, &p, &nch, &same);
+        assert_true(a == NCCL_ALGO_RING && p == NCCL_PROTO_LL && nch == i % 64 + 1);
+    }
+    v5_coll(ctx, ncclFuncAllReduce, 299 + 100000, 1, 0, 0, &a, &p, &nch, &same);
+    assert_int_equal(nch, 299 % 64 + 1);
+    v5_coll(ctx, ncclFuncAllReduce, 5, 1, 0, 0, &a, &p, &nch, &same);
+    assert_true(a == NCCL_ALGO_TREE && p == NCCL_PROTO_LL && nch == 7);
+    comm_finalize(ctx);
+    unsetenv("NCCL_TUNER_CONFIG_FILE");
+    unlink(conf_path);
+}
+
 static int count_of(const char *hay, const char *needle)
 {
     int n = 0;
@@ -1398,6 +1432,7 @@ int main(int argc, char **argv)
         T(test_releases),
         T(test_chunk_size_v6),
         T(test_override_file),
+        T(test_override_many_lines),
         T(test_user_algo_proto),
         T(test_grouped_broadcast_2_29),
         T(test_log_subsystem),

@@ -91,7 +91,7 @@ typedef struct tuner_ctx {
     char fingerprint[17]; /* "" when nothing applies */
     int nbuckets;         /* entries with nccl_algo >= 0 */
     tuner_rule *rules;    /* override lines matching this communicator */
-    int nrules;
+    int nrules, caprules;
     tuner_entry table[TUNER_NCOLL][TUNER_NBUCKET];
 } tuner_ctx;
 
@@ -507,14 +507,15 @@ static void load_rules(tuner_ctx *c)
                  TUNER_MAX_RULES);
             break;
         }
-        if ((c->nrules & (c->nrules - 1)) == 0) { /* grow at powers of two */
-            size_t cap = c->nrules ? 2 * (size_t)c->nrules : 8;
-            tuner_rule *grown = realloc(c->rules, cap * sizeof *grown);
+        if (c->nrules == c->caprules) {
+            int cap = c->caprules ? 2 * c->caprules : 8;
+            tuner_rule *grown = realloc(c->rules, (size_t)cap * sizeof *grown);
             if (!grown) {
                 tlog(c, NCCL_LOG_WARN, __LINE__, "autoinfra tuner: %s: out of memory", path);
                 break;
             }
             c->rules = grown;
+            c->caprules = cap;
         }
         r.line = lineno;
         c->rules[c->nrules++] = r;
