@@ -20,6 +20,7 @@
 #include "autoinfra.h"
 
 #include "../plugins/nccl_profiler/nccl_profiler_abi.h"
+#include "../plugins/nccl_tuner/nccl_tuner_abi.h"
 
 #include <dirent.h>
 #include <dlfcn.h>

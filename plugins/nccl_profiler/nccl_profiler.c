@@ -253,8 +253,8 @@ static void coll_maybe_done(prof_ctx *c, prof_coll *r)
 static void start_coll(prof_ctx *c, void **eHandle, const ncclProfilerColl_v4_t *d)
 {
     int coll = index_of(d->func, coll_names, PROF_NCOLL);
-    int algo = index_of(d->algo, algo_names, NCCL_NUM_ALGORITHMS);
-    int proto = index_of(d->proto, proto_names, NCCL_NUM_PROTOCOLS);
+    int algo = index_of(d->algo, algo_names, (int)(sizeof algo_names / sizeof algo_names[0]));
+    int proto = index_of(d->proto, proto_names, (int)(sizeof proto_names / sizeof proto_names[0]));
     size_t bytes = d->count * type_size(d->datatype);
     if (coll < 0 || algo < 0 || proto < 0 || bytes == 0 || d->nChannels == 0)
         return; /* not a collective we time: no handle, NCCL sends nothing more for it */

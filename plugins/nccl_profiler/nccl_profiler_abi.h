@@ -41,11 +41,64 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../nccl_tuner/nccl_tuner_abi.h" /* ncclResult_t, the logger */
-
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Types every NCCL plugin interface shares; the same block is in
+ * plugins/nccl_tuner/nccl_tuner_abi.h and plugins/nccl_profiler/
+ * nccl_profiler_abi.h (a plugin includes only its own headers), guarded
+ * so that a program may include both. */
+#ifndef AUTOINFRA_NCCL_COMMON_TYPES
+#define AUTOINFRA_NCCL_COMMON_TYPES
+
+/* Result codes (nccl.h). */
+typedef enum {
+    ncclSuccess = 0,
+    ncclUnhandledCudaError = 1,
+    ncclSystemError = 2,
+    ncclInternalError = 3,
+    ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5,
+    ncclRemoteError = 6,
+    ncclInProgress = 7,
+    ncclNumResults = 8
+} ncclResult_t;
+
+/* Logger (nccl_common.h). NCCL filters by NCCL_DEBUG and, for INFO and
+ * TRACE, by NCCL_DEBUG_SUBSYS against the flags passed. */
+typedef enum {
+    NCCL_LOG_NONE = 0,
+    NCCL_LOG_VERSION = 1,
+    NCCL_LOG_WARN = 2,
+    NCCL_LOG_INFO = 3,
+    NCCL_LOG_ABORT = 4,
+    NCCL_LOG_TRACE = 5
+} ncclDebugLogLevel;
+
+typedef enum {
+    NCCL_INIT = 0x1,
+    NCCL_COLL = 0x2,
+    NCCL_P2P = 0x4,
+    NCCL_SHM = 0x8,
+    NCCL_NET = 0x10,
+    NCCL_GRAPH = 0x20,
+    NCCL_TUNING = 0x40,
+    NCCL_ENV = 0x80,
+    NCCL_ALLOC = 0x100,
+    NCCL_CALL = 0x200,
+    NCCL_PROXY = 0x400,
+    NCCL_NVLS = 0x800,
+    NCCL_BOOTSTRAP = 0x1000,
+    NCCL_REG = 0x2000,
+    NCCL_ALL = ~0
+} ncclDebugLogSubSys;
+
+typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char *file,
+                                  int line, const char *fmt, ...);
+
+#endif /* AUTOINFRA_NCCL_COMMON_TYPES */
+
 
 /* Logger subsystem of NCCL's profiler lines (nccl_common.h, 2.27 to 2.30). */
 #define NCCL_PROFILE_SUBSYS 0x4000

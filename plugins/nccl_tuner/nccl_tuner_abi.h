@@ -36,6 +36,13 @@
 extern "C" {
 #endif
 
+/* Types every NCCL plugin interface shares; the same block is in
+ * plugins/nccl_tuner/nccl_tuner_abi.h and plugins/nccl_profiler/
+ * nccl_profiler_abi.h (a plugin includes only its own headers), guarded
+ * so that a program may include both. */
+#ifndef AUTOINFRA_NCCL_COMMON_TYPES
+#define AUTOINFRA_NCCL_COMMON_TYPES
+
 /* Result codes (nccl.h). */
 typedef enum {
     ncclSuccess = 0,
@@ -80,6 +87,8 @@ typedef enum {
 
 typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, const char *file,
                                   int line, const char *fmt, ...);
+
+#endif /* AUTOINFRA_NCCL_COMMON_TYPES */
 
 /* Collective kinds (nccl_common.h). Values 0..7 are the same in every
  * release; 2.28 added the copy-engine AlltoAll / Scatter / Gather, 2.29
