@@ -398,7 +398,7 @@ static int write_export(prof_ctx *c, char *path, size_t len)
     fprintf(f,
             "{\"format\": \"autoinfra-kb\", \"version\": 1, \"fingerprints\": [\n"
             " {\"id\": \"%016llx\", \"nranks\": %d, \"nhosts\": %d,\n"
-            "  \"description\": \"NCCL, %d ranks on %d nodes, timed by the autoinfra profiler"
+            "  \"description\": \"NCCL, %d ranks, %d nodes, timed by the autoinfra profiler"
             " plugin (rank %d)\",\n  \"arms\": [",
             (unsigned long long)fp, c->nranks, c->nnodes, c->nranks, c->nnodes, c->rank);
     for (size_t i = 0; i < c->nstats; i++) {
