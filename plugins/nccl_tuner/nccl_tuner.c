@@ -1,9 +1,9 @@
 /*
  * NCCL tuner plugin answering from the autoinfra knowledge base, exported
  * under every tuner ABI NCCL has used since 2.21 (ncclTunerPlugin_v2 .. v6,
- * nccl_tuner_abi.h) so that the NCCL a program really loads (PyTorch's
- * wheels ship 2.21 to 2.27) finds a version it knows. docs/nccl-tuner.md
- * describes use, mapping and fallback.
+ * nccl_tuner_abi.h) so that the NCCL a program really loads, often older
+ * than the newest (PyTorch wheels bundle their own), finds a version it
+ * knows. docs/nccl-tuner.md describes use, mapping and fallback.
  *
  * One core behind all five: init() opens the KB read-only, picks one
  * fingerprint for the communicator (AUTOINFRA_FINGERPRINT, else the one
