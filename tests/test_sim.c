@@ -116,6 +116,18 @@ static void test_one_failure_shrink(void **state)
     assert_near(r.down_s, 7 + 4, 1e-9);
     assert_near(r.degraded_s, at_join - up, 1e-9);
     assert_near(r.wall_s, end, 1e-9);
+
+    /* A cause that hits every rank (a software bug) rolls the job back to
+     * its checkpoint even under shrink: the restart timeline of
+     * test_one_failure_restart. */
+    p.cause_repair[0] = 0;
+    p.cause_restart[0] = 1;
+    p.interval_s = 100;
+    p.ckpt_block_s = 10;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.lost_s, 35, 1e-9);
+    assert_near(r.degraded_s, 0, 0);
+    assert_near(r.wall_s, 1150, 1e-9);
 }
 
 static void test_restart_waits_for_repair(void **state)
@@ -340,6 +352,12 @@ static void test_spec_errors(void **state)
     assert_int_equal(r.spares, 8);
     assert_int_equal(r.ncauses, 2);
     assert_int_equal(r.causes[1].needs_repair, 0);
+    assert_int_equal(r.causes[1].restart, 0);
+    assert_int_equal(rel_from("{\"causes\": [{\"name\": \"bug\", \"share\": 1, \"restart\": true}]}",
+                              &r, msg, sizeof msg),
+                     AI_OK);
+    assert_int_equal(r.causes[0].restart, 1);
+    assert_int_equal(r.causes[0].needs_repair, 1);
     /* Defaults: Llama 3's rate, 18 causes of Table 5 summing to 419. */
     sim_reliability_defaults(&r);
     double sum = 0;

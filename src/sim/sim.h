@@ -25,6 +25,7 @@ typedef struct sim_cause {
     char name[SIM_CAUSE_NAME];
     double share;    /* relative weight; normalised over the causes */
     int needs_repair; /* 1: the node goes to repair; 0: it is healthy after a restart */
+    int restart;      /* 1: the whole job rolls back to its checkpoint even under live shrink */
 } sim_cause;
 
 /* The reliability spec (docs/formats.md, "Reliability"), defaults filled. */
@@ -73,6 +74,7 @@ typedef struct sim_params {
     int ncauses;
     double cause_cum[SIM_MAX_CAUSES];  /* cumulative normalised shares */
     int cause_repair[SIM_MAX_CAUSES];
+    int cause_restart[SIM_MAX_CAUSES];
     /* Tests: failures at these wall times instead of random ones. */
     const double *fail_at;
     int nfail_at;

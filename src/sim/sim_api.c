@@ -177,11 +177,20 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     for (int i = 0; i < r.ncauses; i++) {
         p.cause_cum[i] = (i ? p.cause_cum[i - 1] : 0) + r.causes[i].share / tot;
         p.cause_repair[i] = r.causes[i].needs_repair;
+        p.cause_restart[i] = r.causes[i].restart;
     }
     p.cause_cum[r.ncauses - 1] = 1;
 
-    double young_s = sim_young_interval(block_s, job_mtbf_s);
-    double daly_s = sim_daly_interval(block_s, job_mtbf_s);
+    /* Checkpoints only matter for the failures that roll the job back:
+     * all of them under restart, those marked `restart` under a live
+     * shrink (with more than one replica to shrink to). */
+    int shrinks = p.recovery == SIM_SHRINK && p.units > 1;
+    double rb_share = 0;
+    for (int i = 0; i < r.ncauses; i++)
+        rb_share += r.causes[i].restart ? r.causes[i].share / tot : 0;
+    double rb_mtbf_s = !shrinks ? job_mtbf_s : rb_share > 0 ? job_mtbf_s / rb_share : INFINITY;
+    double young_s = sim_young_interval(block_s, rb_mtbf_s);
+    double daly_s = sim_daly_interval(block_s, rb_mtbf_s);
     if (opts->policy == AI_SIM_POLICY_YOUNG_DALY)
         p.interval_s = isfinite(daly_s) ? AI_MAX(daly_s, persist_s) : 0;
     else if (opts->policy == AI_SIM_POLICY_ORACLE)
@@ -206,8 +215,11 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     int finished = 0;
     double t0 = ai_now();
     for (int i = 0; i < runs; i++) {
+        /* Run i of seed S draws from its own stream: (S, i) hashed whole,
+         * so that no run of one seed is a run of another. */
+        uint64_t key[2] = {opts->seed, (uint64_t)i};
         ai_rng rng;
-        ai_rng_seed(&rng, ai_hash64(&i, sizeof i, opts->seed));
+        ai_rng_seed(&rng, ai_hash64(key, sizeof key, 0));
         sim_result res;
         ai_status_t st = sim_run(&p, &rng, &res);
         if (st != AI_OK) {
@@ -255,9 +267,19 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     s->step_time_s = step_s;
     s->tokens_per_s = tokens_per_s;
     s->job_mtbf_h = job_mtbf_s / 3600;
-    double down_per_failure = p.detect_s + (p.recovery == SIM_SHRINK ? p.shrink_s : p.restart_s);
-    s->ettr_first_order =
-        p.interval_s > 0 ? sim_ettr_first_order(p.interval_s, block_s, down_per_failure, job_mtbf_s) : 0;
+    /* The closed form for the rolled-back failures, less, under a live
+     * shrink, what each survived failure costs: detection, the shrink,
+     * half a step redone, the grow, and a replica missing until a spare
+     * is ready. */
+    s->ettr_first_order = 0;
+    if (p.interval_s > 0) {
+        s->ettr_first_order =
+            sim_ettr_first_order(p.interval_s, block_s, p.detect_s + p.restart_s, rb_mtbf_s);
+        if (shrinks && rb_share < 1)
+            s->ettr_first_order -= (p.detect_s + p.shrink_s + step_s / 2 + p.grow_s +
+                                    p.join_s / p.units) *
+                                   (1 - rb_share) / job_mtbf_s;
+    }
     s->plan_s = plan_s;
     s->sim_s = sim_s;
     free(ettr);
@@ -272,6 +294,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     json_object_set_new(d, "interruptions_mean", json_real(s->interruptions_mean));
     json_object_set_new(d, "mtbf_h", json_real(s->mtbf_h));
     json_object_set_new(d, "job_mtbf_h", num_or_null(s->job_mtbf_h));
+    json_object_set_new(d, "rollback_mtbf_h", num_or_null(rb_mtbf_s / 3600));
     json_object_set_new(d, "ettr_mean", json_real(s->ettr_mean));
     json_object_set_new(d, "ettr_ci95", json_pack("[ff]", s->ettr_ci95[0], s->ettr_ci95[1]));
     json_object_set_new(d, "ettr_first_order", json_real(s->ettr_first_order));

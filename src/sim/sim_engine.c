@@ -160,11 +160,31 @@ static void on_failure(state *s)
      * the node's memory; a stalled one never completes. */
     s->pending_at = -1;
 
-    int shrink = p->recovery == SIM_SHRINK && s->active_units > 1;
-    if (shrink) {
-        /* Survivors drop the failed node's replica and redo the step in
-         * flight. A node that only lost its process (no repair) is healthy
-         * and can rejoin as a spare at once. */
+    /* Under live shrink the survivors drop the failed node's replica and
+     * redo only the step in flight; a cause marked `restart` (a bug that
+     * hits every rank, corrupted data) still rolls the whole job back. A
+     * node that only lost its process (no repair) is healthy and can
+     * rejoin as a spare at once. */
+    int shrink_mode = p->recovery == SIM_SHRINK && s->active_units > 1;
+    int rollback = !shrink_mode || p->cause_restart[cause];
+    if (shrink_mode) {
+        if (repair) {
+            s->active_units--;
+            s->missing_units++;
+        } else if (!rollback) {
+            s->active_units--;
+            s->missing_units++;
+            s->spares_free++;
+        }
+    } else if (repair) {
+        s->need_nodes++;
+    }
+    if (rollback) {
+        s->r.lost_s += s->done - s->saved;
+        s->done = s->saved;
+        s->since = 0;
+        try_restart(s, p->detect_s + p->restart_s);
+    } else {
         double partial = fmod(s->done, p->step_s);
         if (partial > s->done - s->saved)
             partial = s->done - s->saved;
@@ -172,20 +192,9 @@ static void on_failure(state *s)
             s->r.lost_s += partial;
             s->done -= partial;
         }
-        s->active_units--;
-        s->missing_units++;
-        if (!repair)
-            s->spares_free++;
         go_down(s, s->t + p->detect_s + p->shrink_s);
-        try_join(s);
-    } else {
-        s->r.lost_s += s->done - s->saved;
-        s->done = s->saved;
-        s->since = 0;
-        if (repair)
-            s->need_nodes++;
-        try_restart(s, p->detect_s + p->restart_s);
     }
+    try_join(s);
     draw_next_fail(s);
 }
 

@@ -23,31 +23,34 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Llama 3 Table 5, interruption counts by root cause (sum 419); the
- * software and unknown causes leave the node healthy. */
+/* Llama 3 Table 5, interruption counts by root cause (sum 419). The
+ * software and unknown causes leave the node healthy; a software bug or a
+ * broken dependency hits every rank alike and silent data corruption
+ * spoils the state in memory, so those roll the whole job back even when
+ * the others could be survived by a live shrink. */
 static const struct {
     const char *name;
     int count;
-    int repair;
+    int repair, restart;
 } llama3_causes[] = {
-    {"faulty GPU", 148, 1},
-    {"GPU HBM3 memory", 72, 1},
-    {"software bug", 54, 0},
-    {"network switch/cable", 35, 1},
-    {"host maintenance", 32, 1},
-    {"GPU SRAM memory", 19, 1},
-    {"GPU system processor", 17, 1},
-    {"NIC", 7, 1},
-    {"NCCL watchdog timeouts", 7, 0},
-    {"silent data corruption", 6, 1},
-    {"GPU thermal interface + sensor", 6, 1},
-    {"SSD", 3, 1},
-    {"power supply", 3, 1},
-    {"server chassis", 2, 1},
-    {"IO expansion board", 2, 1},
-    {"dependency", 2, 0},
-    {"CPU", 2, 1},
-    {"system memory", 2, 1},
+    {"faulty GPU", 148, 1, 0},
+    {"GPU HBM3 memory", 72, 1, 0},
+    {"software bug", 54, 0, 1},
+    {"network switch/cable", 35, 1, 0},
+    {"host maintenance", 32, 1, 0},
+    {"GPU SRAM memory", 19, 1, 0},
+    {"GPU system processor", 17, 1, 0},
+    {"NIC", 7, 1, 0},
+    {"NCCL watchdog timeouts", 7, 0, 0},
+    {"silent data corruption", 6, 1, 1},
+    {"GPU thermal interface + sensor", 6, 1, 0},
+    {"SSD", 3, 1, 0},
+    {"power supply", 3, 1, 0},
+    {"server chassis", 2, 1, 0},
+    {"IO expansion board", 2, 1, 0},
+    {"dependency", 2, 0, 1},
+    {"CPU", 2, 1, 0},
+    {"system memory", 2, 1, 0},
 };
 
 void sim_reliability_defaults(sim_reliability *r)
@@ -72,6 +75,7 @@ void sim_reliability_defaults(sim_reliability *r)
         snprintf(r->causes[i].name, sizeof r->causes[i].name, "%s", llama3_causes[i].name);
         r->causes[i].share = llama3_causes[i].count;
         r->causes[i].needs_repair = llama3_causes[i].repair;
+        r->causes[i].restart = llama3_causes[i].restart;
     }
 }
 
@@ -164,18 +168,18 @@ static ai_status_t get_bool(const char *file, json_t *obj, const char *base, con
 static ai_status_t parse_causes(const char *file, json_t *arr, sim_reliability *r)
 {
     if (!json_is_array(arr))
-        return rel_err(file, "causes", "expected an array of {\"name\", \"share\", \"repair\"}");
+        return rel_err(file, "causes", "expected an array of {\"name\", \"share\", \"repair\", \"restart\"}");
     size_t n = json_array_size(arr);
     if (n < 1 || n > SIM_MAX_CAUSES)
         return rel_err(file, "causes", "%zu causes; want 1..%d", n, SIM_MAX_CAUSES);
-    static const char *const keys[] = {"name", "share", "repair"};
+    static const char *const keys[] = {"name", "share", "repair", "restart"};
     for (size_t i = 0; i < n; i++) {
         char base[64];
         snprintf(base, sizeof base, "causes[%zu]", i);
         json_t *c = json_array_get(arr, i);
         if (!json_is_object(c))
-            return rel_err(file, base, "expected an object {\"name\", \"share\", \"repair\"}");
-        ai_status_t st = check_keys(file, c, base, keys, 3);
+            return rel_err(file, base, "expected an object {\"name\", \"share\", \"repair\", \"restart\"}");
+        ai_status_t st = check_keys(file, c, base, keys, 4);
         if (st != AI_OK)
             return st;
         json_t *name = json_object_get(c, "name");
@@ -194,6 +198,9 @@ static ai_status_t parse_causes(const char *file, json_t *arr, sim_reliability *
             return st;
         dst->needs_repair = 1;
         if ((st = get_bool(file, c, base, "repair", &dst->needs_repair)) != AI_OK)
+            return st;
+        dst->restart = 0;
+        if ((st = get_bool(file, c, base, "restart", &dst->restart)) != AI_OK)
             return st;
     }
     r->ncauses = (int)n;
