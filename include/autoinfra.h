@@ -537,7 +537,7 @@ typedef enum ai_sim_policy {
     AI_SIM_POLICY_NONE,       /* no checkpoints, or every checkpoint_every_min */
     AI_SIM_POLICY_YOUNG_DALY, /* Daly's interval for the checkpoint cost and the job's MTBF */
     AI_SIM_POLICY_ORACLE,     /* a checkpoint completes just before each failure */
-    AI_SIM_POLICY_LEARNED     /* not implemented: AI_ERR_UNSUPPORTED */
+    AI_SIM_POLICY_LEARNED     /* a failure predictor on simulated telemetry decides */
 } ai_sim_policy;
 /* "none", "young-daly", "oracle", "learned"; AI_ERR_INVALID otherwise. */
 ai_status_t ai_sim_policy_parse(const char *name, ai_sim_policy *out);
@@ -577,7 +577,7 @@ typedef struct ai_sim_summary {
 typedef struct ai_sim_report ai_sim_report;
 /* Plan (unless opts->step_time_s), then simulate opts->runs runs. rel
  * NULL: the default reliability. The report keeps no reference to the
- * specs. AI_ERR_UNSUPPORTED for the learned policy. */
+ * specs. */
 ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model,
                    const ai_training *training, const ai_reliability *rel,
                    const ai_sim_options *opts, ai_sim_report **out);

@@ -27,7 +27,8 @@ static void sim_usage(FILE *out)
             "                   default: Llama 3's interruption rate and causes\n"
             "  --tokens N       train N tokens (default: the training spec's tokens)\n"
             "  --days D         simulate D days of wall time instead\n"
-            "  --policy         checkpoint policy (default young-daly); learned is not implemented\n"
+            "  --policy         checkpoint policy (default young-daly); learned: a failure\n"
+            "                   predictor on simulated telemetry decides (docs/sim.md)\n"
             "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
             "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
             "                   and go on on fewer devices until a spare joins\n"
@@ -154,11 +155,6 @@ int cli_sim_main(int argc, char **argv)
     }
     if (o.checkpoint_every_min > 0 && !policy_given)
         o.policy = AI_SIM_POLICY_NONE;
-    if (o.policy == AI_SIM_POLICY_LEARNED) {
-        fprintf(stderr, "autoinfra sim: --policy learned is not implemented "
-                        "(use none, young-daly or oracle)\n");
-        return 2;
-    }
 
     int rc = 1;
     ai_cluster *cluster = NULL;

@@ -40,6 +40,9 @@ typedef struct sim_reliability {
     double repair_h;
     int lemon_nodes;
     double lemon_factor;          /* a lemon's rate over a normal node's */
+    /* Simulated telemetry for the learned policy. */
+    double warn_recall, warn_lead_s, warn_separation, warn_window_s;
+    double false_alarms_per_node_day;
     int ncauses;
     sim_cause causes[SIM_MAX_CAUSES];
 } sim_reliability;
@@ -68,6 +71,13 @@ typedef struct sim_params {
     double ckpt_persist_s; /* async: durable this long after the stall; 0: blocking */
     double interval_s;    /* compute between checkpoints; 0: none */
     int oracle;           /* checkpoint just before each failure (knows the future) */
+    int learned;          /* the learned policy on simulated telemetry (sim_engine.c) */
+    double warn_recall;   /* P(a failure needing repair is preceded by a warning) */
+    double warn_lead_s;   /* mean lead of a warning before its failure */
+    double warn_separation; /* true scores ~ u^(1/s), false ones 1 - u^(1/s) */
+    double warn_window_s; /* a warning counts as right when a failure follows within it */
+    double false_per_s;   /* false alarms per second, whole job */
+    double mtbf_s;        /* learned: the MTBF of the failures that roll the job back */
     sim_recovery recovery;
     int spares;
     double repair_s;

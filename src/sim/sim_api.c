@@ -86,9 +86,6 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
 {
     if (!cluster || !model || !training || !opts || !out)
         return ai_fail(AI_ERR_INVALID, "ai_sim: NULL argument");
-    if (opts->policy == AI_SIM_POLICY_LEARNED)
-        return ai_fail(AI_ERR_UNSUPPORTED,
-                       "policy 'learned' is not implemented (use none, young-daly or oracle)");
     if ((unsigned)opts->policy > AI_SIM_POLICY_LEARNED)
         return ai_fail(AI_ERR_INVALID, "ai_sim: unknown policy %d", (int)opts->policy);
     if (opts->checkpoint_every_min < 0 || !isfinite(opts->checkpoint_every_min))
@@ -195,8 +192,16 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         p.interval_s = isfinite(daly_s) ? AI_MAX(daly_s, persist_s) : 0;
     else if (opts->policy == AI_SIM_POLICY_ORACLE)
         p.oracle = 1;
+    else if (opts->policy == AI_SIM_POLICY_LEARNED)
+        p.learned = 1;
     else
         p.interval_s = opts->checkpoint_every_min * 60;
+    p.warn_recall = r.warn_recall;
+    p.warn_lead_s = r.warn_lead_s;
+    p.warn_separation = r.warn_separation;
+    p.warn_window_s = r.warn_window_s;
+    p.false_per_s = r.false_alarms_per_node_day * nodes / 86400.0;
+    p.mtbf_s = rb_mtbf_s;
     if (opts->days > 0)
         p.horizon_s = opts->days * 86400;
     else

@@ -23,6 +23,39 @@ typedef struct repair_q {
     int cap, head, n;
 } repair_q;
 
+/*
+ * The learned policy's world and mind. Telemetry: before a failure of a
+ * predictable cause (one that needs a repair: hardware degrades before it
+ * breaks) a warning is raised with probability `recall`, a lead time
+ * before it; warnings also come as false alarms. Each warning carries a
+ * score in [0, 1] (true ones lean high, false ones low: the `separation`
+ * exponent). The predictor knows none of these figures: per score bin it
+ * keeps a Beta posterior of "a failure follows within window_s", updated
+ * as warnings resolve, and it counts how many failures came warned. The
+ * policy checkpoints at a warning when the predicted probability times
+ * the work at stake exceeds the checkpoint's cost, and otherwise keeps a
+ * Daly interval for the failures that came unwarned.
+ */
+#define LEARN_BINS 10
+#define LEARN_OPEN 1024
+
+typedef struct learner {
+    double a[LEARN_BINS], b[LEARN_BINS]; /* Beta posterior per score bin */
+    double warn_at;       /* the next failure's true warning (INFINITY: none) */
+    double warn_score;
+    double next_false;    /* the next false alarm */
+    double open_t[LEARN_OPEN]; /* unresolved warnings, oldest first */
+    unsigned char open_bin[LEARN_OPEN];
+    unsigned char open_sure[LEARN_OPEN]; /* predicted more likely right than not */
+    int open_head, open_n;
+    long failures, warned; /* failures seen, and those a warning preceded */
+    double lead_sum, lead_n; /* warning-to-failure times of the right warnings */
+    double unwarned_mtbf_s; /* the MTBF of the failures no believed warning announces */
+    double interval_s;    /* the periodic interval for those */
+    double alert_until;   /* an alert lasts a window after a warning believed */
+    double alert_interval_s; /* the interval while it lasts */
+} learner;
+
 typedef struct state {
     const sim_params *p;
     ai_rng *rng;
@@ -42,8 +75,10 @@ typedef struct state {
     int need_nodes;       /* restart waits for this many replacements */
     double rn;            /* a normal node's rate */
     double next_fail;
+    int next_cause;
     int fail_i;
     repair_q rq;
+    learner lr;
     sim_result r;
 } state;
 
@@ -70,14 +105,121 @@ static double job_rate(const state *s)
     return s->rn * (normal + s->p->lemon_factor * lem);
 }
 
+static void draw_warning(state *s);
+
 static void draw_next_fail(state *s)
 {
     const sim_params *p = s->p;
-    if (p->fail_at) {
+    if (p->fail_at)
         s->next_fail = s->fail_i < p->nfail_at ? p->fail_at[s->fail_i] : INFINITY;
-        return;
+    else
+        s->next_fail = s->t + exp_draw(s->rng, job_rate(s));
+    s->next_cause = 0;
+    if (p->ncauses > 1) {
+        double u = ai_rng_uniform(s->rng);
+        while (s->next_cause < p->ncauses - 1 && u >= p->cause_cum[s->next_cause])
+            s->next_cause++;
     }
-    s->next_fail = s->t + exp_draw(s->rng, job_rate(s));
+    if (p->learned)
+        draw_warning(s);
+}
+
+/* ---- the learned policy ---- */
+
+static int score_bin(double score)
+{
+    int b = (int)(score * LEARN_BINS);
+    return b < 0 ? 0 : b >= LEARN_BINS ? LEARN_BINS - 1 : b;
+}
+
+/* The true warning of the failure just drawn, if its cause warns. */
+static void draw_warning(state *s)
+{
+    const sim_params *p = s->p;
+    learner *l = &s->lr;
+    l->warn_at = INFINITY;
+    if (!isfinite(s->next_fail) || !p->cause_repair[s->next_cause] ||
+        ai_rng_uniform(s->rng) >= p->warn_recall)
+        return;
+    double lead = exp_draw(s->rng, 1 / p->warn_lead_s);
+    l->warn_at = s->next_fail - lead > s->t ? s->next_fail - lead : s->t;
+    l->warn_score = pow(ai_rng_uniform(s->rng), 1 / p->warn_separation);
+}
+
+/* Warnings older than the window without a failure were false. */
+static void learn_expire(state *s)
+{
+    learner *l = &s->lr;
+    while (l->open_n > 0 && l->open_t[l->open_head] + s->p->warn_window_s < s->t) {
+        l->b[l->open_bin[l->open_head]] += 1;
+        l->open_head = (l->open_head + 1) % LEARN_OPEN;
+        l->open_n--;
+    }
+}
+
+/* A failure: the warnings still open were right. */
+static void learn_failure(state *s)
+{
+    learner *l = &s->lr;
+    learn_expire(s);
+    l->failures++;
+    int caught = 0;
+    for (int i = 0; i < l->open_n; i++)
+        caught |= l->open_sure[(l->open_head + i) % LEARN_OPEN];
+    l->warned += caught;
+    l->alert_until = -INFINITY;
+    while (l->open_n > 0) {
+        l->lead_sum += s->t - l->open_t[l->open_head];
+        l->lead_n += 1;
+        l->a[l->open_bin[l->open_head]] += 1;
+        l->open_head = (l->open_head + 1) % LEARN_OPEN;
+        l->open_n--;
+    }
+    /* Daly's interval for the failures no believed warning announces. */
+    double unwarned = 1 - (l->warned + 1.0) / (l->failures + 2.0);
+    l->unwarned_mtbf_s = s->p->mtbf_s / (unwarned > 1e-3 ? unwarned : 1e-3);
+    l->interval_s = sim_daly_interval(s->p->ckpt_block_s + s->p->ckpt_persist_s, l->unwarned_mtbf_s);
+}
+
+static void ckpt_start(state *s);
+
+/* A warning of this score arrives now. */
+static void on_warning(state *s, double score)
+{
+    const sim_params *p = s->p;
+    learner *l = &s->lr;
+    learn_expire(s);
+    int bin = score_bin(score);
+    if (l->open_n == LEARN_OPEN) { /* full: the oldest counts as false */
+        l->b[l->open_bin[l->open_head]] += 1;
+        l->open_head = (l->open_head + 1) % LEARN_OPEN;
+        l->open_n--;
+    }
+    /* What the warning tells beyond the base rate: the chance of a
+     * failure within the window anyway is 1 - exp(-window / MTBF), high on
+     * a large job, so the predictor's probability counts only above it. */
+    double prob = l->a[bin] / (l->a[bin] + l->b[bin]);
+    double base = -expm1(-p->warn_window_s / p->mtbf_s);
+    double lift = base < 1 ? (prob - base) / (1 - base) : 0;
+    int tail = (l->open_head + l->open_n) % LEARN_OPEN;
+    l->open_t[tail] = s->t;
+    l->open_bin[tail] = (unsigned char)bin;
+    l->open_sure[tail] = lift >= 0.5;
+    l->open_n++;
+    if (lift < 0.5)
+        return; /* more likely a false alarm: the periodic interval covers it */
+    /* Believed: checkpoint now if the work at stake is worth it, and while
+     * the warning stands (a window) checkpoint at Daly's interval for the
+     * failure rate it adds, lift spread over the lead the predictor has
+     * seen (prior: half a window). */
+    double cost = p->ckpt_block_s + p->ckpt_persist_s;
+    double lead = (l->lead_sum + p->warn_window_s / 2) / (l->lead_n + 1);
+    double tau = sim_daly_interval(cost, 1 / (1 / l->unwarned_mtbf_s + lift / lead));
+    if (s->t >= l->alert_until || tau < l->alert_interval_s)
+        l->alert_interval_s = tau;
+    l->alert_until = s->t + p->warn_window_s;
+    if (s->ph == PH_RUN && lift * (s->done - s->saved) > cost)
+        ckpt_start(s);
 }
 
 /* Take one node from the spare pool into the job. */
@@ -132,12 +274,7 @@ static void on_failure(state *s)
     s->r.interruptions++;
     if (p->fail_at)
         s->fail_i++;
-    int cause = 0;
-    if (p->ncauses > 1) {
-        double u = ai_rng_uniform(s->rng);
-        while (cause < p->ncauses - 1 && u >= p->cause_cum[cause])
-            cause++;
-    }
+    int cause = s->next_cause;
     s->r.by_cause[cause]++;
     int repair = p->cause_repair[cause];
 
@@ -167,6 +304,10 @@ static void on_failure(state *s)
      * rejoin as a spare at once. */
     int shrink_mode = p->recovery == SIM_SHRINK && s->active_units > 1;
     int rollback = !shrink_mode || p->cause_restart[cause];
+    /* The predictor learns what costs a rollback: under a live shrink, a
+     * warning before a survived failure counts as a false alarm. */
+    if (p->learned && rollback)
+        learn_failure(s);
     if (shrink_mode) {
         if (repair) {
             s->active_units--;
@@ -260,9 +401,12 @@ static double ckpt_due(const state *s)
             return at;
         return s->done > s->saved ? s->t : INFINITY; /* too late for a whole one: try */
     }
-    if (p->interval_s <= 0)
+    double interval = p->interval_s;
+    if (p->learned)
+        interval = s->t < s->lr.alert_until ? s->lr.alert_interval_s : s->lr.interval_s;
+    if (interval <= 0)
         return INFINITY;
-    double left = p->interval_s - s->since;
+    double left = interval - s->since;
     return s->t + (left > 0 ? left : 0);
 }
 
@@ -300,6 +444,14 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
     double max_wall = p->max_wall_s > 0 ? p->max_wall_s : 1000 * (p->work_s > 0 ? p->work_s : 0);
     if (p->horizon_s > 0)
         max_wall = p->horizon_s;
+    if (p->learned) {
+        for (int b = 0; b < LEARN_BINS; b++)
+            s.lr.a[b] = s.lr.b[b] = 1;
+        s.lr.next_false = exp_draw(rng, p->false_per_s);
+        s.lr.unwarned_mtbf_s = 2 * p->mtbf_s; /* prior: half the failures warned */
+        s.lr.interval_s = sim_daly_interval(p->ckpt_block_s + p->ckpt_persist_s, 2 * p->mtbf_s);
+        s.lr.alert_until = -INFINITY;
+    }
     draw_next_fail(&s);
 
     for (;;) {
@@ -316,18 +468,23 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         double t_rep = s.rq.n > 0 ? s.rq.at[s.rq.head] : INFINITY;
         double t_join = s.join_at >= 0 ? s.join_at : INFINITY;
         double t_persist = s.pending_at >= 0 ? s.pending_at : INFINITY;
+        double t_warn = p->learned ? s.lr.warn_at : INFINITY;
+        double t_false = p->learned ? s.lr.next_false : INFINITY;
         double t_fail = s.next_fail;
 
         /* On ties the earlier test wins: a checkpoint that completes
          * exactly when a failure strikes is kept. */
         double tn = t_done;
-        int ev = 0; /* 0 done, 1 fail, 2 phase end, 3 ckpt start, 4 repair, 5 join, 6 persist */
+        int ev = 0; /* 0 done, 1 fail, 2 phase end, 3 ckpt start, 4 repair, 5 join, 6 persist,
+                     * 7 warning, 8 false alarm */
         if (t_phase < tn) { tn = t_phase; ev = 2; }
         if (t_persist < tn) { tn = t_persist; ev = 6; }
         if (t_fail < tn) { tn = t_fail; ev = 1; }
         if (t_ck < tn) { tn = t_ck; ev = 3; }
         if (t_rep < tn) { tn = t_rep; ev = 4; }
         if (t_join < tn) { tn = t_join; ev = 5; }
+        if (t_warn < tn) { tn = t_warn; ev = 7; }
+        if (t_false < tn) { tn = t_false; ev = 8; }
         int stop = 0;
         if (tn >= max_wall) {
             tn = max_wall;
@@ -403,6 +560,14 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         case 6:
             s.saved = s.pending;
             s.pending_at = -1;
+            break;
+        case 7:
+            s.lr.warn_at = INFINITY;
+            on_warning(&s, s.lr.warn_score);
+            break;
+        case 8:
+            s.lr.next_false = s.t + exp_draw(rng, p->false_per_s);
+            on_warning(&s, 1 - pow(ai_rng_uniform(rng), 1 / p->warn_separation));
             break;
         }
     }

@@ -14,8 +14,9 @@
  *    training job (bench/results/train/faults-T1.json, docs/train.md): kill
  *    to the survivors' error 1.13 s, error to the shrunk group ready
  *    0.24 s, the grow 0.68 s, a joiner's start to its first step 4.22 s.
- *  - restart_s, repair_h, spares, host_copy_GBps, lemon_factor: assumed
- *    (docs/sim.md says so); no published figure for these.
+ *  - restart_s, repair_h, spares, host_copy_GBps, lemon_factor and the
+ *    telemetry of the learned policy (warn_*, false_alarms_per_node_day):
+ *    assumed (docs/sim.md says so); no published figure for these.
  */
 #include "sim/sim.h"
 
@@ -70,6 +71,11 @@ void sim_reliability_defaults(sim_reliability *r)
     r->repair_h = 24;
     r->lemon_nodes = 0;
     r->lemon_factor = 10;
+    r->warn_recall = 0.5;
+    r->warn_lead_s = 600;
+    r->warn_separation = 3;
+    r->warn_window_s = 3600;
+    r->false_alarms_per_node_day = 0.01;
     r->ncauses = (int)AI_ARRAY_LEN(llama3_causes);
     for (int i = 0; i < r->ncauses; i++) {
         snprintf(r->causes[i].name, sizeof r->causes[i].name, "%s", llama3_causes[i].name);
@@ -212,7 +218,8 @@ ai_status_t sim_reliability_from_json(json_t *doc, const char *path, sim_reliabi
     static const char *const keys[] = {
         "failures_per_node_day", "restart_s", "shrink_s", "grow_s", "join_s", "detect_s",
         "checkpoint_write_s", "storage_GBps", "checkpoint_async", "host_copy_GBps", "spares",
-        "repair_h", "lemon_nodes", "lemon_factor", "causes"};
+        "repair_h", "lemon_nodes", "lemon_factor", "causes", "warn_recall", "warn_lead_s",
+        "warn_separation", "warn_window_s", "false_alarms_per_node_day"};
     sim_reliability r;
     sim_reliability_defaults(&r);
     if (!json_is_object(doc))
@@ -232,7 +239,13 @@ ai_status_t sim_reliability_from_json(json_t *doc, const char *path, sim_reliabi
         (st = get_int(path, doc, "spares", 0, 10000000, &r.spares)) != AI_OK ||
         (st = get_num(path, doc, "", "repair_h", 0, 1e6, &r.repair_h)) != AI_OK ||
         (st = get_int(path, doc, "lemon_nodes", 0, 10000000, &r.lemon_nodes)) != AI_OK ||
-        (st = get_num(path, doc, "", "lemon_factor", 1, 1e6, &r.lemon_factor)) != AI_OK)
+        (st = get_num(path, doc, "", "lemon_factor", 1, 1e6, &r.lemon_factor)) != AI_OK ||
+        (st = get_num(path, doc, "", "warn_recall", 0, 1, &r.warn_recall)) != AI_OK ||
+        (st = get_num(path, doc, "", "warn_lead_s", 1e-3, 1e7, &r.warn_lead_s)) != AI_OK ||
+        (st = get_num(path, doc, "", "warn_separation", 1, 1000, &r.warn_separation)) != AI_OK ||
+        (st = get_num(path, doc, "", "warn_window_s", 1, 1e7, &r.warn_window_s)) != AI_OK ||
+        (st = get_num(path, doc, "", "false_alarms_per_node_day", 0, 1000,
+                      &r.false_alarms_per_node_day)) != AI_OK)
         return st;
     json_t *causes = json_object_get(doc, "causes");
     if (causes && !json_is_null(causes) && (st = parse_causes(path, causes, &r)) != AI_OK)
