@@ -5,9 +5,10 @@
  * current capacity), stalled for a checkpoint, down (detection plus
  * restart, shrink or grow) or waiting for a node to restart on. Each loop
  * iteration takes the earliest of the pending event times, advances the
- * clock and the progress to it, and handles that one event; ties go to
- * the end of the run first, then failures, so a run that finishes exactly
- * when a failure would strike is finished.
+ * clock and the progress to it, and handles that one event. Ties go to
+ * the end of the run first, then the end of a stall and a background
+ * write, then a failure: a run that finishes, or a checkpoint that
+ * completes, exactly when a failure strikes is kept.
  */
 #include "sim/sim.h"
 
@@ -30,11 +31,14 @@ typedef struct repair_q {
  * before it; warnings also come as false alarms. Each warning carries a
  * score in [0, 1] (true ones lean high, false ones low: the `separation`
  * exponent). The predictor knows none of these figures: per score bin it
- * keeps a Beta posterior of "a failure follows within window_s", updated
- * as warnings resolve, and it counts how many failures came warned. The
- * policy checkpoints at a warning when the predicted probability times
- * the work at stake exceeds the checkpoint's cost, and otherwise keeps a
- * Daly interval for the failures that came unwarned.
+ * keeps a Beta posterior of "a failure that rolls the job back follows
+ * within window_s", updated as warnings resolve, the mean lead of the
+ * right ones, and how many failures a believed warning announced. The
+ * policy believes a warning whose probability lifts well above the base
+ * chance of a failure in a window, checkpoints at it when the lift times
+ * the work at stake exceeds the checkpoint's cost, and checkpoints at
+ * Daly's interval for the rate it adds while it stands; otherwise at
+ * Daly's interval for the failures no believed warning announces.
  */
 #define LEARN_BINS 10
 #define LEARN_OPEN 1024
