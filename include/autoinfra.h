@@ -567,7 +567,7 @@ typedef struct ai_sim_summary {
     double ettr_first_order; /* 1 - C/tau - (tau/2 + R)/M; 0 without a checkpoint interval */
     double goodput_tokens_per_s;
     double days_mean, days_ci95[2];
-    double checkpoint_every_min; /* the interval used (0: none, or the oracle) */
+    double checkpoint_every_min; /* the fixed interval (0: none, oracle, learned) */
     double checkpoint_s;  /* the job's stall per checkpoint */
     double step_time_s, tokens_per_s; /* at full scale */
     double job_mtbf_h;    /* the rates' MTBF of the whole job */
