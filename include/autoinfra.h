@@ -519,6 +519,74 @@ double ai_train_plan_step_time(const ai_train_plan *plan);
 ai_status_t ai_train_plan_json(const ai_train_plan *plan, char **out);
 ai_status_t ai_train_plan_text(const ai_train_plan *plan, int explain, char **out);
 
+/* ------------------------------ training-run simulation (sim/sim_api.c)
+ * Whole training runs under failures, checkpoints and recovery, simulated
+ * as events (docs/sim.md): how long a run of a plan takes on a cluster
+ * that fails at published rates, and which checkpoint policy and
+ * recovery make the most of it. */
+
+/* The reliability spec (docs/formats.md, "Reliability"): failure rates and
+ * causes, recovery and checkpoint costs, spares. path NULL: the defaults
+ * (Llama 3's interruption rate and causes). ai_last_error names the file
+ * and the JSON path of a bad value. */
+typedef struct ai_reliability ai_reliability;
+ai_status_t ai_reliability_load(const char *path, ai_reliability **out);
+void ai_reliability_destroy(ai_reliability *rel);
+
+typedef enum ai_sim_policy {
+    AI_SIM_POLICY_NONE,       /* no checkpoints, or every checkpoint_every_min */
+    AI_SIM_POLICY_YOUNG_DALY, /* Daly's interval for the checkpoint cost and the job's MTBF */
+    AI_SIM_POLICY_ORACLE,     /* a checkpoint completes just before each failure */
+    AI_SIM_POLICY_LEARNED     /* a failure predictor on simulated telemetry decides */
+} ai_sim_policy;
+/* "none", "young-daly", "oracle", "learned"; AI_ERR_INVALID otherwise. */
+ai_status_t ai_sim_policy_parse(const char *name, ai_sim_policy *out);
+
+typedef enum ai_sim_recovery {
+    AI_SIM_RESTART, /* the whole job restarts from the last checkpoint */
+    AI_SIM_SHRINK   /* survivors shrink and go on on fewer devices until a spare joins */
+} ai_sim_recovery;
+
+typedef struct ai_sim_options {
+    double tokens;        /* > 0: train this many tokens; 0: the training spec's tokens */
+    double days;          /* > 0: simulate this many days of wall time instead */
+    ai_sim_policy policy;
+    double checkpoint_every_min; /* > 0 with policy none: a fixed interval of compute */
+    ai_sim_recovery recovery;
+    int runs;             /* Monte Carlo runs (< 1: 1) */
+    uint64_t seed;        /* the same seed gives the same results */
+    double step_time_s;   /* > 0: a measured step time; the planner is not run */
+} ai_sim_options;
+
+/* Means over the runs; *_ci95 are 95% confidence intervals of the mean. */
+typedef struct ai_sim_summary {
+    int runs, finished_runs;
+    double interruptions_mean;
+    double mtbf_h;        /* wall time per interruption over all runs (0 when none) */
+    double ettr_mean, ettr_ci95[2]; /* effective training time ratio: useful compute / wall */
+    double ettr_first_order; /* 1 - C/tau - (tau/2 + R)/M; 0 without a checkpoint interval */
+    double goodput_tokens_per_s;
+    double days_mean, days_ci95[2];
+    double checkpoint_every_min; /* the fixed interval (0: none, oracle, learned) */
+    double checkpoint_s;  /* the job's stall per checkpoint */
+    double step_time_s, tokens_per_s; /* at full scale */
+    double job_mtbf_h;    /* the rates' MTBF of the whole job */
+    double plan_s, sim_s; /* seconds planning, and simulating */
+} ai_sim_summary;
+
+typedef struct ai_sim_report ai_sim_report;
+/* Plan (unless opts->step_time_s), then simulate opts->runs runs. rel
+ * NULL: the default reliability. The report keeps no reference to the
+ * specs. */
+ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model,
+                   const ai_training *training, const ai_reliability *rel,
+                   const ai_sim_options *opts, ai_sim_report **out);
+void ai_sim_report_destroy(ai_sim_report *report);
+ai_status_t ai_sim_report_summary(const ai_sim_report *report, ai_sim_summary *out);
+/* JSON (docs/sim.md lists the fields) or text; the caller free()s. */
+ai_status_t ai_sim_report_json(const ai_sim_report *report, char **out);
+ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out);
+
 /* ------------------------------- Open MPI export (tune/export/ompi.c) */
 
 /* Teach other stacks what the KB learned (docs/exports.md). Each bucket

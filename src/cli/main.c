@@ -15,6 +15,7 @@ static const struct {
     {"cluster", cli_cluster_main, "a cluster spec's nodes and racks, and collective lower bounds on it"},
     {"kb", cli_kb_main, "what the learner knows: show, export/import, rules for Open MPI and MPICH"},
     {"profile", cli_profile_main, "the training job's measured compute in the knowledge base: import, show"},
+    {"sim", cli_sim_main, "simulate whole training runs under failures: checkpoint policy, recovery, ETTR"},
 };
 
 static void usage(FILE *out)

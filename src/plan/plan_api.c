@@ -12,12 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct ai_model_spec {
-    topo_model m;
-};
-struct ai_training {
-    topo_training t;
-};
 struct ai_plan_report {
     json_t *doc;
     int n;

@@ -1,0 +1,197 @@
+/*
+ * autoinfra sim: whole training runs under failures (docs/sim.md).
+ *
+ *   autoinfra sim --cluster C --model M --training T [--reliability R]
+ *                 [--tokens N | --days D] [--policy none|young-daly|learned|oracle]
+ *                 [--checkpoint-every MINUTES] [--recovery restart|shrink]
+ *                 [--step-time S] [--runs N] [--seed S] [--json]
+ */
+#include "autoinfra.h"
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void sim_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: autoinfra sim --cluster C.json --model M.json --training T.json\n"
+            "                     [--reliability R.json] [--tokens N | --days D]\n"
+            "                     [--policy none|young-daly|oracle|learned] [--checkpoint-every MIN]\n"
+            "                     [--recovery restart|shrink] [--step-time S]\n"
+            "                     [--runs N] [--seed S] [--json]\n"
+            "\n"
+            "  --reliability    failure rates, recovery and checkpoint costs (docs/formats.md);\n"
+            "                   default: Llama 3's interruption rate and causes\n"
+            "  --tokens N       train N tokens (default: the training spec's tokens)\n"
+            "  --days D         simulate D days of wall time instead\n"
+            "  --policy         checkpoint policy (default young-daly); learned: a failure\n"
+            "                   predictor on simulated telemetry decides (docs/sim.md)\n"
+            "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
+            "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
+            "                   and go on on fewer devices until a spare joins\n"
+            "  --step-time S    a measured step time in seconds (the planner is not run)\n"
+            "  --runs N         Monte Carlo runs (default 100)   --seed S (default 1)\n"
+            "  --json           machine-readable output\n");
+}
+
+static int parse_pos(const char *flag, const char *text, double *out)
+{
+    char *end;
+    double v = strtod(text, &end);
+    if (end == text || *end || !isfinite(v) || v <= 0) {
+        fprintf(stderr, "autoinfra sim: %s '%s': expected a number > 0\n", flag, text);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_sim_main(int argc, char **argv)
+{
+    const char *cpath = NULL, *mpath = NULL, *tpath = NULL, *rpath = NULL;
+    ai_sim_options o;
+    memset(&o, 0, sizeof o);
+    o.policy = AI_SIM_POLICY_YOUNG_DALY;
+    o.recovery = AI_SIM_RESTART;
+    o.runs = 100;
+    o.seed = 1;
+    int as_json = 0, policy_given = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int m;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            sim_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            as_json = 1;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--cluster", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            cpath = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--model", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            mpath = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--training", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            tpath = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--reliability", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            rpath = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--tokens", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (parse_pos("--tokens", v, &o.tokens))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--days", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (parse_pos("--days", v, &o.days))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--checkpoint-every", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (parse_pos("--checkpoint-every", v, &o.checkpoint_every_min))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--step-time", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (parse_pos("--step-time", v, &o.step_time_s))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--policy", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (ai_sim_policy_parse(v, &o.policy) != AI_OK) {
+                fprintf(stderr, "autoinfra sim: --policy: %s\n", ai_last_error());
+                return 2;
+            }
+            policy_given = 1;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--recovery", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            if (!strcmp(v, "restart"))
+                o.recovery = AI_SIM_RESTART;
+            else if (!strcmp(v, "shrink"))
+                o.recovery = AI_SIM_SHRINK;
+            else {
+                fprintf(stderr, "autoinfra sim: --recovery '%s': want restart or shrink\n", v);
+                return 2;
+            }
+        } else if ((m = cli_match_opt(argc, argv, &i, "--runs", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.runs)) {
+                fprintf(stderr, "autoinfra sim: --runs '%s': expected 1..10000000\n", v ? v : "");
+                return 2;
+            }
+        } else if ((m = cli_match_opt(argc, argv, &i, "--seed", &v)) != 0) {
+            long s;
+            if (m < 0 || cli_parse_long(v, 0, 0x7fffffffffffffffL, &s)) {
+                fprintf(stderr, "autoinfra sim: --seed '%s': expected an integer >= 0\n", v ? v : "");
+                return 2;
+            }
+            o.seed = (uint64_t)s;
+        } else {
+            fprintf(stderr, "autoinfra sim: unknown argument '%s'\n", a);
+            sim_usage(stderr);
+            return 2;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "autoinfra sim: %s needs a value\n", a);
+        return 2;
+    }
+    if (!cpath || !mpath || !tpath) {
+        fprintf(stderr, "autoinfra sim: --cluster, --model and --training are required\n");
+        sim_usage(stderr);
+        return 2;
+    }
+    if (o.tokens > 0 && o.days > 0) {
+        fprintf(stderr, "autoinfra sim: give --tokens or --days, not both\n");
+        return 2;
+    }
+    if (o.checkpoint_every_min > 0 && !policy_given)
+        o.policy = AI_SIM_POLICY_NONE;
+
+    int rc = 1;
+    ai_cluster *cluster = NULL;
+    ai_model_spec *model = NULL;
+    ai_training *training = NULL;
+    ai_reliability *rel = NULL;
+    ai_sim_report *report = NULL;
+    char *text = NULL;
+    ai_status_t st;
+    if ((st = ai_cluster_load(cpath, &cluster)) != AI_OK ||
+        (st = ai_model_spec_load(mpath, &model)) != AI_OK ||
+        (st = ai_training_load(tpath, &training)) != AI_OK ||
+        (st = ai_reliability_load(rpath, &rel)) != AI_OK) {
+        fprintf(stderr, "autoinfra sim: %s\n", ai_last_error());
+        rc = 2;
+        goto out;
+    }
+    if ((st = ai_sim(cluster, model, training, rel, &o, &report)) != AI_OK) {
+        fprintf(stderr, "autoinfra sim: %s: %s\n", ai_strerror(st), ai_last_error());
+        rc = st == AI_ERR_INVALID || st == AI_ERR_UNSUPPORTED ? 2 : 1;
+        goto out;
+    }
+    st = as_json ? ai_sim_report_json(report, &text) : ai_sim_report_text(report, &text);
+    if (st != AI_OK) {
+        fprintf(stderr, "autoinfra sim: %s\n", ai_last_error());
+        goto out;
+    }
+    fputs(text, stdout);
+    if (as_json)
+        fputc('\n', stdout);
+    rc = 0;
+out:
+    free(text);
+    ai_sim_report_destroy(report);
+    ai_reliability_destroy(rel);
+    ai_training_destroy(training);
+    ai_model_spec_destroy(model);
+    ai_cluster_destroy(cluster);
+    return rc;
+}

@@ -1,0 +1,500 @@
+/* sim layer: the event engine on hand-computed timelines, the interval
+ * formulas, Monte Carlo against the first-order closed form and against
+ * Llama 3's published interruptions, determinism, the reliability spec's
+ * errors, and the `autoinfra sim` command. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "sim/sim.h"
+#include "support/cmdtest.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* |a - b| <= eps, both printed when not (this cmocka has no double assert). */
+#define assert_near(a, b, eps)                                                                 \
+    do {                                                                                       \
+        double a_ = (a), b_ = (b);                                                             \
+        if (!(fabs(a_ - b_) <= (eps)))                                                         \
+            fail_msg("%s = %.12g, want %.12g (within %g)", #a, a_, b_, (double)(eps));          \
+    } while (0)
+
+static const char *src_dir(void)
+{
+    const char *d = getenv("AUTOINFRA_SOURCE_DIR");
+    return d ? d : ".";
+}
+
+/* One node group, one cause that sends the node to repair, nothing random
+ * unless a test sets a rate. */
+static sim_params simple(void)
+{
+    sim_params p;
+    memset(&p, 0, sizeof p);
+    p.work_s = 1000;
+    p.step_s = 10;
+    p.nodes = 4;
+    p.units = 4;
+    p.lemon_factor = 1;
+    p.detect_s = 5;
+    p.restart_s = 20;
+    p.shrink_s = 2;
+    p.grow_s = 4;
+    p.join_s = 20;
+    p.spares = 4;
+    p.repair_s = 1e9;
+    p.ncauses = 1;
+    p.cause_cum[0] = 1;
+    p.cause_repair[0] = 1;
+    return p;
+}
+
+static void test_no_failures(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.interval_s = 100;
+    p.ckpt_block_s = 10;
+    ai_rng rng;
+    ai_rng_seed(&rng, 1);
+    sim_result r;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    /* Checkpoints after 100, 200, ..., 900 s of compute; none at the end. */
+    assert_int_equal(r.checkpoints, 9);
+    assert_int_equal(r.interruptions, 0);
+    assert_true(r.finished);
+    assert_near(r.wall_s, 1090, 1e-9);
+    assert_near(r.useful_s / r.wall_s, 1000.0 / 1090.0, 1e-12);
+}
+
+static void test_one_failure_restart(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.interval_s = 100;
+    p.ckpt_block_s = 10;
+    const double at[] = {255};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    /* Checkpoints end at 110 (100 s kept) and 220 (200 s kept); the
+     * failure at 255 loses 35 s of compute, detection + restart take 25 s;
+     * 800 s of compute and 7 more checkpoints follow from 280. */
+    assert_int_equal(r.interruptions, 1);
+    assert_near(r.lost_s, 35, 1e-9);
+    assert_near(r.down_s, 25, 1e-9);
+    assert_int_equal(r.checkpoints, 9);
+    assert_near(r.wall_s, 1150, 1e-9);
+    assert_int_equal(r.by_cause[0], 1);
+}
+
+static void test_one_failure_shrink(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.recovery = SIM_SHRINK;
+    const double at[] = {255};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    /* The step in flight (5 s of it) is redone; detection and shrink take
+     * 5 + 2 s; a spare joins 20 s after the failure and the group stalls
+     * 4 s to grow. From 262 to 275 the job runs on 3 of 4 replicas. */
+    double up = 255 + 5 + 2;
+    double at_join = 255 + 20;
+    double done_at_join = 250 + (at_join - up) * 0.75;
+    double end = at_join + 4 + (1000 - done_at_join);
+    assert_near(r.lost_s, 5, 1e-9);
+    assert_near(r.down_s, 7 + 4, 1e-9);
+    assert_near(r.degraded_s, at_join - up, 1e-9);
+    assert_near(r.wall_s, end, 1e-9);
+
+    /* A cause that hits every rank (a software bug) rolls the job back to
+     * its checkpoint even under shrink: the restart timeline of
+     * test_one_failure_restart. */
+    p.cause_repair[0] = 0;
+    p.cause_restart[0] = 1;
+    p.interval_s = 100;
+    p.ckpt_block_s = 10;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.lost_s, 35, 1e-9);
+    assert_near(r.degraded_s, 0, 0);
+    assert_near(r.wall_s, 1150, 1e-9);
+}
+
+static void test_restart_waits_for_repair(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.spares = 0;
+    p.repair_s = 500;
+    const double at[] = {100};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    /* No checkpoint: all 100 s lost; no spare: wait for the repair (at
+     * 600), then restart (20 s). */
+    assert_near(r.lost_s, 100, 1e-9);
+    assert_near(r.down_s, 520, 1e-9);
+    assert_near(r.wall_s, 1620, 1e-9);
+    /* A cause that leaves the node healthy needs no spare. */
+    p.cause_repair[0] = 0;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.wall_s, 100 + 25 + 1000, 1e-9);
+}
+
+static void test_async_checkpoint(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.interval_s = 100;
+    p.ckpt_block_s = 1;
+    p.ckpt_persist_s = 50;
+    const double early[] = {130}, late[] = {160};
+    p.fail_at = early;
+    p.nfail_at = 1;
+    sim_result r;
+    /* The first checkpoint (100 s of compute) is durable only at 151: a
+     * failure at 130 falls back to nothing. */
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.lost_s, 129, 1e-9);
+    p.fail_at = late;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.lost_s, 159 - 100, 1e-9);
+    /* Blocking, the same failure at 130 loses only what followed. */
+    p.ckpt_persist_s = 0;
+    p.fail_at = early;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.lost_s, 29, 1e-9);
+}
+
+static void test_oracle_loses_nothing(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.work_s = 1e6;
+    p.oracle = 1;
+    p.ckpt_block_s = 30;
+    p.rate_per_node_s = 1.0 / 20000; /* job MTBF 5000 s */
+    ai_rng rng;
+    ai_rng_seed(&rng, 7);
+    sim_result r;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_true(r.interruptions > 100);
+    assert_true(r.lost_s < 1e-6 * r.wall_s);
+}
+
+/* The learned policy on simulated telemetry: it must exploit warnings
+ * that are there, and cost next to nothing when there are none. */
+static double learned_vs_daly(double recall, double false_per_day, double *lost_learned,
+                              double *lost_daly)
+{
+    sim_params p = simple();
+    p.nodes = p.units = 100;
+    p.spares = 1000;
+    p.rate_per_node_s = 1.0 / (100 * 36000.0); /* job MTBF 10 h */
+    p.ckpt_block_s = 10;
+    p.work_s = 2e7;
+    p.warn_recall = recall;
+    p.warn_lead_s = 600;
+    p.warn_separation = 20;
+    p.warn_window_s = 3600;
+    p.false_per_s = false_per_day * p.nodes / 86400;
+    p.mtbf_s = 36000;
+    double ettr[2];
+    for (int learned = 0; learned < 2; learned++) {
+        p.learned = learned;
+        p.interval_s = learned ? 0 : sim_daly_interval(10, 36000);
+        ai_rng rng;
+        ai_rng_seed(&rng, 5);
+        sim_result r;
+        assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+        assert_true(r.interruptions > 300);
+        ettr[learned] = r.useful_s / r.wall_s;
+        *(learned ? lost_learned : lost_daly) = r.lost_s;
+    }
+    return ettr[1] - ettr[0];
+}
+
+static void test_learned_policy(void **state)
+{
+    (void)state;
+    double ll, ld;
+    /* Every failure warned, few false alarms: most lost work is saved. */
+    double gain = learned_vs_daly(1, 0.01, &ll, &ld);
+    if (!(gain > 0.005 && ll < 0.5 * ld))
+        fail_msg("recall 1: ETTR gain %.4f, lost %.0f s vs Daly's %.0f s", gain, ll, ld);
+    /* Nothing but false alarms: the predictor learns to ignore them. */
+    gain = learned_vs_daly(0, 0.05, &ll, &ld);
+    if (fabs(gain) > 0.003)
+        fail_msg("recall 0: ETTR %+.4f against Daly's", gain);
+}
+
+static void test_formulas(void **state)
+{
+    (void)state;
+    assert_near(sim_young_interval(60, 3600), 657.2670690061993, 1e-9);
+    /* Daly 2006, eq. 20, delta = 60 s, M = 1 h. */
+    assert_near(sim_daly_interval(60, 3600), 617.8756496256495, 1e-9);
+    assert_near(sim_daly_interval(100, 40), 40, 0);
+    assert_near(sim_ettr_first_order(1000, 10, 100, 10000), 1 - 0.01 - 0.06, 1e-12);
+    topo_model m = {.layers = 1, .hidden = 4, .heads = 1, .kv_heads = 1, .ffn_hidden = 16,
+                    .vocab = 10, .ffn_kind = TOPO_FFN_GELU};
+    topo_training t = {.precision = TOPO_BF16, .optimizer = TOPO_OPT_ADAM};
+    /* bf16 weights (2) + fp32 master and two Adam moments (12). */
+    assert_near(sim_checkpoint_bytes(&m, &t), 14 * topo_model_params(&m), 1e-9);
+}
+
+/* With checkpoints and restarts small against the MTBF, the Monte Carlo
+ * ETTR is the first-order closed form's within 0.01. */
+static void test_monte_carlo_vs_first_order(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.nodes = p.units = 100;
+    p.spares = 1000;
+    p.rate_per_node_s = 1.0 / (100 * 36000.0); /* job MTBF 10 h */
+    p.ckpt_block_s = 10;
+    p.detect_s = 10;
+    p.restart_s = 50;
+    p.work_s = 2e7;
+    double m = 36000;
+    double taus[] = {sim_daly_interval(10, m), 300, 3000};
+    for (size_t k = 0; k < AI_ARRAY_LEN(taus); k++) {
+        p.interval_s = taus[k];
+        ai_rng rng;
+        ai_rng_seed(&rng, 11 + k);
+        sim_result r;
+        assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+        double mc = r.useful_s / r.wall_s;
+        double cf = sim_ettr_first_order(taus[k], 10, 60, m);
+        if (fabs(mc - cf) >= 0.01)
+            fail_msg("tau %.0f s: Monte Carlo %.4f vs first order %.4f", taus[k], mc, cf);
+    }
+}
+
+static void load_llama(ai_cluster **c, ai_model_spec **m, ai_training **t)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/examples/llama3-405b/cluster.json", src_dir());
+    assert_int_equal(ai_cluster_load(p, c), AI_OK);
+    snprintf(p, sizeof p, "%s/examples/llama3-405b/model.json", src_dir());
+    assert_int_equal(ai_model_spec_load(p, m), AI_OK);
+    snprintf(p, sizeof p, "%s/examples/llama3-405b/training.json", src_dir());
+    assert_int_equal(ai_training_load(p, t), AI_OK);
+}
+
+/* Llama 3's 54 days on 16,384 H100 at its own rates: 419 interruptions,
+ * one every 3.1 h (arXiv 2407.21783, Table 5). */
+static void test_llama3_fidelity(void **state)
+{
+    (void)state;
+    ai_cluster *c;
+    ai_model_spec *m;
+    ai_training *t;
+    load_llama(&c, &m, &t);
+    ai_sim_options o = {.days = 54, .policy = AI_SIM_POLICY_YOUNG_DALY, .runs = 200, .seed = 3,
+                        .step_time_s = 5.5};
+    ai_sim_report *rep;
+    assert_int_equal(ai_sim(c, m, t, NULL, &o, &rep), AI_OK);
+    ai_sim_summary s;
+    assert_int_equal(ai_sim_report_summary(rep, &s), AI_OK);
+    assert_int_equal(s.runs, 200);
+    if (fabs(s.interruptions_mean - 419) > 0.1 * 419 || fabs(s.mtbf_h - 3.1) > 0.31)
+        fail_msg("interruptions %.1f (419), MTBF %.3f h (3.1)", s.interruptions_mean, s.mtbf_h);
+    assert_true(s.ettr_ci95[0] <= s.ettr_mean && s.ettr_mean <= s.ettr_ci95[1]);
+    assert_true(s.ettr_mean > 0.5 && s.ettr_mean < 1);
+    ai_sim_report_destroy(rep);
+
+    /* The learned policy on the default telemetry: not worse than Daly's
+     * interval by more than the noise, over the same runs. */
+    o.policy = AI_SIM_POLICY_LEARNED;
+    ai_sim_summary sl;
+    assert_int_equal(ai_sim(c, m, t, NULL, &o, &rep), AI_OK);
+    assert_int_equal(ai_sim_report_summary(rep, &sl), AI_OK);
+    ai_sim_report_destroy(rep);
+    if (sl.ettr_mean < s.ettr_mean - 0.002)
+        fail_msg("learned %.4f, young-daly %.4f", sl.ettr_mean, s.ettr_mean);
+    ai_training_destroy(t);
+    ai_model_spec_destroy(m);
+    ai_cluster_destroy(c);
+}
+
+static void test_deterministic(void **state)
+{
+    (void)state;
+    ai_cluster *c;
+    ai_model_spec *m;
+    ai_training *t;
+    load_llama(&c, &m, &t);
+    ai_sim_options o = {.tokens = 1e12, .policy = AI_SIM_POLICY_YOUNG_DALY, .runs = 20,
+                        .seed = 42, .step_time_s = 5.5, .recovery = AI_SIM_SHRINK};
+    ai_sim_summary s[3];
+    for (int i = 0; i < 3; i++) {
+        if (i == 2)
+            o.seed = 43;
+        ai_sim_report *rep;
+        assert_int_equal(ai_sim(c, m, t, NULL, &o, &rep), AI_OK);
+        assert_int_equal(ai_sim_report_summary(rep, &s[i]), AI_OK);
+        ai_sim_report_destroy(rep);
+    }
+    assert_true(s[0].ettr_mean == s[1].ettr_mean);
+    assert_true(s[0].interruptions_mean == s[1].interruptions_mean);
+    assert_true(s[0].days_mean == s[1].days_mean);
+    assert_true(s[0].interruptions_mean != s[2].interruptions_mean ||
+                s[0].days_mean != s[2].days_mean);
+    ai_training_destroy(t);
+    ai_model_spec_destroy(m);
+    ai_cluster_destroy(c);
+}
+
+/* A reliability spec from text; the error message (if any) into msg. */
+static ai_status_t rel_from(const char *text, sim_reliability *r, char *msg, size_t len)
+{
+    json_error_t e;
+    json_t *doc = json_loads(text, 0, &e);
+    assert_non_null(doc);
+    ai_status_t st = sim_reliability_from_json(doc, "rel.json", r);
+    json_decref(doc);
+    snprintf(msg, len, "%s", ai_last_error());
+    return st;
+}
+
+static void test_spec_errors(void **state)
+{
+    (void)state;
+    sim_reliability r;
+    char msg[600];
+    static const struct {
+        const char *json, *want;
+    } bad[] = {
+        {"{\"restart_sec\": 5}", "rel.json: restart_sec: unknown key; did you mean 'restart_s'?"},
+        {"{\"restart_s\": -5}", "rel.json: restart_s: -5 is out of range"},
+        {"{\"failures_per_node_day\": \"x\"}", "rel.json: failures_per_node_day: expected a number"},
+        {"{\"spares\": 2.5}", "rel.json: spares: 2.5 is not an integer"},
+        {"{\"checkpoint_async\": 1}", "rel.json: checkpoint_async: expected true or false"},
+        {"{\"lemon_factor\": 0.5}", "rel.json: lemon_factor: 0.5 is out of range"},
+        {"{\"causes\": []}", "rel.json: causes: 0 causes"},
+        {"{\"causes\": [{\"name\": \"gpu\", \"share\": 1}, {\"name\": \"nic\"}]}",
+         "rel.json: causes[1].share: required number is missing"},
+        {"{\"causes\": [{\"name\": \"gpu\", \"share\": 1, \"repiar\": true}]}",
+         "rel.json: causes[0].repiar: unknown key; did you mean 'repair'?"},
+        {"[1]", "rel.json: (root): a reliability spec is a JSON object"},
+    };
+    for (size_t i = 0; i < AI_ARRAY_LEN(bad); i++) {
+        assert_int_equal(rel_from(bad[i].json, &r, msg, sizeof msg), AI_ERR_INVALID);
+        if (!strstr(msg, bad[i].want))
+            fail_msg("%s: got '%s', want '%s'", bad[i].json, msg, bad[i].want);
+    }
+    assert_int_equal(rel_from("{\"restart_s\": 600, \"spares\": 8, \"causes\": [{\"name\": \"gpu\", "
+                              "\"share\": 3}, {\"name\": \"bug\", \"share\": 1, \"repair\": false}]}",
+                              &r, msg, sizeof msg),
+                     AI_OK);
+    assert_near(r.restart_s, 600, 0);
+    assert_int_equal(r.spares, 8);
+    assert_int_equal(r.ncauses, 2);
+    assert_int_equal(r.causes[1].needs_repair, 0);
+    assert_int_equal(r.causes[1].restart, 0);
+    assert_int_equal(rel_from("{\"causes\": [{\"name\": \"bug\", \"share\": 1, \"restart\": true}]}",
+                              &r, msg, sizeof msg),
+                     AI_OK);
+    assert_int_equal(r.causes[0].restart, 1);
+    assert_int_equal(r.causes[0].needs_repair, 1);
+    /* Defaults: Llama 3's rate, 18 causes of Table 5 summing to 419. */
+    sim_reliability_defaults(&r);
+    double sum = 0;
+    for (int i = 0; i < r.ncauses; i++)
+        sum += r.causes[i].share;
+    assert_int_equal(r.ncauses, 18);
+    assert_near(sum, 419, 0);
+    assert_near(r.failures_per_node_day * 54 * 2048, 419, 1e-9);
+}
+
+static int run_sim(const char *args, char *out, size_t cap)
+{
+    const char *bin = getenv("AUTOINFRA_BIN");
+    if (!bin || access(bin, X_OK) != 0)
+        return -1;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && '%s' sim %s 2>&1", src_dir(), bin, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int status = pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void test_cli(void **state)
+{
+    (void)state;
+    static char out[65536];
+    const char *specs = "--cluster examples/llama3-405b/cluster.json "
+                        "--model examples/llama3-405b/model.json "
+                        "--training examples/llama3-405b/training.json";
+    char args[1024];
+    snprintf(args, sizeof args, "%s --tokens 1e12 --runs 5 --seed 9 --json", specs);
+    int rc = run_sim(args, out, sizeof out);
+    if (rc < 0)
+        skip();
+    assert_int_equal(rc, 0);
+    json_error_t e;
+    json_t *d = json_loads(out, 0, &e);
+    if (!d)
+        fail_msg("not JSON: %s", out);
+    static const char *const keys[] = {"runs", "interruptions_mean", "mtbf_h", "ettr_mean",
+                                       "ettr_ci95", "goodput_tokens_per_s", "days_mean",
+                                       "checkpoint_every_min", "sim_s"};
+    for (size_t i = 0; i < AI_ARRAY_LEN(keys); i++)
+        if (!json_object_get(d, keys[i]))
+            fail_msg("no '%s' in %s", keys[i], out);
+    assert_int_equal(json_integer_value(json_object_get(d, "runs")), 5);
+    assert_int_equal(json_array_size(json_object_get(d, "ettr_ci95")), 2);
+    assert_string_equal(json_string_value(json_object_get(d, "step_source")), "plan");
+    json_decref(d);
+
+    snprintf(args, sizeof args, "%s --tokens 1e12 --runs 2 --policy learned --json", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 0);
+    assert_non_null(strstr(out, "\"policy\": \"learned\""));
+    snprintf(args, sizeof args, "%s --policy daly", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "young-daly"));
+    snprintf(args, sizeof args, "%s --reliability examples/llama3-405b/model.json", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "model.json: "));
+    assert_non_null(strstr(out, "unknown key"));
+    snprintf(args, sizeof args, "%s --policy oracle --checkpoint-every 10", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "policy none"));
+    snprintf(args, sizeof args, "%s --tokens 1e12 --days 3", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_no_failures, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_one_failure_restart, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_one_failure_shrink, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_restart_waits_for_repair, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_async_checkpoint, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_oracle_loses_nothing, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_learned_policy, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_formulas, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_monte_carlo_vs_first_order, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_llama3_fidelity, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_deterministic, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_spec_errors, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_cli, cmdtest_setup, cmdtest_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
