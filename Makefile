@@ -8,10 +8,12 @@ JOBS       ?= 2
 # Open MPI and MPICH: the MPI shim is built against them and the tests run
 # the KB's exported tuning files through both. torch (with Python headers
 # and pybind11): the torch.distributed backend (docs/torch.md) and the
-# training job (examples/train) the demo and the tests run.
+# training job (examples/train) the demo and the tests run. Slurm and munge:
+# a real Slurm on this machine (bench/slurm) and the SPANK plugin.
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
               openmpi-bin libopenmpi-dev mpich libmpich-dev \
-              python3-torch libtorch-dev python3-dev pybind11-dev
+              python3-torch libtorch-dev python3-dev pybind11-dev \
+              munge slurmctld slurmd slurm-client libslurm-dev
 BENCH_DEPS :=
 # Fuzzing builds with clang's libFuzzer (fuzz/): not needed to build or test.
 FUZZ_DEPS  := clang

@@ -12,6 +12,7 @@
 
 #include "autoinfra.h"
 #include "support/ranks.h"
+#include "util/util.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -419,6 +420,31 @@ static void test_rendezvous_timeout(void **state)
 
 /* ------------------------------------------------------- environment */
 
+/* Slurm's hostlists: the first host, zero padding kept. */
+static void test_hostlist_first(void **state)
+{
+    static const char *const ok[][2] = {
+        {"n0", "n0"},           {"n[0-3]", "n0"},         {"gpu[003-010,012],login1", "gpu003"},
+        {"a,b", "a"},           {"rack1-[7]x", "rack1-7x"}, {"node[12,4-5]", "node12"},
+    };
+    (void)state;
+    char out[64];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        if (ai_hostlist_first(ok[i][0], out, sizeof out) != AI_OK)
+            fail_msg("'%s' refused: %s", ok[i][0], ai_last_error());
+        assert_string_equal(out, ok[i][1]);
+    }
+    static const char *const bad[] = {"", ",a", "[1-2]", "n[", "n[x]", "n[1-2", "a[1]b[2]"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        strcpy(out, "kept");
+        if (ai_hostlist_first(bad[i], out, sizeof out) == AI_OK)
+            fail_msg("'%s' accepted as '%s'", bad[i], out);
+        assert_string_equal(out, "kept");
+        assert_non_null(strstr(ai_last_error(), bad[i]));
+    }
+    assert_int_equal(ai_hostlist_first("abcdefgh[1]", out, 4), AI_ERR_INVALID);
+}
+
 static void test_env_parsing(void **state)
 {
     ai_comm *c = NULL;
@@ -462,6 +488,26 @@ static void test_env_parsing(void **state)
         assert_non_null(strstr(ai_last_error(), "AUTOINFRA_YIELD_US"));
     }
     unsetenv("AUTOINFRA_YIELD_US");
+    /* srun across nodes: the rendezvous is the step's first node, by name;
+     * one that does not resolve fails at once, naming it and what to set. */
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_JOB_ID", "7", 1);
+    setenv("SLURM_STEP_NUM_NODES", "2", 1);
+    setenv("SLURM_STEP_NODELIST", "ai-no-such-node[07-08]", 1);
+    double t0 = ai_now();
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    assert_true(ai_now() - t0 < 5.0);
+    assert_non_null(strstr(ai_last_error(), "'ai-no-such-node07'"));
+    assert_non_null(strstr(ai_last_error(), "AUTOINFRA_ADDR"));
+    setenv("SLURM_STEP_NODELIST", "[1-2]", 1);
+    assert_int_equal(ai_comm_create_env(&c), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "'[1-2]'"));
+    unsetenv("SLURM_PROCID");
+    unsetenv("SLURM_NTASKS");
+    unsetenv("SLURM_JOB_ID");
+    unsetenv("SLURM_STEP_NUM_NODES");
+    unsetenv("SLURM_STEP_NODELIST");
     assert_int_equal(ai_comm_create_env(&c), AI_OK);
     assert_int_equal(ai_comm_size(c), 1);
     double x = 2.5;
@@ -582,6 +628,7 @@ static void test_link_probe(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hostlist_first),
         cmocka_unit_test(test_env_parsing),
         cmocka_unit_test(test_env_ranges),
         cmocka_unit_test(test_host_grouping),

@@ -301,11 +301,25 @@ def load_plan(p, path):
     return plan
 
 
+def python_package():
+    """The repo's python/ folder on sys.path (autoinfra.torch, autoinfra.slurm)."""
+    pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+    if os.path.isdir(pkg) and pkg not in sys.path:
+        sys.path.insert(0, pkg)
+
+
 def job_from_env():
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
+        python_package()
+        import autoinfra.slurm  # srun: torch's env:// from Slurm's variables
+        try:
+            autoinfra.slurm.torch_env()
+        except ValueError as e:
+            sys.exit("train: %s" % e)
     missing = [k for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if k not in os.environ]
     if missing:
-        sys.exit("train: %s not set: start the ranks with `autoinfra launch` or set torch's env:// "
-                 "variables" % ", ".join(missing))
+        sys.exit("train: %s not set: start the ranks with `autoinfra launch` or srun, or set torch's "
+                 "env:// variables" % ", ".join(missing))
     try:
         rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     except ValueError:
@@ -320,10 +334,7 @@ def load_backend(name):
     """The autoinfra backend registers itself with torch.distributed on import."""
     if name != "autoinfra":
         return None
-    here = os.path.dirname(os.path.abspath(__file__))
-    pkg = os.path.join(here, "..", "..", "python")
-    if os.path.isdir(pkg) and pkg not in sys.path:
-        sys.path.insert(0, pkg)
+    python_package()
     import autoinfra.torch as backend  # noqa: F401 (registers "autoinfra")
     return backend
 

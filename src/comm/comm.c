@@ -321,6 +321,30 @@ static const char *const job_vars[] = {
     "SLURM_STEP_ID", "SLURM_JOB_ID",
 };
 
+/* Under srun across nodes, the rendezvous is on the step's first node,
+ * where rank 0 runs (Slurm's block distribution, the default, puts it
+ * there): its name, which must resolve, as node names do on a cluster.
+ * Leaves host empty when the step is on one node. */
+static ai_status_t slurm_store_host(const char *rank_var, char *host, size_t cap)
+{
+    host[0] = 0;
+    const char *nodes = ai_env_str("SLURM_STEP_NODELIST", NULL);
+    long nnodes = 0;
+    if (!rank_var || strcmp(rank_var, "SLURM_PROCID") != 0 || !nodes ||
+        ai_parse_long(ai_env_str("SLURM_STEP_NUM_NODES", "1"), &nnodes) != AI_OK || nnodes < 2)
+        return AI_OK;
+    uint32_t addr;
+    ai_status_t st = ai_hostlist_first(nodes, host, cap);
+    if (st == AI_OK && (st = comm_resolve_ipv4(host, &addr)) != AI_OK)
+        st = ai_fail(st, "srun across %ld nodes: the rendezvous is on the step's first node '%s' "
+                     "(SLURM_STEP_NODELIST=%s), whose name does not resolve: set AUTOINFRA_ADDR=HOST:PORT "
+                     "to its address", nnodes, host, nodes);
+    else if (st != AI_OK)
+        st = ai_fail_prefix(st, "srun across %ld nodes: no rendezvous host (set AUTOINFRA_ADDR=HOST:PORT)",
+                            nnodes);
+    return st;
+}
+
 /* The settings besides rank, size and rendezvous, from the environment
  * where cfg leaves them unset (NULL, <= 0, 0). */
 static ai_status_t env_settings(ai_comm_config *cfg)
@@ -383,8 +407,13 @@ ai_status_t comm_create_env(ai_comm **out)
     } else if (cfg.size > 1 && jobkey[0]) {
         /* Same job, same port: derived from the launcher's job id. */
         cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 20000);
-        ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at 127.0.0.1:%d (set AUTOINFRA_ADDR "
-               "for jobs spanning machines)", rv, cfg.store_port);
+        ai_status_t st = slurm_store_host(rv, host, sizeof host);
+        if (st != AI_OK)
+            return st;
+        if (host[0])
+            cfg.store_host = host;
+        ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at %s:%d (set AUTOINFRA_ADDR "
+               "for jobs spanning machines)", rv, cfg.store_host, cfg.store_port);
     }
     cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
     ai_status_t st = env_settings(&cfg);

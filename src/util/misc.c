@@ -242,3 +242,42 @@ uint64_t ai_rng_next(ai_rng *rng)
 }
 
 double ai_rng_uniform(ai_rng *rng) { return (double)(ai_rng_next(rng) >> 11) * 0x1.0p-53; }
+
+ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap)
+{
+    /* Slurm's grammar: comma-separated names, each a prefix, then
+     * optionally "[" ranges "]" and a suffix; a range keeps the zero
+     * padding of its first bound. The first host is the prefix, the first
+     * range's first bound and what follows "]" up to the next comma. */
+    const char *p = list ? list : "";
+    size_t n = strcspn(p, ",[");
+    if (n == 0)
+        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s' does not start with a host name", p);
+    char buf[256];
+    if (n >= sizeof buf)
+        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+    memcpy(buf, p, n);
+    size_t len = n;
+    if (p[n] == '[') {
+        const char *num = p + n + 1;
+        size_t digits = strspn(num, "0123456789");
+        const char *close = strchr(num, ']');
+        if (digits == 0 || !close || (num[digits] != '-' && num[digits] != ',' && num[digits] != ']'))
+            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': malformed range", p);
+        size_t tail = strcspn(close + 1, ",[");
+        if (close[1 + tail] == '[')
+            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': more than one range in a name is not "
+                           "supported (set AUTOINFRA_ADDR)", p);
+        if (len + digits + tail >= sizeof buf)
+            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+        memcpy(buf + len, num, digits);
+        len += digits;
+        memcpy(buf + len, close + 1, tail);
+        len += tail;
+    }
+    buf[len] = 0;
+    if (len >= cap)
+        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+    memcpy(out, buf, len + 1);
+    return AI_OK;
+}

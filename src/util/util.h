@@ -51,6 +51,10 @@ const char *ai_nearest_name(const char *word, const char *const *names, int n);
 /* Strict integer / double parsing of a whole string. */
 ai_status_t ai_parse_long(const char *text, long *out);
 ai_status_t ai_parse_double(const char *text, double *out);
+/* The first host of a Slurm hostlist ("gpu[003-010,012],login1" ->
+ * "gpu003"): AI_ERR_INVALID naming the list when it is malformed or the
+ * name does not fit in `cap` bytes. */
+ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap);
 
 /* Sleep helpers for polling loops. */
 void ai_sleep_us(long us);
