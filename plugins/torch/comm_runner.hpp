@@ -107,6 +107,8 @@ class CommRunner {
   void expedite();
   // How many calls were queued deferred so far.
   uint64_t deferred_calls();
+  // How many queued calls have not started yet.
+  int queued_calls() const { return queued_.load(std::memory_order_acquire); }
   // A thread starts (begin) or stops (end) waiting for a queued call's
   // result. While one waits, or a call runs inline, nothing of this process
   // computes beside the call, so the runtime's waits poll before they sleep

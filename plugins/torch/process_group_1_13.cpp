@@ -484,6 +484,10 @@ uint64_t deferred_calls(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return autoinfra_group(pg, "deferred_calls")->runner().deferred_calls();
 }
 
+int queued_calls(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  return autoinfra_group(pg, "queued_calls")->runner().queued_calls();
+}
+
 }  // namespace
 void register_shares(pybind11::module_& m);  // shares_binding.cpp
 }  // namespace aitorch
@@ -518,6 +522,8 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
   m.def("deferred_calls", &aitorch::deferred_calls, pybind11::arg("group"),
         "How many of group's calls were queued without waking its progress thread, their "
         "caller waiting for each at once (comm_runner.hpp, kWaitStreak).");
+  m.def("queued_calls", &aitorch::queued_calls, pybind11::arg("group"),
+        "How many of group's calls wait in its progress thread's queue, not started yet.");
   aitorch::register_shares(m);
   m.attr("torch_version") = "1.13";
 }

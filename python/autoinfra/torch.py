@@ -259,6 +259,12 @@ def deferred_calls(group=None):
     return _C.deferred_calls(_group(group))
 
 
+def queued_calls(group=None):
+    """How many of the group's calls wait for its progress thread, not
+    started yet."""
+    return _C.queued_calls(_group(group))
+
+
 def capi_allreduce_loop(group, tensor, iters):
     """Seconds of `iters` in-place sum allreduces of `tensor` (contiguous)
     straight through the C API on `group`'s communicator, after its pending

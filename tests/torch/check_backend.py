@@ -318,6 +318,12 @@ def revoke(rank, n):
     dist.barrier()
     if rank == 0:
         running = dist.all_reduce(big, async_op=True)  # waits for the others' call
+        # The progress thread takes it up when it gets a core: on a busy
+        # machine that can be after the revoke, which then fails it as queued.
+        deadline = time.time() + 30
+        while at.queued_calls(None) and time.time() < deadline:
+            time.sleep(0.001)
+        assert at.queued_calls(None) == 0, "the first call did not start within 30 s"
         queued = [dist.all_reduce(torch.ones(1 << 18), async_op=True) for _ in range(3)]
         t0 = time.time()
         at.revoke(None, "test reason")
