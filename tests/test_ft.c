@@ -575,6 +575,134 @@ static void test_grow_join(void **state)
     munmap(shared, 4096);
 }
 
+/* A newcomer killed while it waits at the door still has its hello in
+ * rank 0's backlog; a live one comes after it. The grow must drop the
+ * dead one and admit the live one (not admit the dead one, time out and
+ * refuse the live one). */
+static int dead_joiner_body(ai_comm *c, void *arg)
+{
+    join_ctx *j = arg;
+    int r = ai_comm_rank(c);
+    if (r == 0) {
+        if (ai_comm_join_addr(c, j->addr, 64) != AI_OK)
+            return 20;
+        __atomic_store_n(j->ready, 1, __ATOMIC_RELEASE);
+    }
+    double end = now_s() + 30;
+    while (__atomic_load_n(j->ready, __ATOMIC_ACQUIRE) < 3 && now_s() < end)
+        usleep(1000);
+    ai_comm *big = NULL;
+    ai_status_t st = ai_comm_grow(c, 1, TIMEOUT_S, &big);
+    if (st != AI_OK) {
+        fprintf(stderr, "rank %d: grow past a dead newcomer: %s\n", r, ai_last_error());
+        return 22;
+    }
+    int bad = ai_comm_size(big) != 4 || ai_comm_rank(big) != r, waiting = -1;
+    for (int i = 0; i < 10 && !bad; i++) {
+        double v = r + 1;
+        bad = ai_allreduce(big, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 10;
+    }
+    /* Nobody waits any more: the dead newcomer is not counted. */
+    if (!bad && (ai_comm_join_pending(big, &waiting) != AI_OK || waiting != 0)) {
+        fprintf(stderr, "rank %d: %d newcomers counted waiting after the grow\n", r, waiting);
+        bad = 1;
+    }
+    ai_comm_destroy(big);
+    return bad ? 23 : 0;
+}
+
+static void test_grow_dead_joiner(void **state)
+{
+    (void)state;
+    char *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(shared != MAP_FAILED);
+    memset(shared, 0, 4096);
+    join_ctx j = {.addr = shared, .ready = (int *)(shared + 1024)};
+    fflush(NULL);
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        char token[64];
+        snprintf(token, sizeof token, "ranks-test-%d", (int)getppid());
+        double end = now_s() + 30;
+        while (__atomic_load_n(j.ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
+            usleep(1000);
+        fflush(NULL);
+        pid_t dead = fork();
+        if (dead == 0)
+            _exit(newcomer(j.addr, token));
+        usleep(500000); /* connected, hello sent, waiting for its table */
+        kill(dead, SIGKILL);
+        waitpid(dead, NULL, 0);
+        pid_t live = fork();
+        if (live == 0)
+            _exit(newcomer(j.addr, token));
+        usleep(300000);
+        __atomic_store_n(j.ready, 3, __ATOMIC_RELEASE);
+        int w = 0;
+        while (waitpid(live, &w, WNOHANG) == 0 && now_s() < end)
+            usleep(5000);
+        if (now_s() >= end) {
+            kill(live, SIGKILL);
+            waitpid(live, &w, 0);
+        }
+        _exit(WIFEXITED(w) ? WEXITSTATUS(w) : 50);
+    }
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40};
+    int rc = ranks_run(3, &o, dead_joiner_body, &j);
+    int w = 0;
+    double end = now_s() + 20;
+    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
+        usleep(5000);
+    if (now_s() >= end) {
+        kill(kid, SIGKILL);
+        waitpid(kid, &w, 0);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(WIFEXITED(w));
+    assert_int_equal(WEXITSTATUS(w), 0); /* the live newcomer joined and computed */
+    munmap(shared, 4096);
+}
+
+/* A member dies during a grow that waits for a newcomer who never comes:
+ * the others learn that member's death, by its rank, long before the
+ * grow's timeout (not a missing newcomer after it). */
+#define MEMBER_DIES_GROW_S 20.0
+static int member_dies_body(ai_comm *c, void *arg)
+{
+    (void)arg;
+    int r = ai_comm_rank(c);
+    if (r == 2)
+        arm_kill(500000);
+    ai_comm *big = NULL;
+    double t = now_s();
+    ai_status_t st = ai_comm_grow(c, 1, MEMBER_DIES_GROW_S, &big);
+    double took = now_s() - t;
+    if (st == AI_OK) {
+        ai_comm_destroy(big);
+        return 30;
+    }
+    if (st != AI_ERR_PEER || !strstr(ai_last_error(), "member rank 2 died") ||
+        took > MEMBER_DIES_GROW_S / 2) {
+        fprintf(stderr, "rank %d: grow while rank 2 died: %s after %.1f s (%s)\n", r,
+                ai_strerror(st), took, ai_last_error());
+        return 31;
+    }
+    return 0;
+}
+
+static void test_grow_member_dies(void **state)
+{
+    (void)state;
+    int status[3] = {-1, -1, -1};
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40, .keep_going = 1,
+                    .status = status};
+    (void)ranks_run(3, &o, member_dies_body, NULL);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], RANKS_SIGNAL_BASE + SIGKILL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +710,8 @@ int main(void)
         cmocka_unit_test(test_kill_agree_shrink),
         cmocka_unit_test(test_stall_agree_shrink),
         cmocka_unit_test(test_grow_join),
+        cmocka_unit_test(test_grow_dead_joiner),
+        cmocka_unit_test(test_grow_member_dies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
