@@ -1,7 +1,7 @@
 """The elastic training helper (python/autoinfra/elastic.py) on local ranks,
 run by ctest (plugins/torch/CMakeLists.txt) with /usr/bin/python3:
 
-    check_elastic.py N [last|rank0]
+    check_elastic.py N [last|rank0|launch]
 
 N ranks train a small model through autoinfra.elastic; rank N-1 SIGKILLs
 itself in the middle of step KILL; as soon as it is gone the parent starts a
@@ -16,6 +16,10 @@ rank0: the process of rank 0 (which hosts the job's c10d store and holds
 the join door) dies in step KILL instead; once a joiner is in, the new rank
 0 dies too, and a second joiner comes: the job goes on through both, the
 door reopened by each new rank 0, and ends on N ranks.
+
+launch: the job is started by `autoinfra launch --elastic --restarts 1`
+($AUTOINFRA_BIN); rank 0 dies in step KILL and the launcher starts the
+process that joins (it finds AUTOINFRA_JOIN_ADDR set); the launcher exits 0.
 """
 import datetime
 import hashlib
@@ -81,6 +85,12 @@ def rank_main(role, n, mode, out):
     torch.set_num_threads(1)
     model, opt = model_and_opt()
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
+    if mode == "launch" and os.environ.get("AUTOINFRA_JOIN_ADDR"):
+        # autoinfra launch --restarts started this process in a dead rank's place.
+        role, out = "join", os.path.join(out, "j0.json")
+        os.environ.update(JOIN_ADDR=os.environ["AUTOINFRA_JOIN_ADDR"], JOIN_INDEX="1")
+    elif mode == "launch":
+        out = os.path.join(out, "r%s.json" % os.environ["RANK"])
     if role == "join":
         el = elastic.Trainer(model, opt, BATCH, join=os.environ["JOIN_ADDR"], timeout=TIMEOUT_S)
     else:
@@ -97,6 +107,8 @@ def rank_main(role, n, mode, out):
 
     def fn(ddp, step, lo, hi):
         if mode == "last" and me == n - 1 and step == KILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "launch" and me == 0 and step == KILL and join_index == 0:
             os.kill(os.getpid(), signal.SIGKILL)
         if mode == "rank0" and el.rank == 0 and ((me == 0 and step == KILL) or
                                                   (me == 1 and grows() == 1)):
@@ -164,9 +176,29 @@ def parent(n, mode):
     if codes != want:
         return fail(f"exit codes {codes}, want {want} (members, then the joiners)")
     alive = [r for r in range(n) if codes[r] == 0]
+    return check(n, mode, work, alive, len(victims))
+
+
+def parent_launch(n):
+    """The job started by `autoinfra launch --elastic --restarts 1`: rank 0
+    dies, the launcher starts its replacement, which joins."""
+    work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
+    cmd = [os.environ["AUTOINFRA_BIN"], "launch", "-n", str(n), "--elastic", "--restarts", "1",
+           "--timeout", str(LIMIT_S), "--bind", "none", "--",
+           sys.executable, __file__, "member", str(n), "launch", work]
+    p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stderr=subprocess.PIPE,
+                       text=True, timeout=LIMIT_S + 30)
+    sys.stderr.write(p.stderr)
+    if p.returncode != 0:
+        return fail(f"autoinfra launch --elastic exited {p.returncode}, want 0")
+    if "started pid" not in p.stderr or "in place of rank 0" not in p.stderr:
+        return fail("the launcher did not say it started a replacement for rank 0")
+    return check(n, "launch", work, list(range(1, n)), 1)
+
+
+def check(n, mode, work, alive, rounds):
     res = ([json.load(open(f"{work}/r{r}.json")) for r in alive] +
-           [json.load(open(f"{work}/j{k}.json")) for k in range(len(joiners))])
-    rounds = len(victims)
+           [json.load(open(f"{work}/j{k}.json")) for k in range(rounds)])
     for r in res[:len(alive)]:
         sizes = [s["world_size"] for s in r["steps"]]
         if sizes[:KILL] != [n] * KILL or n - 1 not in sizes or sizes[-1] != n:
@@ -177,7 +209,7 @@ def parent(n, mode):
         kinds = [e["kind"] for e in r["events"]]
         if kinds != ["shrink", "grow"] * rounds:
             return fail(f"rank {r['rank']}: events {kinds}, want {rounds} x (a shrink, then a grow)")
-        want_failed = [[n - 1]] if mode == "last" else [[0], [0]]
+        want_failed = [[n - 1]] if mode == "last" else [[0]] * rounds
         got_failed = [e["failed"] for e in r["events"] if e["kind"] == "shrink"]
         if got_failed != want_failed:
             return fail(f"rank {r['rank']}: the shrinks' failed sets {got_failed}, want {want_failed}")
@@ -198,7 +230,8 @@ def parent(n, mode):
             return fail(f"step {s['step']} on {s['world_size']} ranks: loss {s['loss']!r}, the "
                         f"one-process reference {want_loss!r}")
     ev = res[0]["events"]
-    what = "rank %d" % (n - 1) if mode == "last" else "rank 0, then the new rank 0,"
+    what = {"last": "rank %d" % (n - 1), "rank0": "rank 0, then the new rank 0,",
+            "launch": "rank 0 (autoinfra launch --elastic --restarts 1)"}[mode]
     print(f"elastic on {n} ranks ({mode}): ok: {len(res[0]['steps'])} steps; {what} killed; " +
           "; ".join(f"shrink to {n - 1} in {a['ready_at'] - a['at']:.2f} s at step {a['step'] + 1}, "
                     f"grown back at step {b['step']} in {b['ready_at'] - b['at']:.2f} s"
@@ -215,7 +248,7 @@ def fail(msg):
 if __name__ == "__main__":
     if len(sys.argv) in (2, 3):
         mode = sys.argv[2] if len(sys.argv) == 3 else "last"
-        if mode not in ("last", "rank0"):
-            sys.exit(f"check_elastic.py: mode {mode!r}: want last or rank0")
-        sys.exit(parent(int(sys.argv[1]), mode))
+        if mode not in ("last", "rank0", "launch"):
+            sys.exit(f"check_elastic.py: mode {mode!r}: want last, rank0 or launch")
+        sys.exit(parent_launch(int(sys.argv[1])) if mode == "launch" else parent(int(sys.argv[1]), mode))
     rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
