@@ -232,6 +232,7 @@ ai_status_t comm_door_addr(const ai_comm *c, char *buf, size_t len)
     uint32_t addr = p->addr ? p->addr : htonl(INADDR_LOOPBACK);
     inet_ntop(AF_INET, &addr, ip, sizeof ip);
     if ((size_t)snprintf(buf, len, "%s:%u", ip, (unsigned)p->port) >= len)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short", len);
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short",
+                       len);
     return AI_OK;
 }
