@@ -233,7 +233,8 @@ ai_status_t ai_comm_join_addr(const ai_comm *comm, char *buf, size_t len);
 
 /* On rank 0: how many live newcomers wait at the join door now (never
  * blocks; one that left before a grow is not counted); 0 on the other
- * ranks. A grow admits them in the order they came. */
+ * ranks and on a communicator that failed. A grow admits them in the
+ * order they came. */
 ai_status_t ai_comm_join_pending(ai_comm *comm, int *waiting);
 
 /* A newcomer joins the job whose rank 0 listens at job_addr ("host:port",

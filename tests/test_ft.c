@@ -688,6 +688,9 @@ static int member_dies_body(ai_comm *c, void *arg)
                 ai_strerror(st), took, ai_last_error());
         return 31;
     }
+    if (r == 0)
+        printf("member dies in a grow: rank 0 got AI_ERR_PEER %.2f s after the grow began "
+               "(rank 2 killed at 0.5 s, timeout %.0f s)\n", took, MEMBER_DIES_GROW_S);
     return 0;
 }
 

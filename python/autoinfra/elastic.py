@@ -238,9 +238,10 @@ class Trainer:
         self.step += 1
         done_at = time.time()
         # The step's end: the global mean loss, and the joiners rank 0 saw.
-        pending = at.pending_joiners(self.group) if self.rank == 0 else 0
-        t = torch.tensor([local * (hi - lo) / self.global_batch, pending], dtype=torch.float64)
         try:
+            pending = at.pending_joiners(self.group) if self.rank == 0 else 0
+            t = torch.tensor([local * (hi - lo) / self.global_batch, pending],
+                             dtype=torch.float64)
             self._allreduce(t)
             mean, joiners = float(t[0]), int(t[1])
         except RuntimeError as e:
