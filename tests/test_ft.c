@@ -21,7 +21,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 #include "support/ranks.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -575,10 +581,29 @@ static void test_grow_join(void **state)
     munmap(shared, 4096);
 }
 
-/* A newcomer killed while it waits at the door still has its hello in
- * rank 0's backlog; a live one comes after it. The grow must drop the
- * dead one and admit the live one (not admit the dead one, time out and
- * refuse the live one). */
+/* Knock at the door at addr ("ip:port") with a valid join hello for
+ * token, and hang up at once: not a newcomer. */
+static int fake_hello(const char *addr, const char *token)
+{
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)atoi(colon ? colon + 1 : "0"))};
+    comm_rank_info self = {.addr = htonl(INADDR_LOOPBACK), .port = 9, .pid = 1};
+    snprintf(self.host, sizeof self.host, "fake");
+    unsigned char hello[COMM_WIRE_HELLO_FRAME];
+    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, comm_token_hash(token), &self);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+             write(fd, hello, sizeof hello) == (ssize_t)sizeof hello;
+    if (fd >= 0)
+        close(fd);
+    return ok ? 0 : -1;
+}
+
+/* A hello sent and hung up at once, then a newcomer killed while it waits
+ * at the door: both still have their hellos in rank 0's backlog; a live
+ * newcomer comes after them. The grow must drop the two and admit the live
+ * one (not admit the first, time out and refuse the live one). */
 static int dead_joiner_body(ai_comm *c, void *arg)
 {
     join_ctx *j = arg;
@@ -627,6 +652,8 @@ static void test_grow_dead_joiner(void **state)
         double end = now_s() + 30;
         while (__atomic_load_n(j.ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
             usleep(1000);
+        if (fake_hello(j.addr, token) != 0)
+            _exit(51);
         fflush(NULL);
         pid_t dead = fork();
         if (dead == 0)
