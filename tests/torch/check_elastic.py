@@ -25,6 +25,7 @@ import datetime
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -145,8 +146,7 @@ def reference(steps):
     return out
 
 
-def parent(n, mode):
-    work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
+def parent(n, mode, work):
     door = "127.0.0.1:%d" % free_port()
     env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
                MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", AUTOINFRA_JOIN_DOOR=door)
@@ -179,10 +179,9 @@ def parent(n, mode):
     return check(n, mode, work, alive, len(victims))
 
 
-def parent_launch(n):
+def parent_launch(n, work):
     """The job started by `autoinfra launch --elastic --restarts 1`: rank 0
     dies, the launcher starts its replacement, which joins."""
-    work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
     cmd = [os.environ["AUTOINFRA_BIN"], "launch", "-n", str(n), "--elastic", "--restarts", "1",
            "--timeout", str(LIMIT_S), "--bind", "none", "--",
            sys.executable, __file__, "member", str(n), "launch", work]
@@ -250,5 +249,11 @@ if __name__ == "__main__":
         mode = sys.argv[2] if len(sys.argv) == 3 else "last"
         if mode not in ("last", "rank0", "launch"):
             sys.exit(f"check_elastic.py: mode {mode!r}: want last, rank0 or launch")
-        sys.exit(parent_launch(int(sys.argv[1])) if mode == "launch" else parent(int(sys.argv[1]), mode))
+        work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
+        try:
+            rc = (parent_launch(int(sys.argv[1]), work) if mode == "launch"
+                  else parent(int(sys.argv[1]), mode, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        sys.exit(rc)
     rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
