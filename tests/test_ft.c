@@ -733,6 +733,113 @@ static void test_grow_member_dies(void **state)
     assert_int_equal(status[2], RANKS_SIGNAL_BASE + SIGKILL);
 }
 
+/* AUTOINFRA_JOIN_DOOR: rank 0 holds the door with a newcomer waiting in
+ * it, and dies. The survivors shrink, the new rank 0 opens the door again
+ * at the same address, the newcomer (its connection closed unanswered)
+ * knocks again, and the survivors grow by it. */
+static int door_body(ai_comm *c, void *arg)
+{
+    join_ctx *j = arg;
+    int r = ai_comm_rank(c), waiting = 0;
+    double end = now_s() + 20;
+    if (r == 0) {
+        if (ai_comm_join_pending(c, &waiting) != AI_OK)
+            return 20;
+        __atomic_store_n(j->ready, 1, __ATOMIC_RELEASE);
+        while (waiting < 1 && now_s() < end) {
+            usleep(5000);
+            if (ai_comm_join_pending(c, &waiting) != AI_OK)
+                return 21;
+        }
+        kill(getpid(), SIGKILL);
+    }
+    double v = 1;
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL);
+    if (st == AI_OK)
+        return 22;
+    ai_comm *small = NULL, *big = NULL;
+    (void)ai_comm_revoke(c);
+    if ((st = ai_comm_shrink(c, &small)) != AI_OK) {
+        fprintf(stderr, "rank %d: shrink after rank 0 died: %s\n", r, ai_last_error());
+        return 23;
+    }
+    waiting = 0;
+    while (ai_comm_rank(small) == 0 && waiting < 1 && now_s() < end) {
+        if (ai_comm_join_pending(small, &waiting) != AI_OK)
+            return 24;
+        usleep(5000);
+    }
+    if ((st = ai_comm_grow(small, 1, TIMEOUT_S, &big)) != AI_OK) {
+        fprintf(stderr, "rank %d: grow at the reopened door: %s\n", r, ai_last_error());
+        ai_comm_destroy(small);
+        return 25;
+    }
+    int bad = ai_comm_size(big) != 3 || ai_comm_rank(big) != r - 1;
+    for (int i = 0; i < 10 && !bad; i++) {
+        v = 1;
+        bad = ai_allreduce(big, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 3;
+    }
+    ai_comm_destroy(big);
+    ai_comm_destroy(small);
+    return bad ? 26 : 0;
+}
+
+static void test_door_outlives_rank0(void **state)
+{
+    (void)state;
+    int port = ranks_free_port();
+    assert_true(port > 0);
+    char door[64];
+    snprintf(door, sizeof door, "127.0.0.1:%d", port);
+    setenv("AUTOINFRA_JOIN_DOOR", door, 1);
+    int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(ready != MAP_FAILED);
+    *ready = 0;
+    join_ctx j = {.ready = ready};
+    fflush(NULL);
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        char token[64];
+        snprintf(token, sizeof token, "ranks-test-%d", (int)getppid());
+        double end = now_s() + 30;
+        while (__atomic_load_n(ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
+            usleep(1000);
+        ai_comm_config cfg = {.token = token, .host_id = "testhost-new", .timeout_s = 30};
+        ai_comm *c = NULL;
+        if (ai_comm_join(&cfg, door, &c) != AI_OK) {
+            fprintf(stderr, "newcomer at %s: %s\n", door, ai_last_error());
+            _exit(40);
+        }
+        int bad = ai_comm_size(c) != 3 || ai_comm_rank(c) != 2;
+        for (int i = 0; i < 10 && !bad; i++) {
+            double v = 1;
+            bad = ai_allreduce(c, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 3;
+        }
+        ai_comm_destroy(c);
+        _exit(bad ? 41 : 0);
+    }
+    int status[3] = {-1, -1, -1};
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 50, .keep_going = 1,
+                    .status = status};
+    (void)ranks_run(3, &o, door_body, &j);
+    unsetenv("AUTOINFRA_JOIN_DOOR");
+    int w = 0;
+    double end = now_s() + 30;
+    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
+        usleep(5000);
+    if (now_s() >= end) {
+        kill(kid, SIGKILL);
+        waitpid(kid, &w, 0);
+    }
+    munmap(ready, 4096);
+    assert_int_equal(status[0], RANKS_SIGNAL_BASE + SIGKILL);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], 0);
+    assert_true(WIFEXITED(w));
+    assert_int_equal(WEXITSTATUS(w), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -742,6 +849,7 @@ int main(void)
         cmocka_unit_test(test_grow_join),
         cmocka_unit_test(test_grow_dead_joiner),
         cmocka_unit_test(test_grow_member_dies),
+        cmocka_unit_test(test_door_outlives_rank0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
