@@ -240,6 +240,9 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         return comm_state_error(c, "grow");
     if (joiners < 1 || joiners > COMM_WIRE_MAX_RANKS - c->size)
         return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; want 1 or more", joiners);
+    if (joiners > COMM_DOOR_LOBBY_MAX)
+        return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; at most %d wait at the join door "
+                       "at once", joiners, COMM_DOOR_LOBBY_MAX);
     if (c->size == 1 && c->tp->listen_fd < 0 && !ai_env_str("AUTOINFRA_JOIN_DOOR", NULL))
         return ai_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
                        "no join door (create it with size > 1, shrink into it, or set "
