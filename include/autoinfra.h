@@ -218,16 +218,28 @@ ai_status_t ai_comm_shrink(ai_comm *comm, ai_comm **out);
  * communicator's timeout) and return a larger communicator: the members
  * keep their ranks, the newcomers take ranks size .. size + joiners - 1 in
  * the order they were admitted. A newcomer with another job token or a
- * malformed hello is refused and never counted; too few in time: every
- * member gets AI_ERR_TIMEOUT and the communicator stays as it was. */
+ * malformed hello is refused and never counted, one whose connection
+ * ended before the grow (killed, gone) is dropped and live ones behind it
+ * are admitted instead; too few in time: every member gets AI_ERR_TIMEOUT
+ * and the communicator stays as it was. A member that dies during the
+ * grow: every other member gets AI_ERR_PEER naming its rank. */
 ai_status_t ai_comm_grow(ai_comm *comm, int joiners, double timeout_s, ai_comm **out);
 
 /* The address newcomers pass to ai_comm_join: "ip:port" of rank 0's join
- * door, the same string on every rank (len >= 22 is enough). */
+ * door, the same string on every rank (len >= 22 is enough); with
+ * AUTOINFRA_JOIN_DOOR set ("host:port[,host:port...]": where the job's rank
+ * 0, whichever process it is, opens its door), that list. */
 ai_status_t ai_comm_join_addr(const ai_comm *comm, char *buf, size_t len);
 
+/* On rank 0: how many live newcomers wait at the join door now (never
+ * blocks; one that left before a grow is not counted); 0 on the other
+ * ranks and on a communicator that failed. A grow admits them in the
+ * order they came. */
+ai_status_t ai_comm_join_pending(ai_comm *comm, int *waiting);
+
 /* A newcomer joins the job whose rank 0 listens at job_addr ("host:port",
- * from ai_comm_join_addr; NULL: AUTOINFRA_JOIN_ADDR) and waits up to
+ * or a comma-separated list of them tried in turn, from ai_comm_join_addr;
+ * NULL: AUTOINFRA_JOIN_ADDR) and waits up to
  * cfg->timeout_s (<= 0: AUTOINFRA_TIMEOUT, else 30 s) for the members'
  * grow. It shows the job token: cfg->token, NULL: AUTOINFRA_TOKEN, else
  * the empty token; it must be the token the members' communicator was

@@ -21,7 +21,13 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "comm/transport/transport.h"
+#include "comm/transport/wire.h"
 #include "support/ranks.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 #include <signal.h>
 #include <stdio.h>
@@ -575,6 +581,265 @@ static void test_grow_join(void **state)
     munmap(shared, 4096);
 }
 
+/* Knock at the door at addr ("ip:port") with a valid join hello for
+ * token, and hang up at once: not a newcomer. */
+static int fake_hello(const char *addr, const char *token)
+{
+    const char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+                             .sin_port = htons((uint16_t)atoi(colon ? colon + 1 : "0"))};
+    comm_rank_info self = {.addr = htonl(INADDR_LOOPBACK), .port = 9, .pid = 1};
+    snprintf(self.host, sizeof self.host, "fake");
+    unsigned char hello[COMM_WIRE_HELLO_FRAME];
+    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, comm_token_hash(token), &self);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+             write(fd, hello, sizeof hello) == (ssize_t)sizeof hello;
+    if (fd >= 0)
+        close(fd);
+    return ok ? 0 : -1;
+}
+
+/* A hello sent and hung up at once, then a newcomer killed while it waits
+ * at the door: both still have their hellos in rank 0's backlog; a live
+ * newcomer comes after them. The grow must drop the two and admit the live
+ * one (not admit the first, time out and refuse the live one). */
+static int dead_joiner_body(ai_comm *c, void *arg)
+{
+    join_ctx *j = arg;
+    int r = ai_comm_rank(c);
+    if (r == 0) {
+        if (ai_comm_join_addr(c, j->addr, 64) != AI_OK)
+            return 20;
+        __atomic_store_n(j->ready, 1, __ATOMIC_RELEASE);
+    }
+    double end = now_s() + 30;
+    while (__atomic_load_n(j->ready, __ATOMIC_ACQUIRE) < 3 && now_s() < end)
+        usleep(1000);
+    ai_comm *big = NULL;
+    ai_status_t st = ai_comm_grow(c, 1, TIMEOUT_S, &big);
+    if (st != AI_OK) {
+        fprintf(stderr, "rank %d: grow past a dead newcomer: %s\n", r, ai_last_error());
+        return 22;
+    }
+    int bad = ai_comm_size(big) != 4 || ai_comm_rank(big) != r, waiting = -1;
+    for (int i = 0; i < 10 && !bad; i++) {
+        double v = r + 1;
+        bad = ai_allreduce(big, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 10;
+    }
+    /* Nobody waits any more: the dead newcomer is not counted. */
+    if (!bad && (ai_comm_join_pending(big, &waiting) != AI_OK || waiting != 0)) {
+        fprintf(stderr, "rank %d: %d newcomers counted waiting after the grow\n", r, waiting);
+        bad = 1;
+    }
+    ai_comm_destroy(big);
+    return bad ? 23 : 0;
+}
+
+static void test_grow_dead_joiner(void **state)
+{
+    (void)state;
+    char *shared = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(shared != MAP_FAILED);
+    memset(shared, 0, 4096);
+    join_ctx j = {.addr = shared, .ready = (int *)(shared + 1024)};
+    fflush(NULL);
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        char token[64];
+        snprintf(token, sizeof token, "ranks-test-%d", (int)getppid());
+        double end = now_s() + 30;
+        while (__atomic_load_n(j.ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
+            usleep(1000);
+        if (fake_hello(j.addr, token) != 0)
+            _exit(51);
+        fflush(NULL);
+        pid_t dead = fork();
+        if (dead == 0)
+            _exit(newcomer(j.addr, token));
+        usleep(500000); /* connected, hello sent, waiting for its table */
+        kill(dead, SIGKILL);
+        waitpid(dead, NULL, 0);
+        pid_t live = fork();
+        if (live == 0)
+            _exit(newcomer(j.addr, token));
+        usleep(300000);
+        __atomic_store_n(j.ready, 3, __ATOMIC_RELEASE);
+        int w = 0;
+        while (waitpid(live, &w, WNOHANG) == 0 && now_s() < end)
+            usleep(5000);
+        if (now_s() >= end) {
+            kill(live, SIGKILL);
+            waitpid(live, &w, 0);
+        }
+        _exit(WIFEXITED(w) ? WEXITSTATUS(w) : 50);
+    }
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40};
+    int rc = ranks_run(3, &o, dead_joiner_body, &j);
+    int w = 0;
+    double end = now_s() + 20;
+    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
+        usleep(5000);
+    if (now_s() >= end) {
+        kill(kid, SIGKILL);
+        waitpid(kid, &w, 0);
+    }
+    assert_int_equal(rc, 0);
+    assert_true(WIFEXITED(w));
+    assert_int_equal(WEXITSTATUS(w), 0); /* the live newcomer joined and computed */
+    munmap(shared, 4096);
+}
+
+/* A member dies during a grow that waits for a newcomer who never comes:
+ * the others learn that member's death, by its rank, long before the
+ * grow's timeout (not a missing newcomer after it). */
+#define MEMBER_DIES_GROW_S 20.0
+static int member_dies_body(ai_comm *c, void *arg)
+{
+    (void)arg;
+    int r = ai_comm_rank(c);
+    if (r == 2)
+        arm_kill(500000);
+    ai_comm *big = NULL;
+    double t = now_s();
+    ai_status_t st = ai_comm_grow(c, 1, MEMBER_DIES_GROW_S, &big);
+    double took = now_s() - t;
+    if (st == AI_OK) {
+        ai_comm_destroy(big);
+        return 30;
+    }
+    if (st != AI_ERR_PEER || !strstr(ai_last_error(), "member rank 2 died") ||
+        took > MEMBER_DIES_GROW_S / 2) {
+        fprintf(stderr, "rank %d: grow while rank 2 died: %s after %.1f s (%s)\n", r,
+                ai_strerror(st), took, ai_last_error());
+        return 31;
+    }
+    if (r == 0)
+        printf("member dies in a grow: rank 0 got AI_ERR_PEER %.2f s after the grow began "
+               "(rank 2 killed at 0.5 s, timeout %.0f s)\n", took, MEMBER_DIES_GROW_S);
+    return 0;
+}
+
+static void test_grow_member_dies(void **state)
+{
+    (void)state;
+    int status[3] = {-1, -1, -1};
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40, .keep_going = 1,
+                    .status = status};
+    (void)ranks_run(3, &o, member_dies_body, NULL);
+    assert_int_equal(status[0], 0);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], RANKS_SIGNAL_BASE + SIGKILL);
+}
+
+/* AUTOINFRA_JOIN_DOOR: rank 0 holds the door with a newcomer waiting in
+ * it, and dies. The survivors shrink, the new rank 0 opens the door again
+ * at the same address, the newcomer (its connection closed unanswered)
+ * knocks again, and the survivors grow by it. */
+static int door_body(ai_comm *c, void *arg)
+{
+    join_ctx *j = arg;
+    int r = ai_comm_rank(c), waiting = 0;
+    double end = now_s() + 20;
+    if (r == 0) {
+        if (ai_comm_join_pending(c, &waiting) != AI_OK)
+            return 20;
+        __atomic_store_n(j->ready, 1, __ATOMIC_RELEASE);
+        while (waiting < 1 && now_s() < end) {
+            usleep(5000);
+            if (ai_comm_join_pending(c, &waiting) != AI_OK)
+                return 21;
+        }
+        kill(getpid(), SIGKILL);
+    }
+    double v = 1;
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL);
+    if (st == AI_OK)
+        return 22;
+    ai_comm *small = NULL, *big = NULL;
+    (void)ai_comm_revoke(c);
+    if ((st = ai_comm_shrink(c, &small)) != AI_OK) {
+        fprintf(stderr, "rank %d: shrink after rank 0 died: %s\n", r, ai_last_error());
+        return 23;
+    }
+    waiting = 0;
+    while (ai_comm_rank(small) == 0 && waiting < 1 && now_s() < end) {
+        if (ai_comm_join_pending(small, &waiting) != AI_OK)
+            return 24;
+        usleep(5000);
+    }
+    if ((st = ai_comm_grow(small, 1, TIMEOUT_S, &big)) != AI_OK) {
+        fprintf(stderr, "rank %d: grow at the reopened door: %s\n", r, ai_last_error());
+        ai_comm_destroy(small);
+        return 25;
+    }
+    int bad = ai_comm_size(big) != 3 || ai_comm_rank(big) != r - 1;
+    for (int i = 0; i < 10 && !bad; i++) {
+        v = 1;
+        bad = ai_allreduce(big, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 3;
+    }
+    ai_comm_destroy(big);
+    ai_comm_destroy(small);
+    return bad ? 26 : 0;
+}
+
+static void test_door_outlives_rank0(void **state)
+{
+    (void)state;
+    int port = ranks_free_port();
+    assert_true(port > 0);
+    char door[64];
+    snprintf(door, sizeof door, "127.0.0.1:%d", port);
+    setenv("AUTOINFRA_JOIN_DOOR", door, 1);
+    int *ready = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    assert_true(ready != MAP_FAILED);
+    *ready = 0;
+    join_ctx j = {.ready = ready};
+    fflush(NULL);
+    pid_t kid = fork();
+    assert_true(kid >= 0);
+    if (kid == 0) {
+        char token[64];
+        snprintf(token, sizeof token, "ranks-test-%d", (int)getppid());
+        double end = now_s() + 30;
+        while (__atomic_load_n(ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
+            usleep(1000);
+        ai_comm_config cfg = {.token = token, .host_id = "testhost-new", .timeout_s = 30};
+        ai_comm *c = NULL;
+        if (ai_comm_join(&cfg, door, &c) != AI_OK) {
+            fprintf(stderr, "newcomer at %s: %s\n", door, ai_last_error());
+            _exit(40);
+        }
+        int bad = ai_comm_size(c) != 3 || ai_comm_rank(c) != 2;
+        for (int i = 0; i < 10 && !bad; i++) {
+            double v = 1;
+            bad = ai_allreduce(c, AI_IN_PLACE, &v, 1, AI_F64, AI_SUM, NULL) != AI_OK || v != 3;
+        }
+        ai_comm_destroy(c);
+        _exit(bad ? 41 : 0);
+    }
+    int status[3] = {-1, -1, -1};
+    ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 50, .keep_going = 1,
+                    .status = status};
+    (void)ranks_run(3, &o, door_body, &j);
+    unsetenv("AUTOINFRA_JOIN_DOOR");
+    int w = 0;
+    double end = now_s() + 30;
+    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
+        usleep(5000);
+    if (now_s() >= end) {
+        kill(kid, SIGKILL);
+        waitpid(kid, &w, 0);
+    }
+    munmap(ready, 4096);
+    assert_int_equal(status[0], RANKS_SIGNAL_BASE + SIGKILL);
+    assert_int_equal(status[1], 0);
+    assert_int_equal(status[2], 0);
+    assert_true(WIFEXITED(w));
+    assert_int_equal(WEXITSTATUS(w), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -582,6 +847,9 @@ int main(void)
         cmocka_unit_test(test_kill_agree_shrink),
         cmocka_unit_test(test_stall_agree_shrink),
         cmocka_unit_test(test_grow_join),
+        cmocka_unit_test(test_grow_dead_joiner),
+        cmocka_unit_test(test_grow_member_dies),
+        cmocka_unit_test(test_door_outlives_rank0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -558,7 +558,9 @@ static void test_bad_flags(void **state)
     char *badport[] = {"-n", "2", "--port", "70000", "--", "true", NULL};
     char *notfound[] = {"-n", "2", "--", "no-such-command-autoinfra", NULL};
     char *badbind[] = {"-n", "2", "--bind", "socket", "--", "true", NULL};
+    char *restarts[] = {"-n", "2", "--restarts", "1", "--", "true", NULL};
     (void)state;
+    check_usage_error(restarts, 2, "--restarts needs --elastic");
     check_usage_error(badbind, 2, "--bind 'socket'");
     check_usage_error(n0, 2, "-n '0'");
     check_usage_error(nabc, 2, "-n 'abc'");
@@ -593,6 +595,54 @@ static void test_wrap_hook(void **state)
     assert_string_equal(v, "h1");
 }
 
+/* --elastic: rank 0 (the group's leader) is killed once everybody is up;
+ * the others go on, and with --restarts 1 a replacement starts, told to
+ * join (AUTOINFRA_JOIN_ADDR, the job's door), which the others wait for. */
+static void test_elastic_restart(void **state)
+{
+    char *args[] = {"-n", "3", "--elastic", "--restarts", "1", "--timeout", "20", "--", "sh",
+                    "-c", cmdbuf, NULL};
+    char v[128], door[128];
+    (void)state;
+    snprintf(cmdbuf, sizeof cmdbuf,
+             "cd %s; if [ -n \"$AUTOINFRA_JOIN_ADDR\" ]; then "
+             "  env > env.joiner.tmp; mv env.joiner.tmp env.joiner; exit 0; fi;"
+             "env > env.$AUTOINFRA_RANK; touch up.$AUTOINFRA_RANK;"
+             "while [ $(ls up.? | wc -l) -lt 3 ]; do sleep 0.05; done;"
+             "if [ $AUTOINFRA_RANK = 0 ]; then kill -KILL $$; fi;"
+             "while [ ! -f env.joiner ]; do sleep 0.05; done; touch done.$AUTOINFRA_RANK",
+             tmpdir);
+    assert_int_equal(run_launch(args, 30, NULL), 0);
+    const char *err = slurp("launch.err");
+    assert_non_null(strstr(err, "rank 0 was killed by signal 9"));
+    assert_non_null(strstr(err, "--elastic: 2 other ranks go on, starting a replacement"));
+    assert_true(file_exists("done.1"));
+    assert_true(file_exists("done.2"));
+    /* The replacement: rank 0's place, told the door every rank was given. */
+    env_of("env.1", "AUTOINFRA_JOIN_DOOR", door, sizeof door);
+    assert_true(strlen(door) > 10);
+    env_of("env.joiner", "AUTOINFRA_JOIN_ADDR", v, sizeof v);
+    assert_string_equal(v, door);
+    env_of("env.joiner", "AUTOINFRA_RANK", v, sizeof v);
+    assert_string_equal(v, "0");
+}
+
+/* --elastic without restarts: a failure while others run does not stop
+ * them; the last process's status is the job's. */
+static void test_elastic_status(void **state)
+{
+    char *args[] = {"-n", "3", "--elastic", "--timeout", "20", "--", "sh", "-c", cmdbuf, NULL};
+    (void)state;
+    snprintf(cmdbuf, sizeof cmdbuf,
+             "cd %s; if [ $AUTOINFRA_RANK = 1 ]; then touch gone.1; exit 3; fi;"
+             "while [ ! -f gone.1 ]; do sleep 0.05; done; sleep 0.3;"
+             "if [ $AUTOINFRA_RANK = 2 ]; then touch gone.2; exit 0; fi;"
+             "while [ ! -f gone.2 ]; do sleep 0.05; done; sleep 0.3; exit 4", tmpdir);
+    assert_int_equal(run_launch(args, 30, NULL), 4);
+    assert_non_null(strstr(slurp("launch.err"), "rank 1 exited with status 3; --elastic: 2 other "
+                                                "ranks go on\n"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -613,6 +663,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_flags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_help, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrap_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_elastic_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_elastic_status, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

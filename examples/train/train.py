@@ -33,9 +33,10 @@ send/recv (pipeline.py, docs/train.md "Pipelines").
 
 --elastic trains through autoinfra.elastic (docs/train.md "Elastic
 training"): a rank that dies costs the survivors at most the interrupted
-step, and a process started with --join HOST:PORT (the job's MASTER_ADDR
-and MASTER_PORT) is taken into the job at the next step's end and trained
-on from the others' state. Each step's global batch (--global-batch, by
+step, and a process started with --join HOST:PORT[,...] (the job's join
+door, AUTOINFRA_JOIN_DOOR; under `autoinfra launch --elastic --restarts N`
+a replacement joins by itself, through AUTOINFRA_JOIN_ADDR) is taken into
+the job at the next step's end and trained on from the others' state. Each step's global batch (--global-batch, by
 default --batch x the ranks) is drawn from the step number and split
 evenly over the ranks of the moment, in the training process (no loader
 workers), so that a redone step sees the same samples.
@@ -206,8 +207,13 @@ def parse_args(argv):
     p.add_argument("--elastic", action="store_true",
                    help="train on through lost ranks and joiners (autoinfra.elastic; autoinfra backend)")
     p.add_argument("--join", metavar="HOST:PORT",
-                   help="join the elastic job whose store is at HOST:PORT (implies --elastic)")
+                   help="join the elastic job whose join door (AUTOINFRA_JOIN_DOOR) is at "
+                        "HOST:PORT[,...] (implies --elastic)")
     a = p.parse_args(argv)
+    if a.elastic and not a.join and os.environ.get("AUTOINFRA_JOIN_ADDR"):
+        a.join = os.environ["AUTOINFRA_JOIN_ADDR"]  # a launcher's replacement
+        if a.global_batch is None and os.environ.get("WORLD_SIZE", "").isdigit():
+            a.global_batch = a.batch * int(os.environ["WORLD_SIZE"])
     if a.join:
         a.elastic = True
         if a.global_batch is None:

@@ -276,6 +276,12 @@ std::string CommRunner::join_addr() {
   return buf;
 }
 
+int CommRunner::join_pending() {
+  int n = 0;
+  exclusive([&] { check(ai_comm_join_pending(comm_, &n), "join_pending"); });
+  return n;
+}
+
 std::unique_ptr<CommRunner> CommRunner::join(const ai_comm_config& cfg, const std::string& job_addr) {
   ai_comm* out = nullptr;
   ai_status_t st = ai_comm_join(&cfg, job_addr.c_str(), &out);

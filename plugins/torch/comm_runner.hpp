@@ -133,11 +133,13 @@ class CommRunner {
   // shrink: the survivors' (after revoke or a failure); grow: the members'
   // and joiners' newcomers' (a healthy communicator); failed: the ranks the
   // runtime knows failed (agreed after a shrink); join_addr: what
-  // newcomers pass to join().
+  // newcomers pass to join(); join_pending: the newcomers waiting at rank
+  // 0's join door (0 on the other ranks).
   std::unique_ptr<CommRunner> shrink();
   std::unique_ptr<CommRunner> grow(int joiners, double timeout_s);
   std::vector<int> failed();
   std::string join_addr();
+  int join_pending();
   // A newcomer: the communicator ai_comm_join makes with cfg at job_addr.
   static std::unique_ptr<CommRunner> join(const ai_comm_config& cfg, const std::string& job_addr);
 

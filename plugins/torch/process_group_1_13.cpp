@@ -437,6 +437,11 @@ std::string join_addr(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return nogil([&] { return r.join_addr(); });
 }
 
+int join_pending(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto& r = autoinfra_group(pg, "join_pending")->runner();
+  return nogil([&] { return r.join_pending(); });
+}
+
 c10::intrusive_ptr<c10d::ProcessGroup> join(const std::string& job_addr, double timeout_s) {
   ai_comm_config cfg{};
   cfg.timeout_s = timeout_s;
@@ -511,6 +516,8 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "The ranks the runtime knows failed (ai_comm_failed).");
   m.def("join_addr", &aitorch::join_addr, pybind11::arg("group"),
         "The address newcomers pass to join (ai_comm_join_addr).");
+  m.def("join_pending", &aitorch::join_pending, pybind11::arg("group"),
+        "Newcomers waiting at the join door, on rank 0 (ai_comm_join_pending).");
   m.def("join", &aitorch::join, pybind11::arg("job_addr"), pybind11::arg("timeout_s"),
         "A newcomer's group in the job at job_addr (ai_comm_join).");
   m.def("fingerprint", &aitorch::fingerprint, pybind11::arg("group"),

@@ -3,7 +3,7 @@ processes that join (docs/torch.md "Elastic training").
 
     import autoinfra.elastic as elastic
     el = elastic.Trainer(model, opt, global_batch=B)            # a member of the job
-    el = elastic.Trainer(model, opt, global_batch=B, join=addr)  # a process that joins it
+    el = elastic.Trainer(model, opt, global_batch=B, join=doors)  # a process that joins it
     while el.step < steps:
         rec = el.run_step(lambda ddp, step, lo, hi: loss_of(ddp, step, lo, hi))
 
@@ -23,8 +23,15 @@ member grows the group by them (autoinfra.torch.grow), rank 0 broadcasts the
 optimizer state and the step counter (DDP's construction broadcasts the
 parameters), and the next step runs on the larger group.
 
-Limits: joining goes through the job's c10d store (hosted by the first
-rank's process; without it the job still shrinks); a rank that fails outside a collective (in its own
+Joining goes through the runtime's join door, not the job's c10d store
+(which dies with the first rank's process): set AUTOINFRA_JOIN_DOOR
+("host:port[,host:port...]") in every member's environment and pass the
+same list as join=; whichever process is rank 0 holds the door, a survivor
+that becomes rank 0 after a shrink opens it again, and a waiting joiner
+whose door closed retries. Any rank may die, rank 0 included, and the job
+goes on and takes joiners after it.
+
+Limits: a rank that fails outside a collective (in its own
 compute) is found only by the others' next collective; batches must be a
 function of the step (fn gets the step), so that a redone step sees the
 same samples.
@@ -231,9 +238,10 @@ class Trainer:
         self.step += 1
         done_at = time.time()
         # The step's end: the global mean loss, and the joiners rank 0 saw.
-        pending = at.pending_joiners(self.group) if self.rank == 0 else 0
-        t = torch.tensor([local * (hi - lo) / self.global_batch, pending], dtype=torch.float64)
         try:
+            pending = at.pending_joiners(self.group) if self.rank == 0 else 0
+            t = torch.tensor([local * (hi - lo) / self.global_batch, pending],
+                             dtype=torch.float64)
             self._allreduce(t)
             mean, joiners = float(t[0]), int(t[1])
         except RuntimeError as e:

@@ -22,7 +22,6 @@ The compiled part, _autoinfra_torch.so, is found at $AUTOINFRA_TORCH_LIB (the
 file, or the folder holding it), else next to this file, else in the build
 tree of this source checkout (build/plugins/torch/).
 """
-import datetime
 import importlib.machinery
 import importlib.util
 import os
@@ -82,69 +81,43 @@ def _peer_addr(rank):
     return master
 
 
-def _create(store, rank, size, timeout):
-    pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr(rank))
-    _stores[pg] = (_base_store(store), timeout.total_seconds())
-    return pg
-
-
 # ------------------------------------------------------------ elastic groups
 #
-# revoke, shrink and grow are the runtime's (include/autoinfra.h, "fault
-# tolerance"): shrink needs no store, and grow admits newcomers at rank 0's
-# join door. What the runtime leaves to the application, telling the
-# members that a newcomer waits and the newcomer where the door is, goes
-# through the job's c10d store (the TCPStore of torch's env:// rendezvous,
-# hosted by the process of the job's first rank) under
-# autoinfra/elastic/<lineage>/join/: a ticket counter the newcomers draw
-# from, an admitted counter, and per ticket the door's address. The lineage
-# is the group a chain of shrinks and grows started from ("world" for the
-# default group).
+# revoke, shrink, grow and join are the runtime's (include/autoinfra.h,
+# "fault tolerance"), and so is the join door: none of them needs the job's
+# c10d store (hosted by the first rank's process), so the job shrinks and
+# takes newcomers whichever of its processes dies. A newcomer connects to
+# rank 0's door and waits there; rank 0 counts the live ones waiting
+# (pending_joiners) and grow admits them. With AUTOINFRA_JOIN_DOOR set
+# ("host:port[,host:port...]", the same in every process of the job) the
+# door is at one of those addresses whichever process is rank 0, and a
+# newcomer passes that list to join().
 
-_ELASTIC = "autoinfra/elastic/"
-
-_stores = {}   # ProcessGroup made by this backend -> (base store, timeout s)
-_lineage = {}  # ProcessGroup -> _Lineage, once it is part of one
+_timeouts = {}  # ProcessGroup made by this backend -> its timeout (s)
 
 
-class _Lineage:
-    def __init__(self, store, ns, timeout_s):
-        self.store, self.ns, self.timeout_s = store, ns, timeout_s
-
-
-def _base_store(store):
-    while isinstance(store, dist.PrefixStore):
-        store = store.underlying_store
-    return store
+def _create(store, rank, size, timeout):
+    pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr(rank))
+    _timeouts[pg] = timeout.total_seconds()
+    return pg
 
 
 def _group(group):
     return group if group is not None else dist.distributed_c10d._get_default_group()
 
 
-def _lineage_of(group):
-    group = _group(group)
-    if group in _lineage:
-        return _lineage[group]
-    if group not in _stores:
+def _timeout_of(group, timeout):
+    if timeout is not None:
+        return float(timeout)
+    if group not in _timeouts:
         raise ValueError("autoinfra: not a group of the autoinfra backend")
-    store, timeout_s = _stores[group]
-    default = dist.is_initialized() and group is dist.distributed_c10d._get_default_group()
-    name = "world" if default else "pg" + dist.distributed_c10d._pg_names.get(group, "?")
-    rec = _Lineage(store, _ELASTIC + name + "/", timeout_s)
-    _lineage[group] = rec
-    return rec
-
-
-def _timeout(rec, timeout):
-    return rec.timeout_s if timeout is None else float(timeout)
+    return _timeouts[group]
 
 
 def forget(group):
     """Drop this module's record of a group that was replaced, so that the
     group (its progress thread and connections) goes when the caller drops it."""
-    _lineage.pop(group, None)
-    _stores.pop(group, None)
+    _timeouts.pop(group, None)
 
 
 def revoke(group=None, reason=""):
@@ -171,58 +144,52 @@ def shrink(group=None):
     RuntimeError naming the cause when it fails (a rank the others counted
     failed gets one too, and must leave)."""
     group = _group(group)
-    rec = _lineage_of(group)
+    timeout = _timeout_of(group, None)
     revoke(group, "shrinking to the survivors")
     new = _C.shrink(group)
-    _lineage[new] = rec
+    _timeouts[new] = timeout
     return new
 
 
+def join_addr(group=None):
+    """What newcomers pass to join(): AUTOINFRA_JOIN_DOOR if set, else rank
+    0's door (ai_comm_join_addr)."""
+    return _C.join_addr(_group(group))
+
+
 def pending_joiners(group=None):
-    """How many processes called join() on group's lineage and were not yet
-    admitted by grow()."""
-    rec = _lineage_of(group)
-    return rec.store.add(rec.ns + "join/tickets", 0) - rec.store.add(rec.ns + "join/admitted", 0)
+    """On rank 0: how many live processes wait in join() at the door (one
+    that died waiting is not counted); 0 on the other ranks. Never blocks."""
+    return _C.join_pending(_group(group))
 
 
 def grow(group, joiners, timeout=None):
-    """A new group of group's members (ranks kept) and the next `joiners`
+    """A new group of group's members (ranks kept) and the first `joiners`
     processes waiting in join(), ranks size..size+joiners-1
     (ai_comm_grow). Every member calls it with the same joiners
     (pending_joiners as rank 0 saw it). Too few newcomers within timeout:
     RuntimeError, and group stays usable."""
     group = _group(group)
-    rec = _lineage_of(group)
-    if group.rank() == 0:
-        door = _C.join_addr(group)
-        first = rec.store.add(rec.ns + "join/admitted", joiners) - joiners
-        for i in range(joiners):
-            rec.store.set(rec.ns + "join/%d" % (first + i + 1), door)
-    new = _C.grow(group, joiners, _timeout(rec, timeout))
-    _lineage[new] = rec
+    t = _timeout_of(group, timeout)
+    new = _C.grow(group, joiners, t)
+    _timeouts[new] = _timeout_of(group, None)
     return new
 
 
-def join(addr, timeout=60.0, lineage="world"):
-    """From a new process: wait (at most timeout s) until the members of the
-    job whose c10d store is at addr ("HOST:PORT", the job's MASTER_ADDR and
-    MASTER_PORT) admit it with grow(); returns its group there
-    (ai_comm_join at the door rank 0 names)."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError("autoinfra join: address '%s' is not HOST:PORT" % addr)
-    wait = datetime.timedelta(seconds=timeout)
-    st = dist.TCPStore(host, int(port), is_master=False, timeout=wait)
-    ns = _ELASTIC + lineage + "/"
-    ticket = st.add(ns + "join/tickets", 1)
-    key = ns + "join/%d" % ticket
-    try:
-        st.wait([key], wait)
-    except RuntimeError as e:
-        raise RuntimeError("autoinfra join: no member of the job at %s admitted this process "
-                           "within %g s (ticket %d): %s" % (addr, timeout, ticket, e)) from None
-    pg = _C.join(st.get(key).decode(), float(timeout))
-    _lineage[pg] = _Lineage(st, ns, float(timeout))
+def join(addr=None, timeout=60.0):
+    """From a new process: wait (at most timeout s) at the job's join door
+    until its members admit it with grow(); returns its group there
+    (ai_comm_join). addr: "HOST:PORT[,HOST:PORT...]", the doors tried in
+    turn (the job's AUTOINFRA_JOIN_DOOR; None: that variable here)."""
+    addr = addr or os.environ.get("AUTOINFRA_JOIN_DOOR")
+    if not addr:
+        raise ValueError("autoinfra join: no address (pass the job's AUTOINFRA_JOIN_DOOR)")
+    for one in addr.split(","):
+        host, sep, port = one.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError("autoinfra join: address '%s' is not HOST:PORT" % one)
+    pg = _C.join(addr, float(timeout))
+    _timeouts[pg] = float(timeout)
     return pg
 
 

@@ -45,6 +45,19 @@
  * From the runtime library it uses only ai_rendezvous_port(), which picks
  * the rendezvous port as the MPI shim does.
  *
+ * Elastic jobs (--elastic). A rank that fails no longer stops the others:
+ * a job that shrinks past a lost rank (autoinfra.elastic, ai_comm_shrink)
+ * goes on, and with --restarts N up to N replacements are started, each
+ * as the dead rank's process was but with AUTOINFRA_JOIN_ADDR set, the
+ * sign for the program to join the running job (ai_comm_join, elastic's
+ * join=) rather than to create it. Every rank gets AUTOINFRA_JOIN_DOOR
+ * (a third drawn port on --store-host), where whichever process is rank 0
+ * keeps the join door; it does not depend on any one process, so a
+ * replacement finds the job after rank 0 died too. The leader's zombie is
+ * kept to the end as before: a replacement for rank 0 joins the group.
+ * The job's status is then the last process's: 0 when the job ended well
+ * on whatever ranks it had left.
+ *
  * torch.distributed's env:// is served too (RANK, WORLD_SIZE, LOCAL_RANK,
  * LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so the launcher replaces
  * torchrun. MASTER_PORT is a second drawn port, never the rendezvous one:
@@ -90,6 +103,8 @@ typedef struct launch_opts {
     const char *store_host;
     const char *wrap;     /* NULL: none */
     int bind;             /* -1: core if ranks fit the CPUs; 0: none; 1: core */
+    int elastic;          /* a failed rank does not stop the others */
+    int restarts;         /* replacements left to start (--restarts) */
     char **cmd;           /* points into argv, NULL-terminated by argv */
     int ncmd;
 } launch_opts;
@@ -100,11 +115,13 @@ typedef struct launch_rank {
     int host;            /* index into hosts, -1 without --hosts */
     int local_rank, local_size;
     char **env;          /* shared base pointers + owned own[] */
-    char *own[16];       /* strings this rank owns in env */
+    char **join_env;     /* env + AUTOINFRA_JOIN_ADDR: a replacement's (--elastic) */
+    char *own[20];       /* strings this rank owns in env */
     int nown;
     char **argv;         /* wrap words (owned) + cmd (borrowed) */
     char *wrap_buf;      /* owned storage for the wrap words */
     int cpu;             /* bound to this CPU before exec; -1: not bound */
+    int replace;         /* --restarts: start a replacement for it */
 } launch_rank;
 
 typedef struct launch_job {
@@ -159,6 +176,14 @@ static void launch_usage(FILE *out)
         "                      replaced by the rank's host (e.g. 'ip netns exec {host}')\n"
         "  --bind core|none    bind rank k to the k-th usable CPU, or not (default:\n"
         "                      core when N is at most the usable CPUs, else none)\n"
+        "  --elastic           a rank that fails does not stop the others (a job\n"
+        "                      that shrinks past it goes on); every rank gets\n"
+        "                      AUTOINFRA_JOIN_DOOR, the job's join door; the exit\n"
+        "                      status is the last process's\n"
+        "  --restarts N        with --elastic: start up to N replacements, one when\n"
+        "                      a rank fails while others run, as that rank was but\n"
+        "                      with AUTOINFRA_JOIN_ADDR set (join the job, do not\n"
+        "                      create it)\n"
         "  -h, --help          this text\n"
         "\n"
         "exit status: 0 all ranks succeeded; the first failing rank's status;\n"
@@ -210,7 +235,7 @@ static int parse_hosts(launch_opts *o, const char *text)
 /* Returns 0 to run, 1 when --help was printed, LAUNCH_EXIT_USAGE on error. */
 static int launch_parse(int argc, char **argv, launch_opts *o)
 {
-    int have_n = 0;
+    int have_n = 0, have_restarts = 0;
     int i;
     o->store_host = "127.0.0.1";
     o->bind = -1;
@@ -280,6 +305,17 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
                 return LAUNCH_EXIT_USAGE;
             }
             o->bind = !strcmp(v, "core");
+        } else if (!strcmp(a, "--elastic")) {
+            o->elastic = 1;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--restarts", &v))) {
+            if (m < 0)
+                goto missing;
+            if (cli_parse_long(v, 0, 100000, &l)) {
+                launch_err("--restarts '%s': expected a number of replacements 0..100000", v);
+                return LAUNCH_EXIT_USAGE;
+            }
+            o->restarts = (int)l;
+            have_restarts = 1;
         } else if (a[0] == '-') {
             launch_err("unknown option '%s' (see 'autoinfra launch --help')", a);
             return LAUNCH_EXIT_USAGE;
@@ -299,6 +335,10 @@ static int launch_parse(int argc, char **argv, launch_opts *o)
     }
     if (!have_n) {
         launch_err("missing -n N (number of ranks)");
+        return LAUNCH_EXIT_USAGE;
+    }
+    if (have_restarts && !o->elastic) {
+        launch_err("--restarts needs --elastic (replacements join a job that goes on)");
         return LAUNCH_EXIT_USAGE;
     }
     if (o->wrap && strstr(o->wrap, "{host}") && !o->nhosts) {
@@ -378,17 +418,19 @@ static int make_token(char out[33])
  * launcher started from inside another job does not leak its rank. The
  * token is passed through (it is read before this filter), AUTOINFRA_HOST
  * only when --hosts replaces it. */
-static int is_launcher_var(const char *entry, int with_hosts)
+static int is_launcher_var(const char *entry, int with_hosts, int elastic)
 {
     static const char *const vars[] = {
         "AUTOINFRA_RANK=", "AUTOINFRA_SIZE=", "AUTOINFRA_LOCAL_RANK=",
         "AUTOINFRA_LOCAL_SIZE=", "AUTOINFRA_ADDR=", "AUTOINFRA_TOKEN=",
         "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=",
-        "MASTER_ADDR=", "MASTER_PORT=",
+        "MASTER_ADDR=", "MASTER_PORT=", "AUTOINFRA_JOIN_ADDR=",
     };
     for (size_t k = 0; k < sizeof vars / sizeof vars[0]; k++)
         if (!strncmp(entry, vars[k], strlen(vars[k])))
             return 1;
+    if (elastic && !strncmp(entry, "AUTOINFRA_JOIN_DOOR=", 20))
+        return 1;
     return with_hosts && !strncmp(entry, "AUTOINFRA_HOST=", 15);
 }
 
@@ -459,7 +501,7 @@ static int launch_prepare(launch_job *j)
     char token[33];
     size_t nbase = 0, nenv = 0;
     char **base;
-    int port = o->port, torch_port = -1;
+    int port = o->port, torch_port = -1, door_port = -1;
     int rank = 0;
 
     if (token_env && *token_env) {
@@ -484,6 +526,13 @@ static int launch_prepare(launch_job *j)
         launch_err("cannot find a second free TCP port on 127.0.0.1 for MASTER_PORT");
         return 1;
     }
+    for (int t = 0; o->elastic && t < 16 && (door_port < 0 || door_port == port ||
+                                              door_port == torch_port); t++)
+        door_port = ai_rendezvous_port(NULL);
+    if (o->elastic && (door_port < 0 || door_port == port || door_port == torch_port)) {
+        launch_err("cannot find a third free TCP port on 127.0.0.1 for AUTOINFRA_JOIN_DOOR");
+        return 1;
+    }
 
     for (char **e = environ; *e; e++)
         nenv++;
@@ -495,7 +544,7 @@ static int launch_prepare(launch_job *j)
         return 1;
     }
     for (char **e = environ; *e; e++)
-        if (!is_launcher_var(*e, o->nhosts > 0))
+        if (!is_launcher_var(*e, o->nhosts > 0, o->elastic))
             base[nbase++] = *e;
 
     /* Blocks: host h gets N/H ranks, the first N%H hosts one more. */
@@ -523,9 +572,22 @@ static int launch_prepare(launch_job *j)
                 add_own(r, r->env, &n, "LOCAL_RANK=%d", l) ||
                 add_own(r, r->env, &n, "LOCAL_WORLD_SIZE=%d", nh) ||
                 add_own(r, r->env, &n, "MASTER_ADDR=%s", o->store_host) ||
-                add_own(r, r->env, &n, "MASTER_PORT=%d", torch_port))
+                add_own(r, r->env, &n, "MASTER_PORT=%d", torch_port) ||
+                (o->elastic && add_own(r, r->env, &n, "AUTOINFRA_JOIN_DOOR=%s:%d", o->store_host,
+                                       door_port)))
                 goto nomem;
             r->env[n] = NULL;
+            if (o->elastic) {
+                /* A replacement: the same, and the door to join by. */
+                size_t nj = n;
+                if (!(r->join_env = calloc(n + 2, sizeof *r->join_env)))
+                    goto nomem;
+                memcpy(r->join_env, r->env, n * sizeof *r->env);
+                if (add_own(r, r->join_env, &nj, "AUTOINFRA_JOIN_ADDR=%s:%d", o->store_host,
+                            door_port))
+                    goto nomem;
+                r->join_env[nj] = NULL;
+            }
             if (build_argv(j, r))
                 goto nomem;
         }
@@ -546,6 +608,7 @@ static void launch_free(launch_job *j)
             for (int s = 0; s < r->nown; s++)
                 free(r->own[s]);
             free(r->env);
+            free(r->join_env);
             free(r->argv);
             free(r->wrap_buf);
         }
@@ -577,19 +640,19 @@ static void plan_binding(launch_job *j)
 /* In the child: only async-signal-safe calls until exec (the launcher is
  * single-threaded, so the message after a failed exec is safe too). */
 static void child_exec(const launch_job *j, int rank, pid_t launcher, const sigset_t *mask,
-                       int stdin_mode)
+                       int stdin_mode, int replacement)
 {
     const launch_rank *r = &j->ranks[rank];
     char msg[512];
     int err, n;
 
-    setpgid(0, rank == 0 ? 0 : j->pgid);
+    setpgid(0, rank == 0 && !replacement ? 0 : j->pgid);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     /* The launcher may have died between fork and prctl; nobody would stop
      * this rank then. */
     if (getppid() != launcher)
         _exit(1);
-    if (stdin_mode == 0 || rank > 0) {
+    if (stdin_mode == 0 || rank > 0 || replacement) {
         int fd = open("/dev/null", O_RDONLY);
         if (fd >= 0 && fd != STDIN_FILENO) {
             dup2(fd, STDIN_FILENO);
@@ -605,7 +668,7 @@ static void child_exec(const launch_job *j, int rank, pid_t launcher, const sigs
         CPU_SET(r->cpu, &set);
         (void)sched_setaffinity(0, sizeof set, &set); /* a hint: run unbound if refused */
     }
-    execvpe(r->argv[0], r->argv, r->env);
+    execvpe(r->argv[0], r->argv, replacement ? r->join_env : r->env);
     err = errno;
     n = snprintf(msg, sizeof msg, "autoinfra launch: rank %d: cannot run '%s': %s\n", rank,
                  r->argv[0], strerror(err));
@@ -645,6 +708,20 @@ static void rank_exited(launch_job *j, int rank, int code, int termsig, double n
     j->running--;
     if (code == 0 || j->stopping)
         return;
+    if (j->o.elastic && j->running > 0) {
+        /* The others go on (the module comment, "Elastic jobs"). */
+        if (termsig)
+            fprintf(stderr, "autoinfra launch: rank %d was killed by signal %d (%s), status %d",
+                    rank, termsig, strsignal(termsig), code);
+        else
+            fprintf(stderr, "autoinfra launch: rank %d exited with status %d", rank, code);
+        fprintf(stderr, "; --elastic: %d other rank%s go%s on%s\n", j->running,
+                j->running == 1 ? "" : "s", j->running == 1 ? "es" : "",
+                j->o.restarts > 0 ? ", starting a replacement that joins" : "");
+        if (j->o.restarts > 0)
+            j->ranks[rank].replace = 1;
+        return;
+    }
     j->result = code;
     if (termsig)
         fprintf(stderr, "autoinfra launch: rank %d was killed by signal %d (%s), status %d",
@@ -668,7 +745,8 @@ static void reap(launch_job *j, double now)
         if (r->pid <= 0 || r->exited)
             continue;
         memset(&si, 0, sizeof si);
-        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | (k == 0 ? WNOWAIT : 0)))
+        int keep = r->pid == j->pgid ? WNOWAIT : 0; /* the leader */
+        if (waitid(P_PID, (id_t)r->pid, &si, WEXITED | WNOHANG | keep))
             continue;
         if (si.si_pid != r->pid)
             continue;
@@ -721,7 +799,7 @@ static int launch_run(launch_job *j)
             break;
         }
         if (pid == 0)
-            child_exec(j, k, self, &oldmask, stdin_mode);
+            child_exec(j, k, self, &oldmask, stdin_mode, 0);
         /* Also from the parent: whichever runs first, the group exists
          * before the next fork. EACCES means the child already exec'd,
          * after having done it itself. */
@@ -740,6 +818,32 @@ static int launch_run(launch_job *j)
         int sig;
 
         reap(j, now);
+        for (int k = 0; k < o->nranks; k++) {
+            launch_rank *r = &j->ranks[k];
+            if (!r->replace)
+                continue;
+            r->replace = 0;
+            if (j->stopping || j->running == 0 || o->restarts == 0)
+                continue;
+            fflush(NULL);
+            pid_t pid = fork();
+            if (pid < 0) {
+                launch_err("cannot start a replacement for rank %d: fork: %s", k,
+                           strerror(errno));
+                continue;
+            }
+            if (pid == 0)
+                child_exec(j, k, self, &oldmask, stdin_mode, 1);
+            if (setpgid(pid, j->pgid) && errno != EACCES && errno != ESRCH)
+                launch_err("rank %d's replacement: setpgid: %s", k, strerror(errno));
+            o->restarts--;
+            r->pid = pid;
+            r->exited = 0;
+            j->running++;
+            fprintf(stderr, "autoinfra launch: started pid %d to join in place of rank %d "
+                    "(%d replacement%s left)\n", (int)pid, k, o->restarts,
+                    o->restarts == 1 ? "" : "s");
+        }
         if (j->running == 0)
             break;
         if (deadline && now >= deadline && !j->stopping) {
@@ -794,8 +898,8 @@ static int launch_run(launch_job *j)
      * of a shell rank), then release the leader's zombie. */
     if (j->pgid)
         kill(-j->pgid, SIGKILL);
-    if (j->ranks && j->ranks[0].pid > 0 && j->ranks[0].exited)
-        waitpid(j->ranks[0].pid, NULL, WNOHANG);
+    if (j->pgid)
+        waitpid(j->pgid, NULL, WNOHANG);
 
     sigprocmask(SIG_SETMASK, &oldmask, NULL);
     sigaction(SIGCHLD, &old_chld, NULL);

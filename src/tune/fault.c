@@ -65,6 +65,11 @@ ai_status_t ai_comm_join_addr(const ai_comm *c, char *buf, size_t len)
     return comm_ft_join_addr(c, buf, len);
 }
 
+ai_status_t ai_comm_join_pending(ai_comm *c, int *waiting)
+{
+    return comm_ft_join_pending(c, waiting);
+}
+
 ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out)
 {
     ai_status_t st = need(out, "ai_comm_join");

@@ -1,20 +1,31 @@
 """The elastic training helper (python/autoinfra/elastic.py) on local ranks,
 run by ctest (plugins/torch/CMakeLists.txt) with /usr/bin/python3:
 
-    check_elastic.py N
+    check_elastic.py N [last|rank0|launch]
 
 N ranks train a small model through autoinfra.elastic; rank N-1 SIGKILLs
 itself in the middle of step KILL; as soon as it is gone the parent starts a
-new process that joins the job. Checked: the survivors redo at most the
-interrupted step, train on N-1 ranks and then on N again, their parameters
-are bit-identical after every step (and the joiner's from its first step
-on), every step's loss equals that of a one-process reference on the same
-global batch (to floating-point rounding), and all of it within LIMIT_S.
+new process that joins the job (through the join door, AUTOINFRA_JOIN_DOOR).
+Checked: the survivors redo at most the interrupted step, train on N-1 ranks
+and then on N again, their parameters are bit-identical after every step
+(and the joiner's from its first step on), every step's loss equals that of
+a one-process reference on the same global batch (to floating-point
+rounding), and all of it within LIMIT_S.
+
+rank0: the process of rank 0 (which hosts the job's c10d store and holds
+the join door) dies in step KILL instead; once a joiner is in, the new rank
+0 dies too, and a second joiner comes: the job goes on through both, the
+door reopened by each new rank 0, and ends on N ranks.
+
+launch: the job is started by `autoinfra launch --elastic --restarts 1`
+($AUTOINFRA_BIN); rank 0 dies in step KILL and the launcher starts the
+process that joins (it finds AUTOINFRA_JOIN_ADDR set); the launcher exits 0.
 """
 import datetime
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +42,7 @@ MIN_STEPS = 10
 MAX_STEPS = 3000    # a bound, should the joiner never come
 BATCH = 12          # global batch: even shares on 2 and 3 ranks
 LIMIT_S = 50
+LIMIT_RANK0_S = 100
 TIMEOUT_S = 10
 
 
@@ -67,33 +79,52 @@ def digest(model):
     return h.hexdigest()
 
 
-def rank_main(role, n, out):
+def rank_main(role, n, mode, out):
     import torch
     import torch.distributed as dist
     import autoinfra.elastic as elastic
     torch.set_num_threads(1)
     model, opt = model_and_opt()
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
+    if mode == "launch" and os.environ.get("AUTOINFRA_JOIN_ADDR"):
+        # autoinfra launch --restarts started this process in a dead rank's place.
+        role, out = "join", os.path.join(out, "j0.json")
+        os.environ.update(JOIN_ADDR=os.environ["AUTOINFRA_JOIN_ADDR"], JOIN_INDEX="1")
+    elif mode == "launch":
+        out = os.path.join(out, "r%s.json" % os.environ["RANK"])
     if role == "join":
         el = elastic.Trainer(model, opt, BATCH, join=os.environ["JOIN_ADDR"], timeout=TIMEOUT_S)
     else:
         dist.init_process_group("autoinfra", init_method="env://", timeout=timeout)
         el = elastic.Trainer(model, opt, BATCH, timeout=TIMEOUT_S)
     me = int(os.environ.get("RANK", "-1"))
+    # How many joiners the job takes in all; this process saw the first
+    # join_index of them come in before it.
+    want_grows = 2 if mode == "rank0" else 1
+    join_index = int(os.environ.get("JOIN_INDEX", "0"))
+
+    def grows():
+        return join_index + sum(e["kind"] == "grow" for e in el.events)
 
     def fn(ddp, step, lo, hi):
-        if me == n - 1 and step == KILL:
+        if mode == "last" and me == n - 1 and step == KILL:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "launch" and me == 0 and step == KILL and join_index == 0:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "rank0" and el.rank == 0 and ((me == 0 and step == KILL) or
+                                                  (me == 1 and grows() == 1)):
             os.kill(os.getpid(), signal.SIGKILL)
         return loss_fn(ddp, step, lo, hi)
 
-    steps, grown_at = [], None
+    steps, last_grow = [], None
     while el.step < MAX_STEPS:
         rec = el.run_step(fn)
         rec["digest"] = digest(model)
         steps.append(rec)
-        if grown_at is None:
-            grown_at = next((e["step"] for e in el.events if e["kind"] in ("grow", "joined")), None)
-        if grown_at is not None and el.step >= max(MIN_STEPS, grown_at + AFTER_GROW):
+        if last_grow is None and grows() == want_grows:
+            last_grow = next(e["step"] for e in reversed(el.events)
+                             if e["kind"] in ("grow", "joined"))
+        if last_grow is not None and el.step >= max(MIN_STEPS, last_grow + AFTER_GROW):
             break
         time.sleep(0.01)
     with open(out, "w") as f:
@@ -115,45 +146,72 @@ def reference(steps):
     return out
 
 
-def parent(n):
-    work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
+def parent(n, mode, work):
+    door = "127.0.0.1:%d" % free_port()
     env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, "member", str(n), f"{work}/r{r}.json"],
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", AUTOINFRA_JOIN_DOOR=door)
+    procs = [subprocess.Popen([sys.executable, __file__, "member", str(n), mode, f"{work}/r{r}.json"],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
-    end = time.time() + LIMIT_S
-    joiner = None
+    # The processes whose death calls in a joiner, in order.
+    victims = [procs[-1]] if mode == "last" else [procs[0], procs[1]]
+    end = time.time() + (LIMIT_S if mode == "last" else LIMIT_RANK0_S)
+    joiners = []
     try:
         while time.time() < end:
-            if joiner is None and procs[-1].poll() is not None:
-                joiner = subprocess.Popen([sys.executable, __file__, "join", str(n), f"{work}/j.json"],
-                                          env=dict(os.environ, OMP_NUM_THREADS="1",
-                                                   JOIN_ADDR="127.0.0.1:" + env["MASTER_PORT"]))
-            if joiner is not None and all(p.poll() is not None for p in procs + [joiner]):
+            k = len(joiners)
+            if k < len(victims) and victims[k].poll() is not None:
+                joiners.append(subprocess.Popen(
+                    [sys.executable, __file__, "join", str(n), mode, f"{work}/j{k}.json"],
+                    env=dict(os.environ, OMP_NUM_THREADS="1", JOIN_ADDR=door,
+                             AUTOINFRA_JOIN_DOOR=door, JOIN_INDEX=str(k + 1))))
+            if len(joiners) == len(victims) and all(p.poll() is not None for p in procs + joiners):
                 break
             time.sleep(0.05)
     finally:
-        for p in procs + ([joiner] if joiner else []):
+        for p in procs + joiners:
             if p.poll() is None:
                 p.kill()
-    codes = [p.wait() for p in procs] + [joiner.wait() if joiner else None]
-    want = [0] * (n - 1) + [-9, 0]
+    codes = [p.wait() for p in procs] + [p.wait() for p in joiners]
+    want = ([0] * (n - 1) + [-9, 0]) if mode == "last" else ([-9, -9] + [0] * (n - 2) + [0, 0])
     if codes != want:
-        return fail(f"exit codes {codes}, want {want} (members, then the joiner)")
-    res = [json.load(open(f"{work}/r{r}.json")) for r in range(n - 1)] + [json.load(open(f"{work}/j.json"))]
-    for r in res[:-1]:
+        return fail(f"exit codes {codes}, want {want} (members, then the joiners)")
+    alive = [r for r in range(n) if codes[r] == 0]
+    return check(n, mode, work, alive, len(victims))
+
+
+def parent_launch(n, work):
+    """The job started by `autoinfra launch --elastic --restarts 1`: rank 0
+    dies, the launcher starts its replacement, which joins."""
+    cmd = [os.environ["AUTOINFRA_BIN"], "launch", "-n", str(n), "--elastic", "--restarts", "1",
+           "--timeout", str(LIMIT_S), "--bind", "none", "--",
+           sys.executable, __file__, "member", str(n), "launch", work]
+    p = subprocess.run(cmd, env=dict(os.environ, OMP_NUM_THREADS="1"), stderr=subprocess.PIPE,
+                       text=True, timeout=LIMIT_S + 30)
+    sys.stderr.write(p.stderr)
+    if p.returncode != 0:
+        return fail(f"autoinfra launch --elastic exited {p.returncode}, want 0")
+    if "started pid" not in p.stderr or "in place of rank 0" not in p.stderr:
+        return fail("the launcher did not say it started a replacement for rank 0")
+    return check(n, "launch", work, list(range(1, n)), 1)
+
+
+def check(n, mode, work, alive, rounds):
+    res = ([json.load(open(f"{work}/r{r}.json")) for r in alive] +
+           [json.load(open(f"{work}/j{k}.json")) for k in range(rounds)])
+    for r in res[:len(alive)]:
         sizes = [s["world_size"] for s in r["steps"]]
         if sizes[:KILL] != [n] * KILL or n - 1 not in sizes or sizes[-1] != n:
             return fail(f"rank {r['rank']}: world sizes {sizes}: want {n}, then {n - 1}, then {n}")
         redone = sum(s["redone"] for s in r["steps"])
-        if redone > 1:
-            return fail(f"rank {r['rank']}: {redone} step attempts lost, want at most 1")
+        if redone > rounds:
+            return fail(f"rank {r['rank']}: {redone} step attempts lost, want at most {rounds}")
         kinds = [e["kind"] for e in r["events"]]
-        if kinds != ["shrink", "grow"]:
-            return fail(f"rank {r['rank']}: events {kinds}, want a shrink, then a grow")
-        if r["events"][0]["failed"] != [n - 1]:
-            return fail(f"rank {r['rank']}: the shrink's failed set {r['events'][0]['failed']}, "
-                        f"want [{n - 1}]")
+        if kinds != ["shrink", "grow"] * rounds:
+            return fail(f"rank {r['rank']}: events {kinds}, want {rounds} x (a shrink, then a grow)")
+        want_failed = [[n - 1]] if mode == "last" else [[0]] * rounds
+        got_failed = [e["failed"] for e in r["events"] if e["kind"] == "shrink"]
+        if got_failed != want_failed:
+            return fail(f"rank {r['rank']}: the shrinks' failed sets {got_failed}, want {want_failed}")
     by_step = {}
     for r in res:
         for s in r["steps"]:
@@ -161,19 +219,23 @@ def parent(n):
     split = [k for k, v in by_step.items() if len(v) != 1]
     if split:
         return fail(f"parameters differ across ranks after steps {sorted(split)[:5]}")
-    j = res[-1]
-    if not j["steps"] or j["final_size"] != n or j["steps"][-1]["step"] != res[0]["steps"][-1]["step"]:
-        return fail(f"the joiner: {len(j['steps'])} steps, final size {j['final_size']}")
+    for j in res[len(alive):]:
+        if not j["steps"] or j["final_size"] != n or j["steps"][-1]["step"] != res[0]["steps"][-1]["step"]:
+            return fail(f"a joiner: {len(j['steps'])} steps, final size {j['final_size']}")
     ref = reference(len(res[0]["steps"]))
     for s in res[0]["steps"]:
         want_loss = ref[s["step"] - 1]
         if abs(s["loss"] - want_loss) > 1e-5 * max(1.0, abs(want_loss)):
             return fail(f"step {s['step']} on {s['world_size']} ranks: loss {s['loss']!r}, the "
                         f"one-process reference {want_loss!r}")
-    shrink = res[0]["events"][0]
-    print(f"elastic on {n} ranks: ok: {len(res[0]['steps'])} steps; shrink to {n - 1} in "
-          f"{shrink['ready_at'] - shrink['at']:.2f} s at step {shrink['step'] + 1}, joined back "
-          f"at step {j['events'][0]['step']}; parameters identical, losses as the reference")
+    ev = res[0]["events"]
+    what = {"last": "rank %d" % (n - 1), "rank0": "rank 0, then the new rank 0,",
+            "launch": "rank 0 (autoinfra launch --elastic --restarts 1)"}[mode]
+    print(f"elastic on {n} ranks ({mode}): ok: {len(res[0]['steps'])} steps; {what} killed; " +
+          "; ".join(f"shrink to {n - 1} in {a['ready_at'] - a['at']:.2f} s at step {a['step'] + 1}, "
+                    f"grown back at step {b['step']} in {b['ready_at'] - b['at']:.2f} s"
+                    for a, b in zip(ev[0::2], ev[1::2])) +
+          "; parameters identical, losses as the reference")
     return 0
 
 
@@ -183,6 +245,15 @@ def fail(msg):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2:
-        sys.exit(parent(int(sys.argv[1])))
-    rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    if len(sys.argv) in (2, 3):
+        mode = sys.argv[2] if len(sys.argv) == 3 else "last"
+        if mode not in ("last", "rank0", "launch"):
+            sys.exit(f"check_elastic.py: mode {mode!r}: want last, rank0 or launch")
+        work = tempfile.mkdtemp(prefix="autoinfra-elastic-test.")
+        try:
+            rc = (parent_launch(int(sys.argv[1]), work) if mode == "launch"
+                  else parent(int(sys.argv[1]), mode, work))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        sys.exit(rc)
+    rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])

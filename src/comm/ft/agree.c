@@ -146,6 +146,7 @@ ai_status_t comm_ft_get(ai_comm *c, comm_ft **out)
 void comm_ft_free(ai_comm *c)
 {
     if (c && c->ft) {
+        comm_door_free(c->ft->door);
         free(c->ft->failed);
         free(c->ft);
         c->ft = NULL;

@@ -119,6 +119,13 @@ ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
     lfd = -1;
     if (st != AI_OK)
         goto err;
+    if (rank == 0) {
+        /* Rank 0 survived: its door and lobby go on. A survivor that
+         * becomes rank 0 opens the door again. */
+        comm_door *d;
+        comm_door_move(c, *out);
+        (void)comm_door_get(*out, &d);
+    }
     free(ports);
     free(table);
     return AI_OK;
@@ -131,32 +138,6 @@ err:
 }
 
 /* ------------------------------------------------------------------ grow */
-
-typedef struct grow_door {
-    uint64_t job_hash;
-    int want, got;
-    int *fd;                /* [want] admitted newcomers' connections */
-    comm_rank_info *entry;  /* [want] */
-} grow_door;
-
-static int door_check(void *arg, int fd, const unsigned char *b, size_t len)
-{
-    grow_door *d = arg;
-    comm_wire_hello h;
-    size_t need;
-    if (comm_wire_hello_parse(b, len, d->job_hash, &h, &need) != AI_OK)
-        return -1;
-    if (need)
-        return 0;
-    if (h.rank != COMM_WIRE_JOIN_RANK || h.size != 0)
-        return ai_fail(AI_ERR_PROTO, "a rank's rendezvous hello, not a join (this is a running "
-                       "job's join door)"), -1;
-    if (d->got == d->want)
-        return ai_fail(AI_ERR_PROTO, "the job admits no more newcomers now"), -1;
-    d->entry[d->got] = h.entry;
-    d->fd[d->got++] = fd;
-    return 1;
-}
 
 /* Body of a GROW_TABLE frame: status i32 | size u32 | nonce u64 | reason[128] | entries. */
 #define GROW_REASON 128
@@ -209,24 +190,23 @@ static ai_status_t ctl_await(ai_comm *c, int j, uint16_t kind, double deadline,
     }
 }
 
-/* Rank 0: the members' entries and `joiners` newcomers, into table. */
-static ai_status_t grow_gather(ai_comm *c, grow_door *d, comm_rank_info *table, double deadline)
+/* Rank 0: the members' entries into table, until `want` live newcomers
+ * wait at the door. Every member's control connection is watched all the
+ * while: one that ends is a member that died, named as such. */
+static ai_status_t grow_gather(ai_comm *c, comm_door *door, int want, comm_rank_info *table,
+                               double deadline)
 {
-    int n = c->size, have = 1;
+    int n = c->size, have = 1, waiting = 0;
     unsigned char *in = calloc((size_t)n, 1);
-    comm_gate *g = malloc(sizeof *g);
     ai_status_t st = AI_OK;
-    if (!in || !g) {
-        st = ai_fail(AI_ERR_NOMEM, "grow");
-        goto out;
-    }
-    comm_gate_init(g, c->tp->listen_fd, "join door", door_check, comm_store_refuse, d);
-    while (have < n || d->got < d->want) {
-        for (int j = 1; j < n; j++) {
+    if (!in)
+        return ai_fail(AI_ERR_NOMEM, "grow");
+    for (int ms = 0;; ms = 20) {
+        if ((st = comm_door_poll(c, door, ms, &waiting)) != AI_OK)
+            break;
+        for (int j = 1; j < n && st == AI_OK; j++) {
             const unsigned char *f;
             size_t len;
-            if (in[j])
-                continue;
             ai_status_t pst = comm_ctl_pump(c, j);
             while (!in[j] && comm_ctl_frame(c, j, &f, &len)) {
                 uint16_t k;
@@ -238,26 +218,18 @@ static ai_status_t grow_gather(ai_comm *c, grow_door *d, comm_rank_info *table, 
                 }
                 comm_ctl_consume(c, j, len);
             }
-            if (!in[j] && pst != AI_OK) {
-                st = ai_fail(AI_ERR_PEER, "member rank %d left during the grow", j);
-                goto out;
-            }
+            if (pst != AI_OK)
+                st = ai_fail(AI_ERR_PEER, "member rank %d died during the grow (its control "
+                             "connection ended%s)", j, in[j] ? " after it sent its entry" : "");
         }
-        double left = deadline - ai_now();
-        if (left <= 0) {
-            st = ai_fail(AI_ERR_TIMEOUT, "%d of %d newcomers and %d of %d members arrived within "
-                         "the grow's timeout", d->got, d->want, have, n);
-            goto out;
+        if (st != AI_OK || (have == n && waiting >= want))
+            break;
+        if (ai_now() >= deadline) {
+            st = ai_fail(AI_ERR_TIMEOUT, "%d of %d newcomers waited at the join door and %d of %d "
+                         "members arrived within the grow's timeout", waiting, want, have, n);
+            break;
         }
-        if ((st = comm_gate_pass(g, (int)AI_MIN(left * 1000 + 1, 20))) != AI_OK)
-            goto out;
     }
-    for (int i = 0; i < d->got; i++)
-        table[n + i] = d->entry[i];
-out:
-    if (g)
-        comm_gate_close(g);
-    free(g);
     free(in);
     return st;
 }
@@ -268,20 +240,23 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         return comm_state_error(c, "grow");
     if (joiners < 1 || joiners > COMM_WIRE_MAX_RANKS - c->size)
         return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; want 1 or more", joiners);
-    if (c->size == 1 && c->tp->listen_fd < 0)
+    if (joiners > COMM_DOOR_LOBBY_MAX)
+        return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; at most %d wait at the join door "
+                       "at once", joiners, COMM_DOOR_LOBBY_MAX);
+    if (c->size == 1 && c->tp->listen_fd < 0 && !ai_env_str("AUTOINFRA_JOIN_DOOR", NULL))
         return ai_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
-                       "no join door (create it with size > 1, or shrink into it)");
-    int n = c->size, size = n + joiners, lfd = -1;
+                       "no join door (create it with size > 1, shrink into it, or set "
+                       "AUTOINFRA_JOIN_DOOR)");
+    int n = c->size, size = n + joiners, lfd = -1, got = 0;
     double wait = timeout_s > 0 ? timeout_s : c->timeout_s;
     double deadline = ai_now() + wait;
     uint16_t port;
     uint64_t nonce = 0;
+    comm_door *door = NULL;
     comm_rank_info *table = calloc((size_t)size, sizeof *table);
-    grow_door d = {.job_hash = c->tp->job_hash, .want = joiners};
-    d.fd = malloc((size_t)joiners * sizeof *d.fd);
-    d.entry = calloc((size_t)joiners, sizeof *d.entry);
+    int *jfd = malloc((size_t)joiners * sizeof *jfd);
     ai_status_t st = AI_OK;
-    if (!table || !d.fd || !d.entry) {
+    if (!table || !jfd) {
         st = ai_fail(AI_ERR_NOMEM, "grow");
         goto out;
     }
@@ -321,7 +296,11 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         comm_ctl_consume(c, 0, len);
     } else {
         table[0] = mine;
-        st = grow_gather(c, &d, table, deadline);
+        if ((st = comm_door_get(c, &door)) == AI_OK &&
+            (st = grow_gather(c, door, joiners, table, deadline)) == AI_OK) {
+            comm_door_take(door, joiners, jfd, table + n);
+            got = joiners;
+        }
         if (st == AI_OK && getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
             nonce = ai_hash64(&deadline, sizeof deadline, (uint64_t)getpid());
         const char *why = st == AI_OK ? NULL : ai_last_error();
@@ -330,37 +309,40 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         double until = ai_now() + c->timeout_s;
         for (int j = 1; j < n; j++)
             (void)send_table(c, j, st, reason, nonce, table, size, until);
-        for (int i = 0; i < d.got; i++) {
+        for (int i = 0; i < got; i++) {
             if (st == AI_OK) {
                 comm_wire_joined jn = {.rank = (uint32_t)(n + i), .size = (uint32_t)size,
                                        .nonce = nonce, .channels = (uint32_t)c->channels,
                                        .no_shm = (uint32_t)c->tp->no_shm};
                 unsigned char *b = malloc(COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED +
                                           (size_t)size * COMM_WIRE_ENTRY);
-                ai_status_t wst = b ? comm_sock_write_full(d.fd[i], b, comm_wire_joined_pack(b, &jn, table),
+                ai_status_t wst = b ? comm_sock_write_full(jfd[i], b, comm_wire_joined_pack(b, &jn, table),
                                                            until)
                                     : AI_ERR_NOMEM;
                 free(b);
                 if (wst != AI_OK)
                     ai_log(AI_LOG_WARN, "grow: could not send newcomer %d its table", n + i);
             } else {
-                comm_store_refuse(d.fd[i], reason);
+                comm_store_refuse(jfd[i], reason);
             }
         }
-        if (st != AI_OK)
+        if (st != AI_OK) {
+            st = ai_fail(st, "%s", reason); /* not a send's error to a dead member */
             goto out;
+        }
     }
     comm_params pp = params_of(c);
     uint64_t token = ai_hash64(&nonce, sizeof nonce, c->tp->job_hash);
     st = build(&pp, c->rank, size, c->tp->job_hash, token, lfd, table, out);
     lfd = -1;
+    if (st == AI_OK && c->rank == 0)
+        comm_door_move(c, *out);
 out:
-    for (int i = 0; i < d.got; i++)
-        close(d.fd[i]);
+    for (int i = 0; i < got; i++)
+        close(jfd[i]);
     if (lfd >= 0)
         close(lfd);
-    free(d.fd);
-    free(d.entry);
+    free(jfd);
     free(table);
     return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d of %d: grow by %d", c->rank, n, joiners);
 }
@@ -371,18 +353,23 @@ ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len)
 {
     if (!c || !buf)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: NULL communicator or buffer");
-    const comm_peer *p = &c->tp->peers[0];
-    if (c->size == 1 && c->tp->listen_fd < 0)
-        return ai_fail(AI_ERR_UNSUPPORTED, "a communicator of one rank created alone has no join door");
-    char ip[INET_ADDRSTRLEN];
-    uint32_t addr = p->addr ? p->addr : htonl(INADDR_LOOPBACK);
-    inet_ntop(AF_INET, &addr, ip, sizeof ip);
-    if ((size_t)snprintf(buf, len, "%s:%u", ip, (unsigned)p->port) >= len)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short", len);
-    return AI_OK;
+    return comm_door_addr(c, buf, len);
+}
+
+ai_status_t comm_ft_join_pending(ai_comm *c, int *waiting)
+{
+    comm_door *d;
+    if (!c || !waiting)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join_pending: NULL argument");
+    *waiting = 0;
+    if (c->state != AI_OK)
+        return AI_OK; /* it cannot grow; its next call says why */
+    ai_status_t st = comm_door_get(c, &d);
+    return st == AI_OK ? comm_door_poll(c, d, 0, waiting) : st;
 }
 
 #define JOIN_MAX_RANKS 4096 /* the largest grown table a newcomer accepts */
+#define JOIN_DOORS_MAX 16
 
 typedef struct joined_answer {
     comm_wire_joined j;
@@ -407,10 +394,28 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (!where)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: no job address (pass one from "
                        "ai_comm_join_addr, or set AUTOINFRA_JOIN_ADDR=host:port)");
-    char host[256];
-    int port;
-    if (comm_split_hostport(where, host, sizeof host, &port) != 0)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port", where);
+    /* A list of doors: the one the job's current rank 0 holds answers. */
+    uint32_t door[JOIN_DOORS_MAX];
+    uint16_t dport[JOIN_DOORS_MAX];
+    int nd = 0;
+    for (const char *p = where; *p;) {
+        size_t k = strcspn(p, ",");
+        char item[300], host[256];
+        int port;
+        snprintf(item, sizeof item, "%.*s", (int)AI_MIN(k, sizeof item - 1), p);
+        p += k + (p[k] == ',');
+        if (nd == JOIN_DOORS_MAX)
+            return ai_fail(AI_ERR_INVALID, "ai_comm_join: more than %d addresses in '%s'",
+                           JOIN_DOORS_MAX, where);
+        if (comm_split_hostport(item, host, sizeof host, &port) != 0)
+            return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port",
+                           item);
+        if ((st = comm_resolve_ipv4(host, &door[nd])) != AI_OK)
+            return ai_fail_prefix(st, "ai_comm_join: job address %s", item);
+        dport[nd++] = (uint16_t)port;
+    }
+    if (nd == 0)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_join: an empty job address");
     double timeout = cfg->timeout_s;
     if (timeout <= 0 &&
         (st = ai_env_double("AUTOINFRA_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S, 0, COMM_MAX_TIMEOUT_S,
@@ -420,9 +425,8 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         timeout = DEFAULT_JOIN_TIMEOUT_S;
     const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "");
     uint64_t job_hash = comm_token_hash(token);
-    uint32_t door, mine;
-    if ((st = comm_resolve_ipv4(host, &door)) != AI_OK ||
-        (st = comm_local_addr_towards(door, &mine)) != AI_OK)
+    uint32_t mine;
+    if ((st = comm_local_addr_towards(door[0], &mine)) != AI_OK)
         return ai_fail_prefix(st, "ai_comm_join: job address %s", where);
     int lfd = -1;
     uint16_t lport = 0;
@@ -444,8 +448,19 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return ai_fail(AI_ERR_NOMEM, "join table");
     }
     for (int attempt = 0;; attempt++) {
-        int retry;
-        st = comm_store_ask(door, (uint16_t)port, hello, deadline, joined_parse, &a, &retry);
+        int retry = 0, i = attempt % nd, fd;
+        /* With several doors, only a listening one is worth the wait for
+         * an answer; a door closed unanswered (rank 0 died while this
+         * newcomer waited) sends it to the next. */
+        if (nd > 1 && (st = comm_sock_connect(door[i], dport[i], AI_MIN(deadline, ai_now() + 1.0),
+                                              &fd)) != AI_OK) {
+            if (ai_now() >= deadline)
+                break;
+            continue;
+        }
+        if (nd > 1)
+            close(fd);
+        st = comm_store_ask(door[i], dport[i], hello, deadline, joined_parse, &a, &retry);
         if (st == AI_OK || !retry || ai_now() >= deadline)
             break;
         comm_backoff(attempt, deadline);
