@@ -550,7 +550,7 @@ ai_status_t ai_train_plan_text(const ai_train_plan *plan, int explain, char **ou
 
 /* Teach other stacks what the KB learned (docs/exports.md). Each bucket
  * gets the fastest arm the KB holds that the stack has; fingerprint NULL:
- * the one with the most samples.
+ * the KB's only one (AI_ERR_INVALID, listing them, when it holds several).
  *
  * An Open MPI coll/tuned dynamic rules file (use with --mca
  * coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename
