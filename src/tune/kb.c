@@ -40,12 +40,14 @@
  *
  * Crash safety: WAL journal, every update one transaction; a process
  * killed mid-write leaves the last committed state (SQLite's guarantee).
- * One writer per job (rank 0). Opened by the learner (kb_open_writer) the
- * KB never waits for a lock: the learner opens and reads it inside a
- * collective, where a wait would stall every rank, so a KB another process
- * holds locked is set up and written later (kb_is_busy; the learner keeps
- * what it learned and retries). Other users (the CLI) wait up to
- * KB_BUSY_MS.
+ * One writer per job (rank 0). Opened by the learner (kb_open_writer_wait)
+ * the KB waits for a lock at most as long as the learner says: it opens
+ * and reads it inside a collective, where a wait would stall every rank,
+ * so a KB another process holds locked is set up and written later
+ * (kb_is_busy; the learner keeps what it learned and retries), and one
+ * locked even against reading fails the open with AI_ERR_TIMEOUT (the
+ * learner opens it again at a later save). Other users (the CLI) wait up
+ * to KB_BUSY_MS.
  *
  * Ownership: a KB is stamped with PRAGMA application_id KB_APP_ID and
  * user_version KB_SCHEMA_VERSION when it is created. A non-empty database
