@@ -487,7 +487,12 @@ ai_status_t kb_open_writer_wait(const char *path, int busy_ms, ai_kb **out)
      * allreduces when it fell in the middle of them. kb_open_wait pays it
      * here, at the learner's first call of the job (unless the KB is busy
      * or read-only: then at the first save). */
-    return kb_open_wait(path, 0, busy_ms, 1, out);
+    ai_status_t st = kb_open_wait(path, 0, busy_ms, 1, out);
+    /* busy_ms is for the open alone: the writes that follow run inside
+     * collectives and never wait (kb_set_wait changes that). */
+    if (st == AI_OK)
+        sqlite3_busy_timeout((*out)->db, 0);
+    return st;
 }
 
 const char *kb_readonly_why(const ai_kb *kb)
