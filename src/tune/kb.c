@@ -319,8 +319,10 @@ static int write_failed(int rc)
 static void read_only_after(ai_kb *kb, int rc)
 {
     int e = kb->db ? sqlite3_system_errno(kb->db) : 0;
-    snprintf(kb->why_ro, sizeof kb->why_ro, "writing it failed: %s%s%s%s", sqlite3_errstr(rc),
-             e ? " (" : "", e ? strerror(e) : "", e ? ")" : "");
+    int full = e == ENOSPC || (rc & 0xff) == SQLITE_FULL;
+    snprintf(kb->why_ro, sizeof kb->why_ro, "writing it failed%s: %s%s%s%s",
+             full ? ", the disk is full" : "", sqlite3_errstr(rc), e ? " (" : "",
+             e ? strerror(e) : "", e ? ")" : "");
     sqlite3_close(kb->db);
     kb->db = NULL;
     kb->readonly = 1;
@@ -682,7 +684,8 @@ ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t b
 ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only", kb->path);
+        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                       kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
         return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
@@ -1074,7 +1077,10 @@ ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
                        " version 1, a fingerprints array)",
                        path);
     }
-    if ((st = exec_sql(kb, "BEGIN IMMEDIATE")) != AI_OK) {
+    if (kb->readonly)
+        st = ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                     kb_readonly_why(kb));
+    if (st != AI_OK || (st = exec_sql(kb, "BEGIN IMMEDIATE")) != AI_OK) {
         json_decref(root);
         return st;
     }
@@ -1245,7 +1251,8 @@ static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
 static ai_status_t profiles_write(ai_kb *kb, const ai_kb_profile *p, int n)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only", kb->path);
+        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                       kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
         return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
