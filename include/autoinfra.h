@@ -459,6 +459,33 @@ typedef struct ai_kb_arm {
  * stop early (ai_kb_foreach still returns AI_OK). */
 typedef int (*ai_kb_visit_fn)(const ai_kb_arm *arm, void *arg);
 ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn, void *arg);
+/* One choice of `auto` (the KB's choices table, docs/learner.md): the arm
+ * a bucket settled on ("settled"), switched to ("switched") or started
+ * warm on ("warm"), and the runner-up then (runner_algo "" if none was
+ * measured). */
+typedef struct ai_kb_choice {
+    char fingerprint[17];
+    int nranks, nhosts;
+    ai_coll coll;
+    size_t bytes;
+    char algo[32];
+    size_t chunk_bytes;
+    int channels;
+    double mean_us;
+    long samples;
+    double confidence; /* P(it is the fastest) when chosen */
+    char runner_algo[32];
+    size_t runner_chunk_bytes;
+    int runner_channels;
+    double runner_mean_us;
+    long runner_samples;
+    char reason[16];
+    double at; /* seconds since the epoch */
+} ai_kb_choice;
+/* Visit the choices (fingerprint NULL: all), oldest first; fn returns
+ * nonzero to stop. A KB older than the choices table has none. */
+typedef int (*ai_kb_choice_fn)(const ai_kb_choice *choice, void *arg);
+ai_status_t ai_kb_log_foreach(ai_kb *kb, const char *fingerprint, ai_kb_choice_fn fn, void *arg);
 /* Whole-KB JSON export / import (merges; docs/learner.md has the format). */
 ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path);
 ai_status_t ai_kb_import_json(ai_kb *kb, const char *path);
@@ -603,7 +630,7 @@ ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out);
 
 /* Teach other stacks what the KB learned (docs/exports.md). Each bucket
  * gets the fastest arm the KB holds that the stack has; fingerprint NULL:
- * the one with the most samples.
+ * the KB's only one (AI_ERR_INVALID, listing them, when it holds several).
  *
  * An Open MPI coll/tuned dynamic rules file (use with --mca
  * coll_tuned_use_dynamic_rules 1 --mca coll_tuned_dynamic_rules_filename

@@ -4,8 +4,13 @@
  *
  * A KB is built by `kb import` of the JSON below (two fingerprints: a2,
  * 2 ranks, most samples; b3, 3 ranks) in a temporary directory.
- *  - `kb` itself: path, show (text and --json), export/import round trip,
- *    usage errors and an unopenable KB naming its path.
+ *  - `kb` itself: path, show (text and --json, the best arm or --all),
+ *    log (the choices table), export/import round trip, usage errors and
+ *    an unopenable KB naming its path; every subcommand's --help
+ *    describes every flag it takes.
+ *  - The exports to other stacks never guess a fingerprint: with several
+ *    in the KB and none named they fail listing them; --fingerprint or
+ *    --ranks chooses, and the one used is named.
  *  - Content: the Open MPI rules file is read with Open MPI 4.1's grammar
  *    and lookup (re-implemented here) and the MPICH file with MPICH 4.0's
  *    CSEL rules (only keys it accepts; every chain ends where MPICH needs
@@ -36,11 +41,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "autoinfra.h"
 #include "support/cmdtest.h"
 #include "support/proc.h"
 
 #include <jansson.h>
 #include <limits.h>
+#include <math.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -683,6 +691,207 @@ static void test_kb_show(void **state)
     json_decref(root);
 }
 
+/* `kb show --all`: every arm of every bucket, fastest first, with its
+ * samples, mean and spread; the best flagged with its confidence. */
+static void test_kb_show_all(void **state)
+{
+    (void)state;
+    assert_int_equal(kbcmd("show", "--all", "--kb", kb, NULL), 0);
+    assert_non_null(strstr(outbuf, "fingerprint " FP_A));
+    assert_non_null(strstr(outbuf, "sd us"));
+    /* allreduce 1K: recursive_doubling (40 samples, 10 us) is the best,
+     * ring (20 samples, 15 us) after it; neither hidden. */
+    const char *rd = strstr(outbuf, "allreduce           1K  recursive_doubling");
+    const char *ring = strstr(outbuf, "allreduce           1K  ring");
+    assert_non_null(rd);
+    assert_non_null(ring);
+    assert_true(rd < ring);
+    char algo[64], best[16] = "";
+    double mean = 0, sd = 0;
+    long samples = 0;
+    assert_int_equal(sscanf(ring, "allreduce 1K %63s - 2 %lf %lf %ld", algo, &mean, &sd,
+                            &samples),
+                     4);
+    assert_true(mean > 14.9 && mean < 15.1 && sd > 0.49 && sd < 0.51 && samples == 20);
+    const char *eol = strchr(ring, '\n');
+    assert_non_null(eol);
+    assert_null(memchr(ring, '*', (size_t)(eol - ring))); /* not the best */
+    assert_int_equal(sscanf(rd, "allreduce 1K %63s - 2 %lf %lf %ld %15s", algo, &mean, &sd,
+                            &samples, best),
+                     5);
+    assert_string_equal(best, "*");
+    assert_int_equal(samples, 40);
+    /* --ranks: the fingerprints of that many ranks only. */
+    assert_int_equal(kbcmd("show", "--all", "--ranks", "3", "--kb", kb, NULL), 0);
+    assert_null(strstr(outbuf, FP_A));
+    assert_non_null(strstr(outbuf, "fingerprint " FP_B));
+    assert_int_equal(kbcmd("show", "--ranks", "5", "--kb", kb, NULL), 1);
+    assert_non_null(strstr(errbuf, "no fingerprint of 5 ranks"));
+    assert_non_null(strstr(errbuf, FP_A));
+    assert_non_null(strstr(errbuf, FP_B));
+
+    assert_int_equal(kbcmd("show", "--all", "--json", "--fingerprint", FP_A, "--kb", kb, NULL), 0);
+    json_t *root = json_loads(outbuf, 0, NULL);
+    assert_non_null(root);
+    json_t *fps = json_object_get(root, "fingerprints");
+    assert_int_equal(json_array_size(fps), 1);
+    json_t *b = bucket(json_array_get(fps, 0), "allreduce", 1048576);
+    json_t *all = json_object_get(b, "all");
+    assert_int_equal(json_array_size(all), 3);
+    const char *order[] = {"ring", "reduce_bcast", "recursive_doubling"};
+    const long nsamples[] = {30, 10, 10};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *arm = json_array_get(all, i);
+        assert_string_equal(json_string_value(json_object_get(arm, "algo")), order[i]);
+        assert_int_equal(json_integer_value(json_object_get(arm, "samples")), nsamples[i]);
+        assert_true(json_real_value(json_object_get(arm, "std_us")) > 4.9);
+        assert_int_equal(json_is_true(json_object_get(arm, "best")), i == 0);
+    }
+    json_decref(root);
+}
+
+/* Rows of the choices table, as the learner writes them: two of FP_A's
+ * allreduce 64K (settled on weighted, runner-up ring; then switched to
+ * ring), one warm start of FP_B without a runner-up. */
+static void add_choices(void)
+{
+    sqlite3 *db;
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO choices VALUES('" FP_A "', 'allreduce', 65536, 'weighted', 0, 2,"
+             " %.17g, 30, 0.9, 'ring', 0, 2, %.17g, 30, 'settled', 1700000000);"
+             "INSERT INTO choices VALUES('" FP_A "', 'allreduce', 65536, 'ring', 262144, 1,"
+             " %.17g, 31, 0.75, 'weighted', 0, 2, %.17g, 32, 'switched', 1700000100);"
+             "INSERT INTO choices VALUES('" FP_B "', 'reduce_scatter', 1024, 'pairwise', 0, 2,"
+             " %.17g, 5, 0.99, '', 0, 0, NULL, 0, 'warm', 1700000200);",
+             log(50e-6), log(60e-6), log(40e-6), log(50e-6), log(20e-6));
+    assert_int_equal(sqlite3_open(kb, &db), SQLITE_OK);
+    char *msg = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
+        fail_msg("adding choices: %s", msg);
+    sqlite3_close(db);
+}
+
+/* `kb log`: what auto chose, when, and the runner-up, oldest first. */
+static void test_kb_log(void **state)
+{
+    (void)state;
+    assert_int_equal(kbcmd("log", "--kb", kb, NULL), 0);
+    assert_non_null(strstr(outbuf, "holds no choices yet"));
+    add_choices();
+    assert_int_equal(kbcmd("log", "--kb", kb, NULL), 0);
+    const char *settled = strstr(outbuf, "2023-11-14T22:13:20Z  " FP_A "      2  allreduce"
+                                         "          64K  settled   weighted ch2");
+    const char *switched = strstr(outbuf, "switched  ring 256K ch1");
+    const char *warm = strstr(outbuf, "warm      pairwise ch2");
+    assert_non_null(settled);
+    assert_non_null(switched);
+    assert_non_null(warm);
+    assert_true(settled < switched && switched < warm);
+    assert_non_null(strstr(settled, "50.0  0.900  ring ch2 (60.0, +20.0%)"));
+    assert_non_null(strstr(switched, "40.0  0.750  weighted ch2 (50.0, +25.0%)"));
+    assert_non_null(strstr(warm, "none measured"));
+    /* One fingerprint: by id or by ranks. */
+    assert_int_equal(kbcmd("log", "--ranks", "3", "--kb", kb, NULL), 0);
+    assert_null(strstr(outbuf, FP_A));
+    assert_non_null(strstr(outbuf, "warm"));
+    assert_int_equal(kbcmd("log", "--fingerprint", FP_A, "--json", "--kb", kb, NULL), 0);
+    json_t *root = json_loads(outbuf, 0, NULL);
+    assert_non_null(root);
+    json_t *ch = json_object_get(root, "choices");
+    assert_int_equal(json_array_size(ch), 2);
+    json_t *c0 = json_array_get(ch, 0), *r = json_object_get(c0, "runner_up");
+    assert_string_equal(json_string_value(json_object_get(c0, "reason")), "settled");
+    assert_string_equal(json_string_value(json_object_get(c0, "time")), "2023-11-14T22:13:20Z");
+    assert_string_equal(json_string_value(json_object_get(c0, "algo")), "weighted");
+    assert_true(fabs(json_real_value(json_object_get(c0, "mean_us")) - 50) < 1e-6);
+    assert_string_equal(json_string_value(json_object_get(r, "algo")), "ring");
+    assert_true(fabs(json_real_value(json_object_get(r, "mean_us")) - 60) < 1e-6);
+    assert_int_equal(json_integer_value(json_object_get(r, "samples")), 30);
+    json_decref(root);
+    assert_int_equal(kbcmd("log", "--ranks", "3", "--json", "--kb", kb, NULL), 0);
+    root = json_loads(outbuf, 0, NULL);
+    assert_non_null(root);
+    ch = json_object_get(root, "choices");
+    assert_int_equal(json_array_size(ch), 1);
+    assert_true(json_is_null(json_object_get(json_array_get(ch, 0), "runner_up")));
+    json_decref(root);
+}
+
+/* The exports to other stacks hold one fingerprint: never a guess. */
+static void test_export_fingerprint_choice(void **state)
+{
+    (void)state;
+    static const char *const subs[] = {"export-ompi", "export-mpich"};
+    for (int k = 0; k < 2; k++) {
+        char p[PATH_MAX];
+        in_dir(k ? "choice.mpich.json" : "choice.rules", p, sizeof p);
+        /* Two fingerprints, none named: an error listing both, no file. */
+        assert_int_equal(kbcmd(subs[k], p, "--kb", kb, NULL), 1);
+        assert_non_null(strstr(errbuf, "holds 2 fingerprints; choose one with --fingerprint FP"
+                                       " or --ranks N"));
+        assert_non_null(strstr(errbuf, FP_A "  2 ranks  1 host"));
+        assert_non_null(strstr(errbuf, FP_B "  3 ranks  1 host"));
+        assert_int_equal(access(p, F_OK), -1);
+        /* --ranks chooses, and the choice is named. */
+        assert_int_equal(kbcmd(subs[k], p, "--ranks", "3", "--kb", kb, NULL), 0);
+        assert_non_null(strstr(errbuf, "fingerprint " FP_B " (3 ranks, 1 host, \"test: 3 ranks\")"));
+        assert_int_equal(access(p, F_OK), 0);
+        assert_int_equal(kbcmd(subs[k], p, "--fingerprint", FP_A, "--kb", kb, NULL), 0);
+        assert_non_null(strstr(errbuf, "fingerprint " FP_A " (2 ranks"));
+        /* No fingerprint of that many ranks: the error lists what there is. */
+        assert_int_equal(kbcmd(subs[k], p, "--ranks", "4", "--kb", kb, NULL), 1);
+        assert_non_null(strstr(errbuf, "no fingerprint of 4 ranks"));
+        assert_non_null(strstr(errbuf, FP_A));
+        assert_int_equal(kbcmd(subs[k], p, "--ranks", "2", "--fingerprint", FP_A, "--kb", kb,
+                               NULL),
+                         2);
+        assert_int_equal(kbcmd(subs[k], p, "--ranks", "zero", "--kb", kb, NULL), 2);
+    }
+    /* The library call refuses as well, naming the candidates. */
+    ai_kb *h;
+    char p[PATH_MAX];
+    in_dir("lib.rules", p, sizeof p);
+    assert_int_equal(ai_kb_open(kb, 1, &h), AI_OK);
+    assert_int_equal(ai_kb_export_ompi_rules(h, NULL, p), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), FP_A));
+    assert_non_null(strstr(ai_last_error(), FP_B));
+    assert_int_equal(ai_kb_export_mpich_json(h, NULL, p), AI_ERR_INVALID);
+    ai_kb_close(h);
+    assert_int_equal(access(p, F_OK), -1);
+}
+
+/* Every subcommand's --help describes every flag of its usage line. */
+static void test_kb_help_flags(void **state)
+{
+    (void)state;
+    static const char *const subs[] = {"show",        "log",          "export", "import",
+                                       "export-ompi", "export-mpich", "path"};
+    assert_int_equal(kbcmd("--help", NULL), 0);
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "autoinfra kb %s", subs[k]);
+        assert_non_null(strstr(outbuf, want));
+    }
+    for (size_t k = 0; k < sizeof subs / sizeof subs[0]; k++) {
+        assert_int_equal(kbcmd(subs[k], "--help", NULL), 0);
+        const char *nl = strchr(outbuf, '\n');
+        assert_non_null(nl);
+        int flags = 0;
+        for (const char *f = strstr(outbuf, "--"); f && f < nl; f = strstr(f + 2, "--")) {
+            char name[32], line[40];
+            size_t n = strspn(f, "-abcdefghijklmnopqrstuvwxyz");
+            snprintf(name, sizeof name, "%.*s", (int)n, f);
+            snprintf(line, sizeof line, "\n  %s ", name);
+            if (!strstr(nl, line))
+                fail_msg("kb %s --help does not describe %s:\n%s", subs[k], name, outbuf);
+            flags++;
+        }
+        assert_true(flags >= 1); /* --kb at least */
+        assert_non_null(strstr(nl, "\n  --help "));
+    }
+}
+
 static void test_kb_export_import(void **state)
 {
     (void)state;
@@ -830,8 +1039,8 @@ static void test_ompi_rules_content(void **state)
     (void)state;
     char p[PATH_MAX];
     in_dir("a.rules", p, sizeof p);
-    assert_int_equal(kbcmd("export-ompi", p, "--kb", kb, NULL), 0);
-    assert_non_null(strstr(read_file(p), "fingerprint " FP_A)); /* most samples */
+    assert_int_equal(kbcmd("export-ompi", p, "--ranks", "2", "--kb", kb, NULL), 0);
+    assert_non_null(strstr(read_file(p), "fingerprint " FP_A));
     parse_rules(p);
     assert_int_equal(norules, 7); /* no barrier knowledge */
     /* allreduce: bytes as they are */
@@ -1109,7 +1318,7 @@ static void test_mpich_json_content(void **state)
     char pa[PATH_MAX], pb[PATH_MAX];
     in_dir("a.mpich.json", pa, sizeof pa);
     in_dir("b.mpich.json", pb, sizeof pb);
-    assert_int_equal(kbcmd("export-mpich", pa, "--kb", kb, NULL), 0);
+    assert_int_equal(kbcmd("export-mpich", pa, "--fingerprint", FP_A, "--kb", kb, NULL), 0);
     assert_int_equal(kbcmd("export-mpich", pb, "--fingerprint", FP_B, "--kb", kb, NULL), 0);
     json_t *a = json_loads(read_file(pa), 0, NULL), *b = json_loads(read_file(pb), 0, NULL);
     assert_non_null(a);
@@ -1284,7 +1493,7 @@ static void test_ompi_uses_rules(void **state)
     char rules[PATH_MAX], bad[PATH_MAX];
     in_dir("ompi.rules", rules, sizeof rules);
     in_dir("ompi-truncated.rules", bad, sizeof bad);
-    assert_int_equal(kbcmd("export-ompi", rules, "--kb", kb, NULL), 0);
+    assert_int_equal(kbcmd("export-ompi", rules, "--fingerprint", FP_A, "--kb", kb, NULL), 0);
     build_probe("mpicc", "ompi_probe.c", ompi_probe_c, "ompi_probe", 1);
 
     int rc = mpirun_probe("2", rules, points);
@@ -1377,7 +1586,7 @@ static void test_mpich_uses_selection(void **state)
     in_dir("mpich-a.json", fa, sizeof fa);
     in_dir("mpich-b.json", fb, sizeof fb);
     in_dir("mpich-misspelt.json", bad, sizeof bad);
-    assert_int_equal(kbcmd("export-mpich", fa, "--kb", kb, NULL), 0);
+    assert_int_equal(kbcmd("export-mpich", fa, "--fingerprint", FP_A, "--kb", kb, NULL), 0);
     assert_int_equal(kbcmd("export-mpich", fb, "--fingerprint", FP_B, "--kb", kb, NULL), 0);
     build_probe("mpicc.mpich", "mpich_probe.c", mpich_probe_c, "mpich_probe", 0);
 
@@ -1488,6 +1697,11 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_kb_usage_errors, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_kb_show, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_kb_show_all, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_kb_log, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_export_fingerprint_choice, cmdtest_setup,
+                                        cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_kb_help_flags, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_kb_export_import, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_rules_content, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, cmdtest_setup, cmdtest_teardown),

@@ -17,9 +17,14 @@
  *    with 0, after every agreement;
  *  - the KB survives kill -9 in the middle of its writes, consistent;
  *  - a KB another process holds locked stalls no collective and loses
- *    nothing (saved when the lock goes); another application's SQLite
- *    file is refused and left byte-identical; a read-only KB is read; a
- *    FIFO is refused at once;
+ *    nothing (saved when the lock goes), even when the lock keeps the job
+ *    from opening it at all; another application's SQLite file is refused
+ *    and left byte-identical; a read-only KB is read, and so is one on a
+ *    full disk, the log saying why nothing is saved; a FIFO is refused at
+ *    once;
+ *  - the choices table: a cold job logs the arm it settled on and the
+ *    runner-up, a warm one its warm start; a KB of schema 1 is upgraded,
+ *    one of a newer schema refused;
  *  - JSON export / import round trip and clear errors on bad files.
  */
 #include <setjmp.h>
@@ -37,6 +42,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -698,6 +706,16 @@ static void expect_unchanged(const char *path, char *before, long n)
     free(after);
 }
 
+static int log_visit(const ai_kb_choice *ch, void *arg)
+{
+    struct { int n, warm_at; char first[16]; } *seen = arg;
+    if (seen->n++ == 0)
+        snprintf(seen->first, sizeof seen->first, "%s", ch->reason);
+    if (!strcmp(ch->reason, "warm") && !seen->warm_at)
+        seen->warm_at = seen->n;
+    return 0;
+}
+
 /* 40 calls of one bucket; rank 0 fails if they took longer than 1.5 s. */
 static int run_bucket_fast(ai_comm *c, void *arg)
 {
@@ -761,6 +779,258 @@ static void test_busy_kb(void **state)
     assert_int_equal(count_rows(kbp, "SELECT count(*) FROM buckets WHERE settled = 1"), 1);
 }
 
+/* The KB is locked against reading too (another connection in exclusive
+ * locking mode inside BEGIN EXCLUSIVE) when the job first needs it, for
+ * 3 s: the job must not stall or fail, and once the lock goes (at the
+ * latest while the communicator is released) what it learned is in the
+ * KB. */
+static void test_busy_open(void **state)
+{
+    (void)state;
+    char kbp[300];
+    path_in(kbp, sizeof kbp, "busyopen.sqlite");
+    ai_kb *kb;
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    ai_kb_close(kb);
+    int ready[2];
+    assert_int_equal(pipe(ready), 0);
+    pid_t holder = fork();
+    assert_true(holder >= 0);
+    if (holder == 0) {
+        sqlite3 *db;
+        char ok = sqlite3_open(kbp, &db) == SQLITE_OK &&
+                  sqlite3_exec(db, "PRAGMA locking_mode=EXCLUSIVE; BEGIN EXCLUSIVE;"
+                                   " INSERT OR REPLACE INTO meta VALUES('holder', 'test')",
+                               NULL, NULL, NULL) == SQLITE_OK;
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        usleep(3000 * 1000);
+        sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+        sqlite3_close(db); /* exclusive locking mode: the lock goes here */
+        _exit(0);
+    }
+    char ok = 0;
+    assert_int_equal(read(ready[0], &ok, 1), 1);
+    close(ready[0]);
+    close(ready[1]);
+    assert_true(ok);
+    /* Locked against reading: what the learner's open meets. */
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_ERR_TIMEOUT);
+    assert_non_null(strstr(ai_last_error(), "locked by another process"));
+    setenv("AUTOINFRA_KB", kbp, 1);
+    setenv("AUTOINFRA_TUNE_SAVE_S", "0", 1);
+    ranks_opts o = {.timeout_s = 2, .deadline_s = 60};
+    warm_arg w = {40, 0, 64 << 10};
+    int rc = ranks_run(2, &o, run_bucket_fast, &w);
+    unsetenv("AUTOINFRA_TUNE_SAVE_S");
+    int hs = -1;
+    waitpid(holder, &hs, 0);
+    assert_int_equal(rc, 0);
+    assert_true(WIFEXITED(hs) && WEXITSTATUS(hs) == 0);
+    assert_true(count_rows(kbp, "SELECT count(*) FROM measurements") >= 5);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM buckets WHERE settled = 1"), 1);
+}
+
+/* In a private mount namespace: dir/full, a small tmpfs holding a copy of
+ * `kb`, filled up; the warm job runs on it with its stderr in `log`.
+ * Exit status: the job's, 77 when no namespace or tmpfs can be had. */
+static int run_on_full_disk(const char *kb, const char *log)
+{
+    char full[300], copy[340], fill[340];
+    path_in(full, sizeof full, "full");
+    snprintf(copy, sizeof copy, "%s/kb.sqlite", full);
+    snprintf(fill, sizeof fill, "%s/fill", full);
+    if (mkdir(full, 0755) != 0 || unshare(CLONE_NEWNS) != 0 ||
+        mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", full, "tmpfs", 0, "size=2m") != 0)
+        return 77;
+    long n = 0;
+    char *bytes = slurp(kb, &n);
+    int fd = bytes ? open(copy, O_WRONLY | O_CREAT | O_EXCL, 0644) : -1;
+    int bad = fd < 0 || write(fd, bytes, (size_t)n) != n;
+    free(bytes);
+    if (fd >= 0)
+        close(fd);
+    /* Fill the file system to its last byte. */
+    char block[4096] = {0};
+    fd = bad ? -1 : open(fill, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    if (fd < 0)
+        return 2;
+    for (size_t len = sizeof block; len > 0;)
+        if (write(fd, block, len) < 0)
+            len /= 2;
+    close(fd);
+    if (!freopen(log, "w", stderr))
+        return 2;
+    setenv("AUTOINFRA_KB", copy, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg warm = {12, 1, 64 << 10};
+    int rc = ranks_run(2, &o, run_bucket, &warm) == 0 ? 0 : 1;
+    /* A writer through the API gets it read-only too, and a write names
+     * why it is refused. */
+    ai_kb *h = NULL;
+    char json[300];
+    path_in(json, sizeof json, "fulldisk.json");
+    FILE *f = fopen(json, "w");
+    if (f) {
+        fputs("{\"format\": \"autoinfra-kb\", \"version\": 1, \"fingerprints\": []}", f);
+        fclose(f);
+    }
+    if (rc == 0 && (ai_kb_open(copy, 0, &h) != AI_OK || ai_kb_import_json(h, json) == AI_OK ||
+                    !strstr(ai_last_error(), "read-only (writing it failed"))) {
+        fprintf(stderr, "import into the KB on the full disk: %s\n", ai_last_error());
+        rc = 3;
+    }
+    ai_kb_close(h);
+    umount(full);
+    return rc;
+}
+
+/* A KB on a full disk is still read: the job starts warm from it, and the
+ * log says that what it learns will not be saved, and why. */
+static void test_full_disk_kb(void **state)
+{
+    (void)state;
+    char kbp[300], log[300];
+    path_in(kbp, sizeof kbp, "fulldisk.sqlite");
+    path_in(log, sizeof log, "fulldisk.log");
+    setenv("AUTOINFRA_KB", kbp, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg cold = {40, 0, 64 << 10};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(run_on_full_disk(kbp, log));
+    int st = -1;
+    waitpid(pid, &st, 0);
+    assert_true(WIFEXITED(st));
+    if (WEXITSTATUS(st) == 77) {
+        print_message("no private mount namespace or tmpfs (needs root): skipping\n");
+        skip();
+    }
+    long n = 0;
+    char *text = slurp(log, &n);
+    assert_non_null(text);
+    if (WEXITSTATUS(st) != 0)
+        fprintf(stderr, "the job on the full disk:\n%s\n", text);
+    assert_int_equal(WEXITSTATUS(st), 0);
+    assert_non_null(strstr(text, "will not be saved"));
+    assert_non_null(strstr(text, "the disk is full"));
+    free(text);
+}
+
+/* The choices table: the cold job logs the arm its bucket settled on,
+ * with its runner-up; the warm job after it logs its warm start. */
+static void test_choices_logged(void **state)
+{
+    (void)state;
+    char kbp[300];
+    path_in(kbp, sizeof kbp, "choices.sqlite");
+    setenv("AUTOINFRA_KB", kbp, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    /* One, or more if a drift made it learn again within the 40 calls. */
+    long settled = count_rows(kbp, "SELECT count(*) FROM choices WHERE reason = 'settled'");
+    assert_true(settled >= 1);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM choices WHERE reason = 'settled'"
+                                     " AND coll = 'allreduce' AND bytes = 65536"
+                                     " AND runner_algo <> '' AND runner_samples > 0"
+                                     " AND confidence > 0 AND confidence <= 1"),
+                     settled);
+    /* The arm it settled on is the one its first settled window ran (if
+     * that window was over before the job: it can be 32 calls long). */
+    assert_int_equal(count_rows(kbp, "SELECT NOT EXISTS(SELECT 1 FROM measurements WHERE"
+                                     " phase = 'exploit') OR EXISTS(SELECT 1 FROM"
+                                     " (SELECT algo, chunk, channels FROM choices WHERE"
+                                     " reason = 'settled' ORDER BY rowid LIMIT 1) c,"
+                                     " (SELECT algo, chunk, channels FROM measurements WHERE"
+                                     " phase = 'exploit' ORDER BY rowid LIMIT 1) m"
+                                     " WHERE m.algo = c.algo AND m.chunk = c.chunk"
+                                     " AND m.channels = c.channels)"),
+                     1);
+    long cold_rows = count_rows(kbp, "SELECT max(rowid) FROM measurements");
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM choices WHERE reason = 'warm'"), 0);
+    assert_int_equal(ranks_run(2, &o, run_bucket, &warm), 0);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM choices WHERE reason = 'warm'"), 1);
+    /* ... on the arm its first window ran. */
+    char sql[512];
+    snprintf(sql, sizeof sql,
+             "SELECT count(*) FROM (SELECT algo, chunk, channels FROM choices WHERE reason ="
+             " 'warm') c, (SELECT algo, chunk, channels FROM measurements WHERE rowid > %ld"
+             " ORDER BY rowid LIMIT 1) m WHERE m.algo = c.algo AND m.chunk = c.chunk"
+             " AND m.channels = c.channels", cold_rows);
+    assert_int_equal(count_rows(kbp, sql), 1);
+    /* Through the public API, oldest first. */
+    ai_kb *kb;
+    assert_int_equal(ai_kb_open(kbp, 1, &kb), AI_OK);
+    struct { int n, warm_at; char first[16]; } seen = {0};
+    assert_int_equal(ai_kb_log_foreach(kb, NULL, log_visit, &seen), AI_OK);
+    ai_kb_close(kb);
+    assert_string_equal(seen.first, "settled");
+    /* After every row of the cold job. */
+    assert_int_equal(seen.warm_at, count_rows(kbp, "SELECT count(*) FROM choices WHERE rowid <="
+                                                   " (SELECT min(rowid) FROM choices"
+                                                   " WHERE reason = 'warm')"));
+}
+
+/* A KB of schema 1 (no choices table) is read as it is read-only, and
+ * upgraded by a writable open, its knowledge kept; a KB of a newer
+ * schema is refused either way, naming both versions, and left as it
+ * was. */
+static void test_schema_versions(void **state)
+{
+    (void)state;
+    char kbp[300];
+    path_in(kbp, sizeof kbp, "schema.sqlite");
+    ai_kb *kb;
+    tune_arm_stat arm = {.algo = "ring", .channels = 2, .n = 10, .m = -7, .v = 1e-3};
+    tune_bucket_info info = {.explored = 8, .settled = 1};
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    assert_int_equal(kb_end(kb, kb_begin(kb, "0123456789abcdef", 2, 1, "") == AI_OK
+                                    ? kb_put_bucket(kb, "0123456789abcdef", AI_ALLREDUCE, 65536,
+                                                    &arm, 1, &info)
+                                    : AI_ERR_IO),
+                     AI_OK);
+    ai_kb_close(kb);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(kbp, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "DROP TABLE choices; PRAGMA user_version=1;"
+                                      " UPDATE meta SET value = '1' WHERE key = 'schema_version'",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+    int n = 0;
+    assert_int_equal(ai_kb_open(kbp, 1, &kb), AI_OK);
+    assert_int_equal(ai_kb_foreach(kb, NULL, count_arm, &n), AI_OK);
+    assert_int_equal(n, 1);
+    struct { int n, warm_at; char first[16]; } seen = {0};
+    assert_int_equal(ai_kb_log_foreach(kb, NULL, log_visit, &seen), AI_OK);
+    assert_int_equal(seen.n, 0);
+    ai_kb_close(kb);
+    assert_int_equal(count_rows(kbp, "PRAGMA user_version"), 1);
+    assert_int_equal(kb_open_writer(kbp, &kb), AI_OK);
+    ai_kb_close(kb);
+    assert_int_equal(count_rows(kbp, "PRAGMA user_version"), 2);
+    assert_int_equal(count_rows(kbp, "SELECT value FROM meta WHERE key = 'schema_version'"), 2);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM choices"), 0);
+    assert_int_equal(count_rows(kbp, "SELECT count(*) FROM arms"), 1);
+    /* Newer: refused, unchanged. */
+    assert_int_equal(sqlite3_open(kbp, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "PRAGMA user_version=3", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    long n0 = 0;
+    char *before = slurp(kbp, &n0);
+    assert_non_null(before);
+    for (int ro = 0; ro < 2; ro++) {
+        assert_int_equal(ro ? ai_kb_open(kbp, 1, &kb) : kb_open_writer(kbp, &kb), AI_ERR_PROTO);
+        assert_non_null(strstr(ai_last_error(), "schema version 3, newer than this build's 2"));
+    }
+    expect_unchanged(kbp, before, n0);
+}
+
 /* Another application's SQLite files are refused, named, and left
  * byte-identical; a new KB is stamped as autoinfra's. */
 static void test_foreign_db(void **state)
@@ -796,7 +1066,7 @@ static void test_foreign_db(void **state)
     assert_int_equal(kb_open_writer(p, &kb), AI_OK);
     ai_kb_close(kb);
     assert_int_equal(count_rows(p, "PRAGMA application_id"), 0x41494b42);
-    assert_int_equal(count_rows(p, "PRAGMA user_version"), 1);
+    assert_int_equal(count_rows(p, "PRAGMA user_version"), 2);
     assert_int_equal(ai_kb_open(p, 0, &kb), AI_OK);
     ai_kb_close(kb);
 }
@@ -978,6 +1248,13 @@ int main(void)
         cmocka_unit_test(test_foreign_db),
         cmocka_unit_test(test_readonly_kb),
         cmocka_unit_test(test_kb_fifo),
+        cmocka_unit_test(test_busy_open),
+        cmocka_unit_test(test_full_disk_kb),
+        cmocka_unit_test(test_choices_logged),
+        cmocka_unit_test(test_schema_versions),
     };
+    /* TEST_FILTER=name: run the tests whose names match (cmocka's pattern). */
+    if (getenv("TEST_FILTER"))
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,7 @@
  * The knowledge base: an embedded SQLite database of what the learner
  * measured and concluded, per communicator fingerprint.
  *
- * Tables (schema version 1):
+ * Tables (schema version 2):
  *   fingerprints(id, nranks, nhosts, description, first_seen, last_seen)
  *   arms(fp, coll, bytes, algo, chunk, channels, samples, mean_log, var_log)
  *        the posterior of each measured arm, on log seconds at `bytes`
@@ -25,15 +25,29 @@
  *        terms of a job step by name (PROFILE_TERMS); added to schema 1
  *        with CREATE IF NOT EXISTS, so a KB made before them is still
  *        read (without profiles) and gets them at its next writable open.
+ *   choices(fp, coll, bytes, algo, chunk, channels, mean_log, samples,
+ *           confidence, runner_algo, runner_chunk, runner_channels,
+ *           runner_mean_log, runner_samples, reason, at)
+ *        what `auto` settled on in a bucket and when, with the runner-up
+ *        (the next measured arm by posterior mean, runner_algo '' if
+ *        none): one row when a bucket settles ("settled"), when a settled
+ *        bucket changes arm ("switched") and when a job starts warm from
+ *        the KB ("warm"); `autoinfra kb log` prints them. Schema 2.
+ *
+ * Versions: a KB of a newer schema than KB_SCHEMA_VERSION is refused; an
+ * older one is read as it is, and upgraded (its missing tables created,
+ * the version raised) at its first writable open.
  *
  * Crash safety: WAL journal, every update one transaction; a process
  * killed mid-write leaves the last committed state (SQLite's guarantee).
- * One writer per job (rank 0). Opened by the learner (kb_open_writer) the
- * KB never waits for a lock: the learner opens and reads it inside a
- * collective, where a wait would stall every rank, so a KB another process
- * holds locked is set up and written later (kb_is_busy; the learner keeps
- * what it learned and retries). Other users (the CLI) wait up to
- * KB_BUSY_MS.
+ * One writer per job (rank 0). Opened by the learner (kb_open_writer_wait)
+ * the KB waits for a lock at most as long as the learner says: it opens
+ * and reads it inside a collective, where a wait would stall every rank,
+ * so a KB another process holds locked is set up and written later
+ * (kb_is_busy; the learner keeps what it learned and retries), and one
+ * locked even against reading fails the open with AI_ERR_TIMEOUT (the
+ * learner opens it again at a later save). Other users (the CLI) wait up
+ * to KB_BUSY_MS.
  *
  * Ownership: a KB is stamped with PRAGMA application_id KB_APP_ID and
  * user_version KB_SCHEMA_VERSION when it is created. A non-empty database
@@ -41,9 +55,10 @@
  * an id is taken only when every object in it is one of ours (a KB made
  * before the stamp), and stamped at its next write.
  *
- * Read-only files or directories: the KB is read (immutable when SQLite
- * cannot create its shared-memory file next to it) and kb_is_readonly
- * says so; nothing is written.
+ * Read-only files or directories, and a KB that cannot be written when
+ * opened (a full disk, an I/O error on write): the KB is read (immutable
+ * when SQLite cannot create its shared-memory file next to it),
+ * kb_is_readonly says so and kb_readonly_why why; nothing is written.
  */
 #include "tune/tune.h"
 
@@ -58,7 +73,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define KB_SCHEMA_VERSION 1
+#define KB_SCHEMA_VERSION 2
+#define KB_SCHEMA_VERSION_S "2"
 #define KB_APP_ID 0x41494b42 /* "AIKB" */
 #define KB_BUSY_MS 10000
 
@@ -68,6 +84,8 @@ struct ai_kb {
     int readonly;   /* opened read-only: nothing is written */
     int need_setup; /* schema, stamp or WAL still to be written (was busy) */
     int busy;       /* the last write found the KB locked by another process */
+    int setup_rc;   /* what the last kb_setup's SQLite call returned */
+    char why_ro[256]; /* readonly: why */
 };
 
 static const char *const schema =
@@ -99,7 +117,13 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS profile_terms(fp TEXT NOT NULL, preset TEXT NOT NULL,"
     " rank INTEGER NOT NULL, name TEXT NOT NULL, value REAL NOT NULL,"
     " PRIMARY KEY(fp, preset, rank, name));"
-    "INSERT OR IGNORE INTO meta VALUES('schema_version', '1');";
+    "CREATE TABLE IF NOT EXISTS choices(fp TEXT NOT NULL, coll TEXT NOT NULL,"
+    " bytes INTEGER NOT NULL, algo TEXT NOT NULL, chunk INTEGER NOT NULL,"
+    " channels INTEGER NOT NULL, mean_log REAL NOT NULL, samples INTEGER NOT NULL,"
+    " confidence REAL NOT NULL, runner_algo TEXT NOT NULL, runner_chunk INTEGER NOT NULL,"
+    " runner_channels INTEGER NOT NULL, runner_mean_log REAL, runner_samples INTEGER NOT NULL,"
+    " reason TEXT NOT NULL, at REAL NOT NULL);"
+    "INSERT OR REPLACE INTO meta VALUES('schema_version', '" KB_SCHEMA_VERSION_S "');";
 
 static ai_status_t kb_err(const ai_kb *kb, const char *what)
 {
@@ -172,15 +196,15 @@ static ai_status_t kb_setup(ai_kb *kb)
              KB_APP_ID, KB_SCHEMA_VERSION);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(kb->db, sql, NULL, NULL, NULL);
-    if (rc != SQLITE_OK && !sqlite3_get_autocommit(kb->db))
-        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(kb->db, "PRAGMA journal_mode=WAL", NULL, NULL, NULL);
+    kb->setup_rc = rc;
     kb->busy = is_busy_rc(rc);
     kb->need_setup = rc != SQLITE_OK;
-    if (rc != SQLITE_OK && !kb->busy)
-        return kb_err(kb, "cannot set up");
-    return AI_OK;
+    ai_status_t st = rc != SQLITE_OK && !kb->busy ? kb_err(kb, "cannot set up") : AI_OK;
+    if (rc != SQLITE_OK && !sqlite3_get_autocommit(kb->db))
+        sqlite3_exec(kb->db, "ROLLBACK", NULL, NULL, NULL);
+    return st;
 }
 
 /* Every object in the database is one of a knowledge base's. */
@@ -188,7 +212,7 @@ static int only_our_objects(ai_kb *kb)
 {
     static const char *const ours[] = {"meta", "fingerprints", "arms", "buckets", "measurements",
                                        "measurements_bucket", "fingerprint_rates", "profiles",
-                                       "profile_steps", "profile_terms"};
+                                       "profile_steps", "profile_terms", "choices"};
     sqlite3_stmt *q = NULL;
     int ok = sqlite3_prepare_v2(kb->db, "SELECT name FROM sqlite_master", -1, &q, NULL) ==
              SQLITE_OK;
@@ -214,14 +238,26 @@ static int pragma_int(ai_kb *kb, const char *sql, int *out)
     return ok;
 }
 
+static ai_status_t newer_schema(const ai_kb *kb, int ver)
+{
+    return ai_fail(AI_ERR_PROTO,
+                   "knowledge base %s has schema version %d, newer than this build's %d: "
+                   "refusing to read or change it (use a newer autoinfra, or another --kb)",
+                   kb->path, ver, KB_SCHEMA_VERSION);
+}
+
 /* Is the open database ours (see the top)? *empty: no objects yet. */
 static ai_status_t kb_check_owner(ai_kb *kb, int *empty)
 {
     int app = 0, ver = 0, nobj = 0;
     if (!pragma_int(kb, "PRAGMA application_id", &app) ||
         !pragma_int(kb, "PRAGMA user_version", &ver) ||
-        !pragma_int(kb, "SELECT count(*) FROM sqlite_master", &nobj))
+        !pragma_int(kb, "SELECT count(*) FROM sqlite_master", &nobj)) {
+        if (is_busy_rc(sqlite3_errcode(kb->db)))
+            return ai_fail(AI_ERR_TIMEOUT, "knowledge base %s is locked by another process",
+                           kb->path);
         return kb_err(kb, "not a readable SQLite database");
+    }
     *empty = nobj == 0 && app == 0;
     if (*empty)
         return AI_OK;
@@ -231,9 +267,8 @@ static ai_status_t kb_check_owner(ai_kb *kb, int *empty)
                        "%d objects, not autoinfra's 0x%08x); refusing to change it: point "
                        "AUTOINFRA_KB (or --kb) at another file",
                        kb->path, (unsigned)app, nobj, (unsigned)KB_APP_ID);
-    if (app == KB_APP_ID && ver != KB_SCHEMA_VERSION)
-        return ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this build reads %d",
-                       kb->path, ver, KB_SCHEMA_VERSION);
+    if (app == KB_APP_ID && ver > KB_SCHEMA_VERSION)
+        return newer_schema(kb, ver);
     return AI_OK;
 }
 
@@ -263,9 +298,42 @@ static int open_readonly(ai_kb *kb)
     return sqlite3_open_v2(uri, &kb->db, fl, NULL);
 }
 
+/* The KB could not be written (rc): a full disk, an I/O error, a
+ * read-only file system; not a lock held elsewhere. */
+static int write_failed(int rc)
+{
+    switch (rc & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_READONLY:
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Close the writable connection that failed with rc; the next open is
+ * read-only, and kb_readonly_why says why. */
+static void read_only_after(ai_kb *kb, int rc)
+{
+    int e = kb->db ? sqlite3_system_errno(kb->db) : 0;
+    int full = e == ENOSPC || (rc & 0xff) == SQLITE_FULL;
+    snprintf(kb->why_ro, sizeof kb->why_ro, "writing it failed%s: %s%s%s%s",
+             full ? ", the disk is full" : "", sqlite3_errstr(rc), e ? " (" : "",
+             e ? strerror(e) : "", e ? ")" : "");
+    sqlite3_close(kb->db);
+    kb->db = NULL;
+    kb->readonly = 1;
+    kb->need_setup = 0;
+    kb->busy = 0;
+}
+
 /* Open path (NULL or "": the default) as a KB; busy_ms: how long a lock
- * held elsewhere is waited for. */
-static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, ai_kb **out)
+ * held elsewhere is waited for; writer: the learner's (kb_open_writer). */
+static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int writer,
+                                ai_kb **out)
 {
     ai_kb *kb = calloc(1, sizeof *kb);
     if (!kb)
@@ -317,27 +385,65 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, ai_
         free(kb);
         return st;
     }
+    if (kb->readonly)
+        snprintf(kb->why_ro, sizeof kb->why_ro,
+                 "the file or its directory is not writable by this process");
     kb->readonly |= readonly;
-    int rc = kb->readonly ? open_readonly(kb)
-                          : sqlite3_open_v2(kb->path, &kb->db,
-                                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-                                                SQLITE_OPEN_NOMUTEX, NULL);
-    if (rc != SQLITE_OK) {
-        st = kb_err(kb, "cannot open");
-        goto fail;
+    /* A KB that exists but cannot be written now (a full disk, an I/O
+     * error on write) is opened again read-only: what it knows is still
+     * worth reading. */
+    for (;;) {
+        int rc = kb->readonly ? open_readonly(kb)
+                              : sqlite3_open_v2(kb->path, &kb->db,
+                                                SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
+                                                    SQLITE_OPEN_NOMUTEX, NULL);
+        if (rc != SQLITE_OK) {
+            if (!kb->readonly && exists && write_failed(rc)) {
+                read_only_after(kb, rc);
+                continue;
+            }
+            st = kb_err(kb, "cannot open");
+            goto fail;
+        }
+        sqlite3_busy_timeout(kb->db, busy_ms);
+        int empty = 0;
+        if ((st = kb_check_owner(kb, &empty)) != AI_OK) {
+            if (!kb->readonly && exists && write_failed(sqlite3_extended_errcode(kb->db))) {
+                read_only_after(kb, sqlite3_extended_errcode(kb->db));
+                continue;
+            }
+            goto fail;
+        }
+        if (kb->readonly && empty) {
+            st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s is empty%s%s", kb->path,
+                         kb->why_ro[0] && !readonly ? ", and cannot be written: " : "",
+                         kb->why_ro[0] && !readonly ? kb->why_ro : "");
+            goto fail;
+        }
+        if (kb->readonly)
+            break;
+        st = kb_setup(kb);
+        int wrc = st == AI_OK ? SQLITE_OK : kb->setup_rc;
+        if (st == AI_OK && (st = exec_sql(kb, "PRAGMA synchronous=NORMAL")) != AI_OK)
+            wrc = sqlite3_extended_errcode(kb->db);
+        /* The writer's first write: see kb_open_writer. */
+        if (st == AI_OK && writer && !kb->need_setup &&
+            (wrc = sqlite3_exec(kb->db, "INSERT OR REPLACE INTO meta VALUES('last_writer', "
+                                        "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
+                                NULL, NULL, NULL)) != SQLITE_OK) {
+            wrc = sqlite3_extended_errcode(kb->db);
+            kb->busy = is_busy_rc(wrc);
+            if (!kb->busy)
+                st = kb_err(kb, "cannot write");
+        }
+        if (st != AI_OK && exists && write_failed(wrc)) {
+            read_only_after(kb, wrc);
+            continue;
+        }
+        if (st != AI_OK)
+            goto fail;
+        break;
     }
-    sqlite3_busy_timeout(kb->db, busy_ms);
-    int empty = 0;
-    if ((st = kb_check_owner(kb, &empty)) != AI_OK)
-        goto fail;
-    if (kb->readonly && empty) {
-        st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s is empty", kb->path);
-        goto fail;
-    }
-    if (!kb->readonly &&
-        ((st = kb_setup(kb)) != AI_OK ||
-         (st = exec_sql(kb, "PRAGMA synchronous=NORMAL")) != AI_OK))
-        goto fail;
     if (!kb->need_setup) {
         /* a KB made before the stamp: the schema version from its table */
         sqlite3_stmt *q = NULL;
@@ -348,10 +454,13 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, ai_
         }
         int ver = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int(q, 0) : 0;
         sqlite3_finalize(q);
-        if (ver != KB_SCHEMA_VERSION) {
-            st = ai_fail(AI_ERR_PROTO,
-                         "knowledge base %s has schema version %d; this build reads %d", kb->path,
-                         ver, KB_SCHEMA_VERSION);
+        if (ver < 1 || ver > KB_SCHEMA_VERSION ||
+            (!kb->readonly && ver != KB_SCHEMA_VERSION)) {
+            st = ver > KB_SCHEMA_VERSION
+                     ? newer_schema(kb, ver)
+                     : ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this "
+                                             "build reads 1 to %d", kb->path, ver,
+                               KB_SCHEMA_VERSION);
             goto fail;
         }
     }
@@ -365,24 +474,32 @@ fail:
 
 ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out)
 {
-    return kb_open_wait(path, readonly, KB_BUSY_MS, out);
+    return kb_open_wait(path, readonly, KB_BUSY_MS, 0, out);
 }
 
 ai_status_t kb_open_writer(const char *path, ai_kb **out)
 {
-    /* Never waits for a lock (see the top). The first write after opening
-     * starts the (empty) write-ahead log: 10 ms on the test machine's
-     * disk, 2.5% of a 30-call run of 64 KiB allreduces when it fell in the
-     * middle of them. Pay it here, at the learner's first call of the job
-     * (unless the KB is busy or read-only: then at the first save). */
-    ai_status_t st = kb_open_wait(path, 0, 0, out);
-    if (st == AI_OK && !(*out)->readonly && !(*out)->need_setup &&
-        sqlite3_exec((*out)->db, "INSERT OR REPLACE INTO meta VALUES('last_writer', "
-                                 "strftime('%Y-%m-%dT%H:%M:%SZ', 'now'))",
-                     NULL, NULL, NULL) != SQLITE_OK) {
-        (*out)->busy = 1;
-    }
+    return kb_open_writer_wait(path, 0, out);
+}
+
+ai_status_t kb_open_writer_wait(const char *path, int busy_ms, ai_kb **out)
+{
+    /* The first write after opening starts the (empty) write-ahead log:
+     * 10 ms on the test machine's disk, 2.5% of a 30-call run of 64 KiB
+     * allreduces when it fell in the middle of them. kb_open_wait pays it
+     * here, at the learner's first call of the job (unless the KB is busy
+     * or read-only: then at the first save). */
+    ai_status_t st = kb_open_wait(path, 0, busy_ms, 1, out);
+    /* busy_ms is for the open alone: the writes that follow run inside
+     * collectives and never wait (kb_set_wait changes that). */
+    if (st == AI_OK)
+        sqlite3_busy_timeout((*out)->db, 0);
     return st;
+}
+
+const char *kb_readonly_why(const ai_kb *kb)
+{
+    return kb->why_ro[0] ? kb->why_ro : "opened read-only";
 }
 
 const char *kb_path(const ai_kb *kb)
@@ -567,7 +684,8 @@ ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t b
 ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only", kb->path);
+        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                       kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
         return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
@@ -589,6 +707,85 @@ ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
         if (arms[i].n > 0)
             st = put_arm(kb, fp, cn, bytes, &arms[i]);
     return st == AI_OK ? put_bucket(kb, fp, cn, bytes, info) : st;
+}
+
+ai_status_t kb_put_choice(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                          const tune_arm_stat *chosen, const tune_arm_stat *runner,
+                          double confidence, const char *reason, double when)
+{
+    sqlite3_stmt *q;
+    ai_status_t st = prepare_keyed(kb, "INSERT INTO choices VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,"
+                                       "?10,?11,?12,?13,?14,?15,?16)",
+                                   fp, ai_coll_name(coll), bytes, "writing choice", &q);
+    if (st != AI_OK)
+        return st;
+    bind_arm(q, 4, chosen);
+    sqlite3_bind_double(q, 7, chosen->m);
+    sqlite3_bind_int64(q, 8, chosen->n);
+    sqlite3_bind_double(q, 9, confidence);
+    static const tune_arm_stat none = {.algo = ""};
+    bind_arm(q, 10, runner ? runner : &none);
+    if (runner)
+        sqlite3_bind_double(q, 13, runner->m);
+    else
+        sqlite3_bind_null(q, 13);
+    sqlite3_bind_int64(q, 14, runner ? runner->n : 0);
+    sqlite3_bind_text(q, 15, reason, -1, SQLITE_STATIC);
+    sqlite3_bind_double(q, 16, when);
+    return step_done(kb, q, "writing choice");
+}
+
+ai_status_t ai_kb_log_foreach(ai_kb *kb, const char *fingerprint, ai_kb_choice_fn fn, void *arg)
+{
+    if (!kb || !fn)
+        return ai_fail(AI_ERR_INVALID, "ai_kb_log_foreach: kb or fn is NULL");
+    int have = 0;
+    if (!pragma_int(kb, "SELECT count(*) FROM sqlite_master WHERE name = 'choices'", &have))
+        return kb_err(kb, "reading choices");
+    if (!have)
+        return AI_OK; /* a KB of schema 1, opened read-only */
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(kb->db,
+                           "SELECT c.fp, f.nranks, f.nhosts, c.coll, c.bytes, c.algo, c.chunk,"
+                           " c.channels, c.mean_log, c.samples, c.confidence, c.runner_algo,"
+                           " c.runner_chunk, c.runner_channels, c.runner_mean_log,"
+                           " c.runner_samples, c.reason, c.at"
+                           " FROM choices c LEFT JOIN fingerprints f ON f.id = c.fp"
+                           " WHERE (?1 IS NULL OR c.fp = ?1) ORDER BY c.at, c.rowid",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kb_err(kb, "reading choices");
+    if (fingerprint)
+        sqlite3_bind_text(q, 1, fingerprint, -1, SQLITE_STATIC);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+        ai_kb_choice ch = {0};
+        const unsigned char *t;
+        snprintf(ch.fingerprint, sizeof ch.fingerprint, "%s", sqlite3_column_text(q, 0));
+        ch.nranks = sqlite3_column_int(q, 1);
+        ch.nhosts = sqlite3_column_int(q, 2);
+        if (ai_coll_parse((const char *)sqlite3_column_text(q, 3), &ch.coll) != AI_OK)
+            continue; /* a collective this build does not know */
+        ch.bytes = (size_t)sqlite3_column_int64(q, 4);
+        t = sqlite3_column_text(q, 5);
+        snprintf(ch.algo, sizeof ch.algo, "%s", t ? (const char *)t : "");
+        ch.chunk_bytes = (size_t)sqlite3_column_int64(q, 6);
+        ch.channels = sqlite3_column_int(q, 7);
+        ch.mean_us = exp(sqlite3_column_double(q, 8)) * 1e6;
+        ch.samples = (long)sqlite3_column_int64(q, 9);
+        ch.confidence = sqlite3_column_double(q, 10);
+        t = sqlite3_column_text(q, 11);
+        snprintf(ch.runner_algo, sizeof ch.runner_algo, "%s", t ? (const char *)t : "");
+        ch.runner_chunk_bytes = (size_t)sqlite3_column_int64(q, 12);
+        ch.runner_channels = sqlite3_column_int(q, 13);
+        ch.runner_mean_us = ch.runner_algo[0] ? exp(sqlite3_column_double(q, 14)) * 1e6 : 0;
+        ch.runner_samples = (long)sqlite3_column_int64(q, 15);
+        t = sqlite3_column_text(q, 16);
+        snprintf(ch.reason, sizeof ch.reason, "%s", t ? (const char *)t : "");
+        ch.at = sqlite3_column_double(q, 17);
+        if (fn(&ch, arg))
+            break;
+    }
+    sqlite3_finalize(q);
+    return AI_OK;
 }
 
 ai_status_t kb_end(ai_kb *kb, ai_status_t st)
@@ -880,7 +1077,10 @@ ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
                        " version 1, a fingerprints array)",
                        path);
     }
-    if ((st = exec_sql(kb, "BEGIN IMMEDIATE")) != AI_OK) {
+    if (kb->readonly)
+        st = ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                     kb_readonly_why(kb));
+    if (st != AI_OK || (st = exec_sql(kb, "BEGIN IMMEDIATE")) != AI_OK) {
         json_decref(root);
         return st;
     }
@@ -1051,7 +1251,8 @@ static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
 static ai_status_t profiles_write(ai_kb *kb, const ai_kb_profile *p, int n)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only", kb->path);
+        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                       kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
         return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);

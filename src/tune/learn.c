@@ -78,6 +78,9 @@
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
+#define TUNE_KB_OPEN_MS 20    /* at the job's first call, a KB locked against
+                               * reading is waited for this long; then its
+                               * opening is retried at each save */
 #define TUNE_DIRECT_MAX ((size_t)64 << 10) /* direct's reads grow with ranks x bytes:
                                             * 2x ring's time at 256 KiB on 4 ranks */
 #define TUNE_BIG 1e300
@@ -109,6 +112,17 @@ typedef struct tune_bucket {
     tune_bucket_info info;
 } tune_bucket;
 
+/* Rank 0: a choice of a bucket's arm, waiting to be written to the KB. */
+typedef struct tune_choice {
+    ai_coll coll;
+    size_t bytes;
+    tune_arm_stat arm, runner;
+    int has_runner;
+    double confidence;
+    const char *reason;
+    double when; /* seconds since the epoch */
+} tune_choice;
+
 /* Rank 0: one agreed window, waiting to be written to the KB. */
 typedef struct tune_window {
     ai_coll coll;
@@ -122,6 +136,7 @@ typedef struct tune_window {
 typedef struct tuner {
     ai_kb *kb;       /* rank 0's writer; NULL: none (or unavailable) */
     int kb_tried;
+    int kb_pending;   /* rank 0: the KB was locked when opened: open it at a save */
     int kb_busy_said; /* rank 0 said the KB is locked elsewhere */
     char fp[17];
     char desc[256];
@@ -138,6 +153,8 @@ typedef struct tuner {
     int nranks, nhosts; /* of the fingerprint, for the KB */
     double saved_at;    /* rank 0: last KB write (ai_now) */
     tune_window *log;   /* rank 0: agreed windows the KB has not seen */
+    tune_choice *choice; /* rank 0: choices the KB has not seen */
+    int nchoice, choice_cap;
     int nlog, log_cap;
     tune_bucket draft; /* rank 0's scratch copy for decisions */
     tune_bucket *b[AI_COLL_COUNT][TUNE_BUCKETS];
@@ -336,14 +353,49 @@ static void kb_ready(tuner *t, const ai_comm *c)
     if (c->rank != 0 || t->kb || t->kb_tried)
         return;
     t->kb_tried = 1;
-    if (kb_open_writer(ai_env_str("AUTOINFRA_KB", NULL), &t->kb) != AI_OK) {
+    /* Inside a collective: a lock held elsewhere is waited for briefly,
+     * then the job learns without what the KB knows and opens it at a
+     * later save, so that what it learns is not lost. */
+    ai_status_t st = kb_open_writer_wait(ai_env_str("AUTOINFRA_KB", NULL), TUNE_KB_OPEN_MS, &t->kb);
+    if (st == AI_ERR_TIMEOUT) {
+        t->kb = NULL;
+        t->kb_pending = 1;
+        ai_log(AI_LOG_WARN,
+               "learner: %s: learning without what it knows; opening it again at the next save "
+               "(every %g s) and at the end", ai_last_error(), t->save_s);
+    } else if (st != AI_OK) {
         ai_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
         t->kb = NULL;
     } else if (kb_is_readonly(t->kb)) {
         ai_log(AI_LOG_WARN,
-               "learner: knowledge base %s is read-only: reading it; what this job learns will "
-               "not be saved", kb_path(t->kb));
+               "learner: knowledge base %s cannot be written (%s): reading it; what this job "
+               "learns will not be saved", kb_path(t->kb), kb_readonly_why(t->kb));
     }
+}
+
+/* Rank 0, at a save: open the KB that was locked at the job's first call;
+ * wait_ms: how long a lock is waited for now. 0: still pending or none. */
+static int kb_reopen(tuner *t, int wait_ms)
+{
+    if (!t->kb_pending)
+        return t->kb != NULL;
+    ai_status_t st = kb_open_writer_wait(ai_env_str("AUTOINFRA_KB", NULL), wait_ms, &t->kb);
+    if (st == AI_ERR_TIMEOUT) {
+        t->kb = NULL;
+        return 0;
+    }
+    t->kb_pending = 0;
+    if (st != AI_OK) {
+        t->kb = NULL;
+        ai_log(AI_LOG_WARN, "learner: %d measurements not saved: %s", t->nlog, ai_last_error());
+    } else if (kb_is_readonly(t->kb)) {
+        ai_log(AI_LOG_WARN, "learner: knowledge base %s cannot be written (%s): %d measurements "
+                            "not saved", kb_path(t->kb), kb_readonly_why(t->kb), t->nlog);
+    } else {
+        ai_log(AI_LOG_INFO, "learner: knowledge base %s is no longer locked: saving what this "
+                            "job learned", kb_path(t->kb));
+    }
+    return t->kb && !kb_is_readonly(t->kb);
 }
 
 /* Rank 0: the changed buckets and the waiting windows, one transaction.
@@ -355,11 +407,24 @@ static void kb_ready(tuner *t, const ai_comm *c)
  * why what cannot be written now is dropped (the end of the job, a new
  * fingerprint its windows would be filed under); NULL: a KB locked by
  * another process keeps it all for the next save. */
-static void kb_flush_at(tuner *t, const char *final)
+static void kb_flush_at(tuner *t, const char *final, int wait_ms)
 {
     t->saved_at = ai_now();
-    if (!t->kb || !t->nlog || kb_is_readonly(t->kb)) /* every changed bucket has a window waiting */
+    int pending = t->nlog + t->nchoice; /* every changed bucket has a window waiting */
+    if (t->kb_pending && pending && !kb_reopen(t, wait_ms) && t->kb_pending) {
+        if (final) {
+            ai_log(AI_LOG_WARN, "learner: %d measurements not saved (%s): the knowledge base "
+                                "is still locked by another process", t->nlog, final);
+            t->nlog = 0;
+            t->nchoice = 0;
+        }
         return;
+    }
+    if (!t->kb || !pending || kb_is_readonly(t->kb)) {
+        t->nlog = 0;
+        t->nchoice = 0;
+        return;
+    }
     int nb = 0;
     ai_status_t st = kb_begin(t->kb, t->fp, t->nranks, t->nhosts, t->desc);
     int began = st == AI_OK;
@@ -388,6 +453,11 @@ static void kb_flush_at(tuner *t, const char *final)
         st = kb_put_measurement(t->kb, t->fp, w->coll, w->bytes, &w->arm, w->seconds, w->phase,
                                 w->when);
     }
+    for (int i = 0; i < t->nchoice && st == AI_OK; i++) {
+        const tune_choice *h = &t->choice[i];
+        st = kb_put_choice(t->kb, t->fp, h->coll, h->bytes, &h->arm,
+                           h->has_runner ? &h->runner : NULL, h->confidence, h->reason, h->when);
+    }
     if (began)
         st = kb_end(t->kb, st); /* commits, or rolls back a failed put */
     if (st != AI_OK && kb_is_busy(t->kb) && !final) {
@@ -413,19 +483,62 @@ static void kb_flush_at(tuner *t, const char *final)
             if (t->b[k][i])
                 t->b[k][i]->dirty = 0;
     t->nlog = 0;
+    t->nchoice = 0;
     t->kb_busy_said = 0;
 }
 
 static void kb_flush(tuner *t)
 {
-    kb_flush_at(t, NULL);
+    kb_flush_at(t, NULL, 0);
+}
+
+/* Rank 0: the KB will take what this job learns (or may, once the lock
+ * that kept it from opening goes). */
+static int kb_wanted(const tuner *t)
+{
+    return t->kb_pending || (t->kb && !kb_is_readonly(t->kb));
+}
+
+/* Rank 0: note that bucket b now runs arm `arm` for `reason`, with the
+ * runner-up of the moment, for the KB's choices table. Rare: when a bucket
+ * settles, switches or starts warm. */
+static void kb_note_choice(tuner *t, ai_coll coll, int bi, const tune_bucket *b, int arm,
+                           const char *reason)
+{
+    if (!kb_wanted(t))
+        return;
+    if (t->nchoice == t->choice_cap) {
+        int cap = t->choice_cap ? 2 * t->choice_cap : 16;
+        tune_choice *h = realloc(t->choice, (size_t)cap * sizeof *h);
+        if (!h)
+            return; /* the decision log only: the learning itself is kept */
+        t->choice = h;
+        t->choice_cap = cap;
+    }
+    int runner = -1;
+    for (int i = 0; i < b->s.narms; i++)
+        if (i != arm && b->s.arm[i].n > 0 && (runner < 0 || b->s.arm[i].m < b->s.arm[runner].m))
+            runner = i;
+    tune_choice *h = &t->choice[t->nchoice++];
+    *h = (tune_choice){.coll = coll,
+                       .bytes = (size_t)1 << bi,
+                       .arm = b->s.arm[arm],
+                       .has_runner = runner >= 0,
+                       .confidence = tune_confidence(b->s.arm, b->s.narms, arm),
+                       .reason = reason,
+                       .when = (double)time(NULL)};
+    if (runner >= 0)
+        h->runner = b->s.arm[runner];
+    ai_log(AI_LOG_INFO, "learner: %s %zu: %s %s/%zu/%d%s%s", ai_coll_name(coll), (size_t)1 << bi,
+           reason, b->s.arm[arm].algo, b->s.arm[arm].chunk, b->s.arm[arm].channels,
+           runner >= 0 ? "; runner-up " : "", runner >= 0 ? b->s.arm[runner].algo : "");
 }
 
 /* Rank 0: note an agreed window for the KB, and write when it is time. */
 static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, double seconds,
                     const char *phase)
 {
-    if (!t->kb || kb_is_readonly(t->kb))
+    if (!kb_wanted(t))
         return;
     b->dirty = 1;
     if (t->nlog == t->log_cap) {
@@ -441,7 +554,8 @@ static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, dou
     }
     t->log[t->nlog++] = (tune_window){coll, (size_t)1 << bi, b->s.arm[arm], seconds, phase,
                                       (double)time(NULL)};
-    if ((t->nlog >= TUNE_SAVE_WINDOWS && !kb_is_busy(t->kb)) || ai_now() - t->saved_at >= t->save_s)
+    if ((t->nlog >= TUNE_SAVE_WINDOWS && t->kb && !kb_is_busy(t->kb)) ||
+        ai_now() - t->saved_at >= t->save_s)
         kb_flush(t);
 }
 
@@ -517,6 +631,8 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     b->settled = b->warm = order[1] > 0;
     b->win_len = (int)order[2];
     b->ready = 1;
+    if (c->rank == 0 && b->warm)
+        kb_note_choice(t, coll, bi, b, b->inc, "warm");
     ai_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
            ai_coll_name(coll), edge, b->s.narms, b->s.arm[b->cur].algo, b->s.arm[b->cur].chunk,
            b->s.arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
@@ -540,7 +656,7 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
             return st;
     }
     if (!t->have_fp || t->links_gen != c->links_gen || t->reprobe) {
-        kb_flush_at(t, "the fingerprint changed"); /* learned under the old one */
+        kb_flush_at(t, "the fingerprint changed", 0); /* learned under the old one */
         char old[17];
         memcpy(old, t->fp, sizeof old);
         int had = t->have_fp;
@@ -692,6 +808,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
             b->refined += calls;
     }
     learn_window(&b->s, ran, y, calls, was_settled);
+    int was_inc = b->inc;
     b->cur = (int)msg[1];
     b->inc = (int)msg[4];
     b->exploring = next_explores;
@@ -704,6 +821,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strikes = 0;
         b->strike_s = 0;
     }
+    if (c->rank == 0 && b->settled && (!was_settled || b->inc != was_inc))
+        kb_note_choice(t, coll, bi, b, b->inc, was_settled ? "switched" : "settled");
     if (c->rank == 0)
         kb_note(t, coll, bi, b, ran, msg[0],
                 !was_settled ? "explore" : refining ? "refine" : "exploit");
@@ -717,8 +836,9 @@ static void tune_release(void *ctx)
      * another process is waited for, a bounded time. */
     if (t->kb)
         kb_set_wait(t->kb, TUNE_KB_CLOSE_MS);
-    kb_flush_at(t, "at the end of the job");
+    kb_flush_at(t, "at the end of the job", TUNE_KB_CLOSE_MS);
     free(t->log);
+    free(t->choice);
     for (int k = 0; k < AI_COLL_COUNT; k++)
         for (int b = 0; b < TUNE_BUCKETS; b++)
             free(t->b[k][b]);

@@ -44,14 +44,19 @@ ai_status_t tune_learner_attach(ai_comm *c);
  * fails. On a failed st, st (c is not looked at). */
 ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out);
 
-/* Open a knowledge base for the learner's writer (rank 0). It never waits
- * for a lock another process holds (the learner opens it inside a
- * collective): a busy KB is set up at a later write. A KB the process
- * cannot write is opened read-only. */
+/* Open a knowledge base for the learner's writer (rank 0). It waits at
+ * most busy_ms (kb_open_writer: not at all) for a lock another process
+ * holds (the learner opens it inside a collective). A lock that blocks
+ * even reading fails with AI_ERR_TIMEOUT (the caller may try again
+ * later); one that blocks writing only leaves the set-up to a later write.
+ * A KB the process cannot write (permissions, a full disk) is opened
+ * read-only. */
 ai_status_t kb_open_writer(const char *path, ai_kb **out);
+ai_status_t kb_open_writer_wait(const char *path, int busy_ms, ai_kb **out);
 const char *kb_path(const ai_kb *kb);
-/* Opened read-only: nothing will be written. */
+/* Opened read-only: nothing will be written; kb_readonly_why says why. */
 int kb_is_readonly(const ai_kb *kb);
+const char *kb_readonly_why(const ai_kb *kb);
 /* The last write (or the set-up) found the KB locked by another process. */
 int kb_is_busy(const ai_kb *kb);
 /* How long later statements wait for a lock held elsewhere. */
@@ -70,6 +75,12 @@ ai_status_t kb_put_bucket(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
 ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
                                const tune_arm_stat *arm, double seconds, const char *phase,
                                double when);
+/* Inside kb_begin..kb_end: what `auto` chose in a bucket (reason
+ * "settled", "switched" or "warm"), its confidence and the runner-up
+ * (NULL: none measured), for `autoinfra kb log`. */
+ai_status_t kb_put_choice(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
+                          const tune_arm_stat *chosen, const tune_arm_stat *runner,
+                          double confidence, const char *reason, double when);
 ai_status_t kb_end(ai_kb *kb, ai_status_t st);
 
 /* Fingerprints by measured host rates (bytes/s), for one communicator

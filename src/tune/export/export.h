@@ -10,7 +10,7 @@
  *            (CSEL) file
  *
  * For every collective and power-of-two size bucket of one fingerprint
- * (NULL: the one with the most samples) the writers put the fastest
+ * (NULL: the KB's only one; never a guess between several) the writers put the fastest
  * measured arm whose algorithm the target stack has; sizes the KB knows
  * nothing about, and communicators of other sizes, keep the stack's own
  * decision. The facts each writer relies on, and their sources, head its
@@ -33,7 +33,8 @@ typedef struct {
     int nomem;
 } kb_view;
 
-/* Load the arms of `fingerprint` (NULL: the one with the most samples);
+/* Load the arms of `fingerprint` (NULL: the KB's only one; several are an
+ * error listing them);
  * `what` names the export in errors. On success free v->arm. */
 ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what, kb_view *v);
 /* The arms of one (coll, bytes) bucket are v->arm[*i .. *end), fastest

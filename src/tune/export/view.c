@@ -83,19 +83,26 @@ ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what,
     if (fingerprint) {
         snprintf(chosen, sizeof chosen, "%s", fingerprint);
     } else {
+        /* Never a guess between several: rules for another job's
+         * communicator would be applied silently to this one's. */
         fp_totals t = {0};
         ai_status_t st = ai_kb_foreach(kb, NULL, total_visit, &t);
-        long best = -1;
-        for (size_t i = 0; i < t.n; i++)
-            if (t.t[i].samples > best) {
-                best = t.t[i].samples;
-                snprintf(chosen, sizeof chosen, "%s", t.t[i].fp);
-            }
+        if (st == AI_OK && t.n == 1)
+            snprintf(chosen, sizeof chosen, "%s", t.t[0].fp);
+        char list[512] = "";
+        for (size_t i = 0, o = 0; i < t.n && o + 40 < sizeof list; i++)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%s (%ld samples)", i ? ", " : "",
+                                  t.t[i].fp, t.t[i].samples);
+        size_t n = t.n;
         free(t.t);
         if (st != AI_OK)
             return st;
-        if (best < 0)
+        if (n == 0)
             return ai_fail(AI_ERR_NOTFOUND, "%s: the knowledge base holds no measurements", what);
+        if (n > 1)
+            return ai_fail(AI_ERR_INVALID,
+                           "%s: the knowledge base holds %zu fingerprints (%s): name one", what,
+                           n, list);
     }
     ai_status_t st = ai_kb_foreach(kb, chosen, view_visit, v);
     if (st == AI_OK && v->nomem)
