@@ -454,6 +454,16 @@ static void rl_on_warning(state *s, double score, int was_true)
 {
     const sim_params *p = s->p;
     const sim_rl_policy *q = &s->pol;
+    if ((s->ph == PH_DOWN || s->ph == PH_WAIT) && score >= q->drain_score && s->drain_at < 0 &&
+        s->spares_free > 0 && s->spares_free > q->reserve * p->spares) {
+        /* The job is down (a restart, shrink or grow rebuilds the group):
+         * the spare replaces the node in that same rebuild, at no cost of
+         * its own. */
+        take_spare(s);
+        s->r.drains++;
+        node_leaves(s, was_true);
+        return;
+    }
     if (s->ph != PH_RUN)
         return;
     if (score >= q->drain_score && s->drain_at < 0 && s->spares_free > 0 &&
