@@ -86,6 +86,8 @@ typedef struct state {
     sim_rl_policy pol;    /* rl: the decoded action policy */
     double drain_at;      /* rl: a drain's spare is ready (< 0: none in flight) */
     int drain_true;       /* ... and the drained node is the one the next failure strikes */
+    int warned_fired;     /* the next failure's warning has been raised */
+    double cur_rate;      /* the job's failure rate the next failure was drawn at */
     sim_result r;
 } state;
 
@@ -118,10 +120,11 @@ static void draw_next_fail(state *s)
 {
     const sim_params *p = s->p;
     s->drain_true = 0; /* a node being drained is no longer the one that fails next */
+    s->warned_fired = 0;
     if (p->fail_at)
         s->next_fail = s->fail_i < p->nfail_at ? p->fail_at[s->fail_i] : INFINITY;
     else
-        s->next_fail = s->t + exp_draw(s->rng, job_rate(s));
+        s->next_fail = s->t + exp_draw(s->rng, s->cur_rate = job_rate(s));
     s->next_cause = 0;
     if (p->ncauses > 1) {
         double u = ai_rng_uniform(s->rng);
@@ -130,6 +133,29 @@ static void draw_next_fail(state *s)
     }
     if (p->learned || p->rl)
         draw_warning(s);
+}
+
+/* The job's rate changed (nodes joined or left): the next failure is drawn
+ * again at the new rate, memoryless, unless its warning was already
+ * raised: that failure stays, so that a warning raised is never left
+ * without the failure it announced. */
+static void redraw_for_rate(state *s)
+{
+    if (s->p->fail_at || s->warned_fired || !isfinite(s->next_fail))
+        return;
+    double rate = job_rate(s);
+    if (!(rate > 0)) {
+        s->next_fail = s->lr.warn_at = INFINITY;
+        return;
+    }
+    /* The residual of an exponential clock at rate r, scaled by r / r',
+     * is that of a clock at r': the failure and its cause stay, its time
+     * moves, its warning keeps its lead. */
+    double lead = s->next_fail - s->lr.warn_at;
+    s->next_fail = s->t + (s->next_fail - s->t) * s->cur_rate / rate;
+    s->cur_rate = rate;
+    if ((s->p->learned || s->p->rl) && isfinite(s->lr.warn_at))
+        s->lr.warn_at = s->next_fail - lead > s->t ? s->next_fail - lead : s->t;
 }
 
 /* ---- the learned policy ---- */
@@ -484,7 +510,7 @@ static void rl_on_warning(state *s, double score, int was_true)
         s->missing_units++;
         node_leaves(s, was_true);
         if (!was_true)
-            draw_next_fail(s); /* fewer nodes: a lower rate from now on */
+            redraw_for_rate(s); /* fewer nodes: a lower rate from now on */
         go_down(s, s->t + p->shrink_s);
         try_join(s);
         return;
@@ -637,7 +663,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
                 if (s.add_at_up > 0) {
                     s.active_units += s.add_at_up;
                     s.add_at_up = 0;
-                    draw_next_fail(&s); /* more nodes: a higher rate from now on */
+                    redraw_for_rate(&s); /* more nodes: a higher rate from now on */
                 }
             }
             break;
@@ -672,6 +698,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
             break;
         case 7:
             s.lr.warn_at = INFINITY;
+            s.warned_fired = 1;
             s.r.warnings_true++;
             if (p->rl)
                 rl_on_warning(&s, s.lr.warn_score, 1);
