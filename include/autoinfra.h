@@ -560,6 +560,11 @@ typedef struct ai_sim_options {
     double step_time_s;   /* > 0: a measured step time; the planner is not run */
     int rl_train_runs;    /* policy rl: training runs per candidate (< 1: 16) */
     int rl_iters;         /* policy rl: cross-entropy generations (< 1: 8) */
+    /* Replaying one measured run (needs step_time_s, no random failures):
+     * > 0, one failure strikes in this step, its node is back as a spare
+     * when step rejoin_at_step is reached, and the shrunk group steps in
+     * shrunk_step_time_s (0: replicas left / replicas of the throughput). */
+    double fail_at_step, rejoin_at_step, shrunk_step_time_s;
 } ai_sim_options;
 
 /* Means over the runs; *_ci95 are 95% confidence intervals of the mean. */

@@ -438,6 +438,32 @@ static void test_predict_infinitehbd(void **state)
                  r.auc_baseline, r.precision_model, r.precision_baseline);
 }
 
+/* Replaying a measured run: one failure at 255 s under a live shrink, no
+ * spare; the node is back once 500 s of compute are done, and the shrunk
+ * group steps in 12.5 s instead of 10 (capacity 0.8, not 3/4). Half a
+ * step (5 s) is redone, down 5 + 2 s; from 262 s at 0.8 the progress
+ * reaches 500 at 574.5 s, the joiner is ready 20 s later (516 s done),
+ * the grow ends at 598.5 s and 484 s of compute remain. */
+static void test_replay_rejoin(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    static const double at[] = {255};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.recovery = SIM_SHRINK;
+    p.spares = 0;
+    p.rejoin_at_work_s = 500;
+    p.shrunk_step_s = 12.5;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_int_equal(r.interruptions, 1);
+    assert_near(r.lost_s, 5, 1e-9);
+    assert_near(r.down_s, 11, 1e-9);
+    assert_near(r.degraded_s, 332.5, 1e-9);
+    assert_near(r.wall_s, 1082.5, 1e-9);
+}
+
 static void test_formulas(void **state)
 {
     (void)state;
@@ -699,6 +725,12 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "policy none"));
     snprintf(args, sizeof args, "%s --tokens 1e12 --days 3", specs);
     assert_int_equal(run_sim(args, out, sizeof out), 2);
+    snprintf(args, sizeof args, "%s --tokens 1e12 --fail-at-step 50", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "measured step time"));
+    snprintf(args, sizeof args, "predict --trace examples/llama3-405b/model.json");
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "model.json: a fault trace is a JSON array"));
 }
 
 int main(void)
@@ -716,6 +748,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_rl_training, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_predict_synthetic, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_predict_infinitehbd, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_rejoin, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_formulas, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_monte_carlo_vs_first_order, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_llama3_fidelity, cmdtest_setup, cmdtest_teardown),

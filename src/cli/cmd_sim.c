@@ -33,6 +33,9 @@ static void sim_usage(FILE *out)
             "                   drains, excludes or checkpoints on warnings, trained first by\n"
             "                   cross-entropy search on runs of other seeds (docs/sim.md)\n"
             "  --rl-train-runs N, --rl-iters N  policy rl: runs per candidate (16), generations (8)\n"
+            "  --fail-at-step N [--rejoin-at-step M] [--shrunk-step-time S]  replay one measured\n"
+            "                   run: one failure in step N, the node back at step M, the shrunk\n"
+            "                   group's step time (with --step-time, policy none)\n"
             "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
             "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
             "                   and go on on fewer devices until a spare joins\n"
@@ -205,6 +208,15 @@ int cli_sim_main(int argc, char **argv)
                 fprintf(stderr, "autoinfra sim: --runs '%s': expected 1..10000000\n", v ? v : "");
                 return 2;
             }
+        } else if ((m = cli_match_opt(argc, argv, &i, "--fail-at-step", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.fail_at_step))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--rejoin-at-step", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.rejoin_at_step))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--shrunk-step-time", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.shrunk_step_time_s))
+                return 2;
         } else if ((m = cli_match_opt(argc, argv, &i, "--rl-train-runs", &v)) != 0) {
             if (m < 0 || cli_parse_int(v, 1, 100000, &o.rl_train_runs)) {
                 fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");

@@ -97,6 +97,12 @@ typedef struct sim_params {
     const double *fail_at;
     int nfail_at;
     double max_wall_s;    /* give up past this wall time (unfinished); 0: 1000 x work_s */
+    /* Replaying a measured run: > 0, the first node in repair is back as a
+     * spare when the progress reaches this (a rank restarted at a step);
+     * and the step time while shrunk (capacity step_s / shrunk_step_s
+     * instead of replicas left / replicas). */
+    double rejoin_at_work_s;
+    double shrunk_step_s;
 } sim_params;
 
 typedef struct sim_result {

@@ -237,6 +237,20 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         sim_rl_decode(p.rl_theta, &pol);
         eff_interval_s *= pol.interval_mult;
     }
+    /* Replaying a measured run: one failure mid-step fail_at_step (with
+     * no checkpoint before it, compute and wall time agree there). */
+    double fail_at[1];
+    if (opts->fail_at_step > 0 || opts->rejoin_at_step > 0 || opts->shrunk_step_time_s > 0) {
+        if (!(opts->step_time_s > 0) || !(opts->fail_at_step >= 1) || p.interval_s > 0 || p.oracle ||
+            p.learned || p.rl || opts->days > 0)
+            return ai_fail(AI_ERR_INVALID, "replaying a failure at a step needs a measured step "
+                                           "time, a token count, and no checkpoint policy (none)");
+        fail_at[0] = (opts->fail_at_step - 0.5) * step_s;
+        p.fail_at = fail_at;
+        p.nfail_at = 1;
+        p.rejoin_at_work_s = opts->rejoin_at_step * step_s;
+        p.shrunk_step_s = opts->shrunk_step_time_s;
+    }
     int runs = opts->runs < 1 ? 1 : opts->runs;
     double *ettr = malloc(sizeof(double) * (size_t)runs);
     double *days = malloc(sizeof(double) * (size_t)runs);

@@ -87,6 +87,7 @@ typedef struct state {
     double drain_at;      /* rl: a drain's spare is ready (< 0: none in flight) */
     int drain_true;       /* ... and the drained node is the one the next failure strikes */
     int warned_fired;     /* the next failure's warning has been raised */
+    int rejoined;         /* rejoin_at_work_s has been reached */
     double cur_rate;      /* the job's failure rate the next failure was drawn at */
     sim_result r;
 } state;
@@ -588,6 +589,8 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
 
     for (;;) {
         double cap = (double)s.active_units / p->units;
+        if (p->shrunk_step_s > 0 && s.active_units < p->units)
+            cap = p->step_s / p->shrunk_step_s;
         /* Candidate times. */
         double t_done = INFINITY, t_ck = INFINITY, t_phase = INFINITY;
         if (s.ph == PH_RUN) {
@@ -604,13 +607,16 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         double t_warn = warns ? s.lr.warn_at : INFINITY;
         double t_false = warns ? s.lr.next_false : INFINITY;
         double t_drain = s.drain_at >= 0 ? s.drain_at : INFINITY;
+        double t_rejoin = INFINITY;
+        if (p->rejoin_at_work_s > 0 && !s.rejoined && s.ph == PH_RUN && s.rq.n > 0)
+            t_rejoin = s.t + AI_MAX(0.0, p->rejoin_at_work_s - s.done) / cap;
         double t_fail = s.next_fail;
 
         /* On ties the earlier test wins: a checkpoint that completes
          * exactly when a failure strikes is kept. */
         double tn = t_done;
         int ev = 0; /* 0 done, 1 fail, 2 phase end, 3 ckpt start, 4 repair, 5 join, 6 persist,
-                     * 7 warning, 8 false alarm, 9 drain's spare ready */
+                     * 7 warning, 8 false alarm, 9 drain's spare ready, 10 rejoin */
         if (t_phase < tn) { tn = t_phase; ev = 2; }
         if (t_persist < tn) { tn = t_persist; ev = 6; }
         if (t_fail < tn) { tn = t_fail; ev = 1; }
@@ -620,6 +626,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         if (t_warn < tn) { tn = t_warn; ev = 7; }
         if (t_false < tn) { tn = t_false; ev = 8; }
         if (t_drain < tn) { tn = t_drain; ev = 9; }
+        if (t_rejoin < tn) { tn = t_rejoin; ev = 10; }
         int stop = 0;
         if (tn >= max_wall) {
             tn = max_wall;
@@ -717,6 +724,11 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         }
         case 9:
             rl_drain(&s);
+            break;
+        case 10: /* the node first in repair is back now */
+            s.rejoined = 1;
+            s.rq.at[s.rq.head] = s.t;
+            on_repair(&s);
             break;
         }
     }
