@@ -293,6 +293,69 @@ static void test_rl_drain(void **state)
     assert_near(r.wall_s, 1525, 1e-9);
 }
 
+/* A warning while the job is down: a failure at 0 s starts a restart of
+ * 5 + 400 s; the next failure, at 700 s, is warned at 350 s, during the
+ * restart: the spare goes in with it at no cost, the failure is averted,
+ * and the 1000 s of compute run from 405 s. Without the swap the failure
+ * at 700 s loses 295 s and costs another 405 s. */
+static void test_rl_swap_while_down(void **state)
+{
+    (void)state;
+    ai_rng rng;
+    ai_rng_seed(&rng, 5);
+    sim_result r;
+    static const double at[] = {0, 700};
+    sim_params p = rl_simple(0, 0, 1, 1);
+    p.fail_at = at;
+    p.nfail_at = 2;
+    p.warn_lead_s = 350;
+    p.restart_s = 400;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.interruptions, 1);
+    assert_int_equal(r.drains, 1);
+    assert_int_equal(r.averted, 1);
+    assert_near(r.down_s, 405, 1e-9);
+    assert_near(r.wall_s, 1405, 1e-9);
+    p = rl_simple(1, 1, 1, 1);
+    p.fail_at = at;
+    p.nfail_at = 2;
+    p.warn_lead_s = 350;
+    p.restart_s = 400;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.interruptions, 2);
+    assert_near(r.lost_s, 295, 1e-9);
+    assert_near(r.wall_s, 2105, 1e-9);
+}
+
+/* Under a live shrink the job's size changes at every failure and grow;
+ * the pending failure keeps its warning through it, so the warnings
+ * raised are the failures warned: recall 0.5 of one repair cause. */
+static void test_warnings_keep_their_failures(void **state)
+{
+    (void)state;
+    sim_params p = rl_simple(1, 1, 1, 1); /* acts on nothing */
+    p.fail_at = NULL;
+    p.nfail_at = 0;
+    p.warn_lead_fixed = 0;
+    p.nodes = p.units = 64;
+    p.spares = 64;
+    p.repair_s = 3600;
+    p.rate_per_node_s = 1.0 / (64 * 1000.0);
+    p.warn_recall = 0.5;
+    p.warn_lead_s = 600;
+    p.recovery = SIM_SHRINK;
+    p.work_s = 2e6;
+    ai_rng rng;
+    ai_rng_seed(&rng, 6);
+    sim_result r;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_true(r.interruptions > 1000);
+    double ratio = (double)r.warnings_true / r.interruptions;
+    if (fabs(ratio - 0.5) > 0.03)
+        fail_msg("%ld warnings for %ld failures: %.3f, want 0.5", r.warnings_true, r.interruptions,
+                 ratio);
+}
+
 static void test_rl_exclude_and_checkpoint(void **state)
 {
     (void)state;
@@ -745,6 +808,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_learned_policy, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_rl_drain, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_rl_exclude_and_checkpoint, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_rl_swap_while_down, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_warnings_keep_their_failures, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_rl_training, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_predict_synthetic, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_predict_infinitehbd, cmdtest_setup, cmdtest_teardown),
