@@ -576,9 +576,11 @@ typedef enum ai_sim_policy {
     AI_SIM_POLICY_NONE,       /* no checkpoints, or every checkpoint_every_min */
     AI_SIM_POLICY_YOUNG_DALY, /* Daly's interval for the checkpoint cost and the job's MTBF */
     AI_SIM_POLICY_ORACLE,     /* a checkpoint completes just before each failure */
-    AI_SIM_POLICY_LEARNED     /* a failure predictor on simulated telemetry decides */
+    AI_SIM_POLICY_LEARNED,    /* a failure predictor on simulated telemetry decides */
+    AI_SIM_POLICY_RL          /* drain, exclude or checkpoint on warnings: a policy trained
+                               * in the simulator by cross-entropy search (docs/sim.md) */
 } ai_sim_policy;
-/* "none", "young-daly", "oracle", "learned"; AI_ERR_INVALID otherwise. */
+/* "none", "young-daly", "oracle", "learned", "rl"; AI_ERR_INVALID otherwise. */
 ai_status_t ai_sim_policy_parse(const char *name, ai_sim_policy *out);
 
 typedef enum ai_sim_recovery {
@@ -595,6 +597,13 @@ typedef struct ai_sim_options {
     int runs;             /* Monte Carlo runs (< 1: 1) */
     uint64_t seed;        /* the same seed gives the same results */
     double step_time_s;   /* > 0: a measured step time; the planner is not run */
+    int rl_train_runs;    /* policy rl: training runs per candidate (< 1: 16) */
+    int rl_iters;         /* policy rl: cross-entropy generations (< 1: 8) */
+    /* Replaying one measured run (needs step_time_s, no random failures):
+     * > 0, one failure strikes in this step, its node is back as a spare
+     * when step rejoin_at_step is reached, and the shrunk group steps in
+     * shrunk_step_time_s (0: replicas left / replicas of the throughput). */
+    double fail_at_step, rejoin_at_step, shrunk_step_time_s;
 } ai_sim_options;
 
 /* Means over the runs; *_ci95 are 95% confidence intervals of the mean. */
@@ -625,6 +634,21 @@ ai_status_t ai_sim_report_summary(const ai_sim_report *report, ai_sim_summary *o
 /* JSON (docs/sim.md lists the fields) or text; the caller free()s. */
 ai_status_t ai_sim_report_json(const ai_sim_report *report, char **out);
 ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out);
+
+/* Which nodes fail in the next window, from each node's fault history in
+ * a fault trace (a JSON array of fault_start / fault_end events, the
+ * InfiniteHBD trace's format; docs/sim.md): a logistic regression fitted
+ * on the first train_share of the trace, measured on the rest against the
+ * nodes that failed most so far. Zero fields take the defaults. The
+ * report (JSON or text) is the caller's to free(). */
+typedef struct ai_sim_predict_options {
+    int nodes;            /* the cluster's nodes, failing or not (0: those in the trace) */
+    double window_days;   /* default 7 */
+    double train_share;   /* default 0.5 */
+    int topk;             /* nodes flagged per window, default 10 */
+} ai_sim_predict_options;
+ai_status_t ai_sim_predict(const char *trace_path, const ai_sim_predict_options *opts, int as_json,
+                           char **out);
 
 /* ------------------------------- Open MPI export (tune/export/ompi.c) */
 

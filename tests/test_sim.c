@@ -239,6 +239,294 @@ static void test_learned_policy(void **state)
         fail_msg("recall 0: ETTR %+.4f against Daly's", gain);
 }
 
+/* The rl policy's actions on hand-computed timelines: one failure at 500 s
+ * of a node that needs repair, warned exactly 100 s before; no periodic
+ * checkpoints. theta: {drain score, reserve, exclude score, checkpoint
+ * score, stake, interval} in [0, 1] (sim_rl_decode). */
+static sim_params rl_simple(double d, double res, double x, double c)
+{
+    sim_params p = simple();
+    static const double at[] = {500};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.rl = 1;
+    p.warn_recall = 1;
+    p.warn_lead_s = 100;
+    p.warn_lead_fixed = 1;
+    p.warn_separation = 1;
+    double th[SIM_RL_NPARAM] = {d, res, x, c, 0, 0.5};
+    memcpy(p.rl_theta, th, sizeof th);
+    return p;
+}
+
+static void test_rl_drain(void **state)
+{
+    (void)state;
+    ai_rng rng;
+    ai_rng_seed(&rng, 3);
+    sim_result r;
+    /* Warned at 400: a spare is readied by 420 (join 20 s) while the job
+     * runs, the swap stalls shrink 2 + grow 4 s, and the failure never
+     * reaches the job: 1000 s of compute + 6 s. */
+    sim_params p = rl_simple(0, 0, 1, 1);
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.drains, 1);
+    assert_int_equal(r.averted, 1);
+    assert_int_equal(r.interruptions, 0);
+    assert_int_equal(r.warnings_true, 1);
+    assert_near(r.lost_s, 0, 1e-9);
+    assert_near(r.down_s, 6, 1e-9);
+    assert_near(r.wall_s, 1006, 1e-9);
+    /* The same without acting: the failure loses 500 s, down 5 + 20 s. */
+    p = rl_simple(1, 1, 1, 1);
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.drains + r.excludes + r.averted, 0);
+    assert_near(r.wall_s, 1525, 1e-9);
+    /* A lead shorter than the spare's readying: the failure strikes at
+     * 500 before the swap at 510, the drain is dropped, the job restarts
+     * as without it. */
+    p = rl_simple(0, 0, 1, 1);
+    p.warn_lead_s = 10;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.drains, 0);
+    assert_int_equal(r.interruptions, 1);
+    assert_near(r.wall_s, 1525, 1e-9);
+}
+
+/* A warning while the job is down: a failure at 0 s starts a restart of
+ * 5 + 400 s; the next failure, at 700 s, is warned at 350 s, during the
+ * restart: the spare goes in with it at no cost, the failure is averted,
+ * and the 1000 s of compute run from 405 s. Without the swap the failure
+ * at 700 s loses 295 s and costs another 405 s. */
+static void test_rl_swap_while_down(void **state)
+{
+    (void)state;
+    ai_rng rng;
+    ai_rng_seed(&rng, 5);
+    sim_result r;
+    static const double at[] = {0, 700};
+    sim_params p = rl_simple(0, 0, 1, 1);
+    p.fail_at = at;
+    p.nfail_at = 2;
+    p.warn_lead_s = 350;
+    p.restart_s = 400;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.interruptions, 1);
+    assert_int_equal(r.drains, 1);
+    assert_int_equal(r.averted, 1);
+    assert_near(r.down_s, 405, 1e-9);
+    assert_near(r.wall_s, 1405, 1e-9);
+    p = rl_simple(1, 1, 1, 1);
+    p.fail_at = at;
+    p.nfail_at = 2;
+    p.warn_lead_s = 350;
+    p.restart_s = 400;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.interruptions, 2);
+    assert_near(r.lost_s, 295, 1e-9);
+    assert_near(r.wall_s, 2105, 1e-9);
+}
+
+/* Under a live shrink the job's size changes at every failure and grow;
+ * the pending failure keeps its warning through it, so the warnings
+ * raised are the failures warned: recall 0.5 of one repair cause. */
+static void test_warnings_keep_their_failures(void **state)
+{
+    (void)state;
+    sim_params p = rl_simple(1, 1, 1, 1); /* acts on nothing */
+    p.fail_at = NULL;
+    p.nfail_at = 0;
+    p.warn_lead_fixed = 0;
+    p.nodes = p.units = 64;
+    p.spares = 64;
+    p.repair_s = 3600;
+    p.rate_per_node_s = 1.0 / (64 * 1000.0);
+    p.warn_recall = 0.5;
+    p.warn_lead_s = 600;
+    p.recovery = SIM_SHRINK;
+    p.work_s = 2e6;
+    ai_rng rng;
+    ai_rng_seed(&rng, 6);
+    sim_result r;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_true(r.interruptions > 1000);
+    double ratio = (double)r.warnings_true / r.interruptions;
+    if (fabs(ratio - 0.5) > 0.03)
+        fail_msg("%ld warnings for %ld failures: %.3f, want 0.5", r.warnings_true, r.interruptions,
+                 ratio);
+}
+
+static void test_rl_exclude_and_checkpoint(void **state)
+{
+    (void)state;
+    ai_rng rng;
+    ai_rng_seed(&rng, 4);
+    sim_result r;
+    /* No spare: excluded at 400 (shrink 2 s), 3 of 4 units run from 402;
+     * the node is repaired at 700, joins at 720 and the grow ends at 724:
+     * 318 s x 0.75 = 238.5 s of compute by 720, 361.5 s left after 724. */
+    sim_params p = rl_simple(0, 0, 0, 1);
+    p.spares = 0;
+    p.repair_s = 300;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.excludes, 1);
+    assert_int_equal(r.averted, 1);
+    assert_int_equal(r.interruptions, 0);
+    assert_near(r.degraded_s, 318, 1e-9);
+    assert_near(r.down_s, 6, 1e-9);
+    assert_near(r.wall_s, 1085.5, 1e-9);
+    /* Checkpoint now (the one spare kept in reserve, no exclusion): the
+     * checkpoint at 400 ends at 410, the failure at 500 loses 90 s, the
+     * restart takes 25 s and 600 s of compute remain. */
+    p = rl_simple(0, 1, 1, 0);
+    p.spares = 1;
+    p.ckpt_block_s = 10;
+    assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+    assert_int_equal(r.drains + r.excludes, 0);
+    assert_int_equal(r.checkpoints, 1);
+    assert_near(r.lost_s, 90, 1e-9);
+    assert_near(r.wall_s, 1125, 1e-9);
+}
+
+/* Cross-entropy training finds the drains when warnings are good, is
+ * deterministic, and what it learned holds on seeds it never saw. */
+static void test_rl_training(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    p.nodes = p.units = 64;
+    p.spares = 8;
+    p.repair_s = 3600;
+    p.rate_per_node_s = 1.0 / (64 * 7200.0); /* job MTBF 2 h */
+    p.ckpt_block_s = 20;
+    p.restart_s = 300;
+    p.work_s = 2e5;
+    p.warn_recall = 0.5;
+    p.warn_lead_s = 600;
+    p.warn_separation = 1;
+    p.false_per_s = 0.5 / 7200 * (0.1 / 0.9); /* precision 0.9 */
+    p.interval_s = sim_daly_interval(20, 7200);
+    sim_rl_train_opts o = {11, 6, 4, 12, 3};
+    double train, base, train2, base2;
+    assert_int_equal(sim_rl_train(&p, &o, &train, &base), AI_OK);
+    double theta[SIM_RL_NPARAM];
+    memcpy(theta, p.rl_theta, sizeof theta);
+    assert_int_equal(sim_rl_train(&p, &o, &train2, &base2), AI_OK);
+    assert_true(train == train2 && base == base2);
+    assert_memory_equal(theta, p.rl_theta, sizeof theta);
+    if (!(train > base + 0.01))
+        fail_msg("trained ETTR %.4f against Young/Daly's %.4f on the training runs", train, base);
+    /* Held out: seeds of another domain, the policy against Young/Daly. */
+    double sum[2] = {0, 0};
+    long averted = 0;
+    for (int rl = 0; rl < 2; rl++) {
+        p.rl = rl;
+        for (int i = 0; i < 20; i++) {
+            ai_rng rng;
+            ai_rng_seed(&rng, 1000 + (uint64_t)i);
+            sim_result r;
+            assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
+            sum[rl] += r.useful_s / r.wall_s;
+            averted += r.averted;
+        }
+    }
+    if (!(sum[1] / 20 > sum[0] / 20 + 0.01 && averted > 0))
+        fail_msg("held out: rl %.4f, Young/Daly %.4f, %ld averted", sum[1] / 20, sum[0] / 20,
+                 averted);
+}
+
+/* The failure predictor on a synthetic trace: nodes 0-2 fail every 4
+ * days from day 1 (repeat offenders), nodes 3-19 once, on day 10 k + 0.5;
+ * 30 nodes in all. The trace ends on day 197 and is split at 98.5: the
+ * 14 test windows of 7 days hold every offender (3 x 14) and the single
+ * faults of days 100.5 to 190.5 (10): 52 failing node-windows of 420. */
+static void test_predict_synthetic(void **state)
+{
+    (void)state;
+    json_t *tr = json_array();
+    for (int n = 0; n < 20; n++)
+        for (double t = n < 3 ? 1 : 10 * n + 0.5; t <= 197; t += n < 3 ? 4 : 1e9) {
+            char id[16];
+            snprintf(id, sizeof id, "node-%d", n);
+            json_array_append_new(tr, json_pack("{ss sf ss s{ss}}", "node_id", id, "event_time", t,
+                                                "event_type", "fault_start", "fault_type", "Level",
+                                                n < 3 ? "Hardware Failure" : "Software Failure"));
+            json_array_append_new(tr, json_pack("{ss sf ss}", "node_id", id, "event_time", t + 0.1,
+                                                "event_type", "fault_end"));
+        }
+    sim_predict_opts o = {30, 7, 0.5, 3};
+    sim_predict_result r;
+    assert_int_equal(sim_predict(tr, "synthetic", &o, &r), AI_OK);
+    assert_int_equal(r.faults, 3 * 50 + 17);
+    assert_int_equal(r.nodes, 30);
+    assert_int_equal(r.nodes_failing, 20);
+    assert_near(r.end_days, 197.1, 1e-9);
+    assert_int_equal(r.test_times, 14);
+    assert_int_equal(r.test_rows, 420);
+    assert_int_equal(r.test_positives, 52);
+    /* The top 3 per window are the offenders, by the model and by the
+     * fault count alike. */
+    assert_near(r.precision_model, 1, 1e-12);
+    assert_near(r.recall_model, 42.0 / 52, 1e-12);
+    assert_near(r.precision_baseline, 1, 1e-12);
+    if (!(r.auc_model > 0.85 && r.auc_baseline > 0.85))
+        fail_msg("AUC %.3f (model), %.3f (baseline)", r.auc_model, r.auc_baseline);
+    /* Errors name the trace and the event. */
+    json_array_append_new(tr, json_pack("{ss}", "node_id", "x"));
+    assert_int_equal(sim_predict(tr, "synthetic", &o, &r), AI_ERR_INVALID);
+    assert_non_null(strstr(ai_last_error(), "synthetic: ["));
+    json_decref(tr);
+    tr = json_array();
+    assert_int_equal(sim_predict(tr, "empty", &o, &r), AI_ERR_INVALID);
+    json_decref(tr);
+}
+
+/* The real trace (InfiniteHBD, beside the repository as shared/data), if
+ * it is there. */
+static void test_predict_infinitehbd(void **state)
+{
+    (void)state;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/../shared/data/infinitehbd/fault_trace.json", src_dir());
+    if (access(path, R_OK) != 0)
+        skip();
+    sim_predict_opts o = {400, 7, 0.5, 10};
+    sim_predict_result r;
+    assert_int_equal(sim_predict_file(path, &o, &r), AI_OK);
+    assert_int_equal(r.faults, 584);
+    assert_int_equal(r.nodes_failing, 231);
+    /* Better than chance, and than the nodes that failed most so far. */
+    if (!(r.auc_model > 0.6 && r.precision_model > 2 * r.precision_baseline))
+        fail_msg("AUC %.3f (baseline %.3f), precision@10 %.3f (baseline %.3f)", r.auc_model,
+                 r.auc_baseline, r.precision_model, r.precision_baseline);
+}
+
+/* Replaying a measured run: one failure at 255 s under a live shrink, no
+ * spare; the node is back once 500 s of compute are done, and the shrunk
+ * group steps in 12.5 s instead of 10 (capacity 0.8, not 3/4). Half a
+ * step (5 s) is redone, down 5 + 2 s; from 262 s at 0.8 the progress
+ * reaches 500 at 574.5 s, the joiner is ready 20 s later (516 s done),
+ * the grow ends at 598.5 s and 484 s of compute remain. */
+static void test_replay_rejoin(void **state)
+{
+    (void)state;
+    sim_params p = simple();
+    static const double at[] = {255};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.recovery = SIM_SHRINK;
+    p.spares = 0;
+    p.rejoin_at_work_s = 500;
+    p.shrunk_step_s = 12.5;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_int_equal(r.interruptions, 1);
+    assert_near(r.lost_s, 5, 1e-9);
+    assert_near(r.down_s, 11, 1e-9);
+    assert_near(r.degraded_s, 332.5, 1e-9);
+    assert_near(r.wall_s, 1082.5, 1e-9);
+}
+
 static void test_formulas(void **state)
 {
     (void)state;
@@ -465,6 +753,29 @@ static void test_cli(void **state)
     snprintf(args, sizeof args, "%s --tokens 1e12 --runs 2 --policy learned --json", specs);
     assert_int_equal(run_sim(args, out, sizeof out), 0);
     assert_non_null(strstr(out, "\"policy\": \"learned\""));
+    /* rl: trained, then evaluated; the telemetry as delivered keeps the
+     * spec's precision. */
+    char rel[] = "/tmp/test_sim_rel_XXXXXX";
+    int fd = mkstemp(rel);
+    assert_true(fd >= 0);
+    const char *rtext = "{\"warn_recall\": 0.5, \"warn_precision\": 0.9, \"warn_separation\": 1}";
+    assert_true(write(fd, rtext, strlen(rtext)) == (ssize_t)strlen(rtext));
+    close(fd);
+    snprintf(args, sizeof args,
+             "%s --days 20 --runs 4 --policy rl --rl-train-runs 2 --rl-iters 2 --reliability %s --json",
+             specs, rel);
+    rc = run_sim(args, out, sizeof out);
+    unlink(rel);
+    assert_int_equal(rc, 0);
+    d = json_loads(out, 0, &e);
+    if (!d)
+        fail_msg("not JSON: %s", out);
+    json_t *w = json_object_get(d, "warnings");
+    double prec = json_real_value(json_object_get(w, "precision"));
+    if (!(prec > 0.8 && prec < 0.97))
+        fail_msg("delivered precision %.3f for a spec of 0.9: %s", prec, out);
+    assert_non_null(json_object_get(json_object_get(d, "rl"), "policy"));
+    json_decref(d);
     snprintf(args, sizeof args, "%s --policy daly", specs);
     assert_int_equal(run_sim(args, out, sizeof out), 2);
     assert_non_null(strstr(out, "young-daly"));
@@ -477,6 +788,12 @@ static void test_cli(void **state)
     assert_non_null(strstr(out, "policy none"));
     snprintf(args, sizeof args, "%s --tokens 1e12 --days 3", specs);
     assert_int_equal(run_sim(args, out, sizeof out), 2);
+    snprintf(args, sizeof args, "%s --tokens 1e12 --fail-at-step 50", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "measured step time"));
+    snprintf(args, sizeof args, "predict --trace examples/llama3-405b/model.json");
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "model.json: a fault trace is a JSON array"));
 }
 
 int main(void)
@@ -489,6 +806,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_checkpoint, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_oracle_loses_nothing, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_learned_policy, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_rl_drain, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_rl_exclude_and_checkpoint, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_rl_swap_while_down, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_warnings_keep_their_failures, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_rl_training, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_predict_synthetic, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_predict_infinitehbd, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_replay_rejoin, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_formulas, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_monte_carlo_vs_first_order, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_llama3_fidelity, cmdtest_setup, cmdtest_teardown),

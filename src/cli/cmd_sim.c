@@ -2,9 +2,10 @@
  * autoinfra sim: whole training runs under failures (docs/sim.md).
  *
  *   autoinfra sim --cluster C --model M --training T [--reliability R]
- *                 [--tokens N | --days D] [--policy none|young-daly|learned|oracle]
+ *                 [--tokens N | --days D] [--policy none|young-daly|learned|oracle|rl]
  *                 [--checkpoint-every MINUTES] [--recovery restart|shrink]
  *                 [--step-time S] [--runs N] [--seed S] [--json]
+ *   autoinfra sim predict --trace FILE [...]   (failing nodes from a fault trace)
  */
 #include "autoinfra.h"
 #include "cli.h"
@@ -19,22 +20,30 @@ static void sim_usage(FILE *out)
     fprintf(out,
             "usage: autoinfra sim --cluster C.json --model M.json --training T.json\n"
             "                     [--reliability R.json] [--tokens N | --days D]\n"
-            "                     [--policy none|young-daly|oracle|learned] [--checkpoint-every MIN]\n"
+            "                     [--policy none|young-daly|oracle|learned|rl] [--checkpoint-every MIN]\n"
             "                     [--recovery restart|shrink] [--step-time S]\n"
-            "                     [--runs N] [--seed S] [--json]\n"
+            "                     [--runs N] [--seed S] [--rl-train-runs N] [--rl-iters N] [--json]\n"
             "\n"
             "  --reliability    failure rates, recovery and checkpoint costs (docs/formats.md);\n"
             "                   default: Llama 3's interruption rate and causes\n"
             "  --tokens N       train N tokens (default: the training spec's tokens)\n"
             "  --days D         simulate D days of wall time instead\n"
             "  --policy         checkpoint policy (default young-daly); learned: a failure\n"
-            "                   predictor on simulated telemetry decides (docs/sim.md)\n"
+            "                   predictor on simulated telemetry decides; rl: a policy that\n"
+            "                   drains, excludes or checkpoints on warnings, trained first by\n"
+            "                   cross-entropy search on runs of other seeds (docs/sim.md)\n"
+            "  --rl-train-runs N, --rl-iters N  policy rl: runs per candidate (16), generations (8)\n"
+            "  --fail-at-step N [--rejoin-at-step M] [--shrunk-step-time S]  replay one measured\n"
+            "                   run: one failure in step N, the node back at step M, the shrunk\n"
+            "                   group's step time (with --step-time, policy none)\n"
             "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
             "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
             "                   and go on on fewer devices until a spare joins\n"
             "  --step-time S    a measured step time in seconds (the planner is not run)\n"
             "  --runs N         Monte Carlo runs (default 100)   --seed S (default 1)\n"
-            "  --json           machine-readable output\n");
+            "  --json           machine-readable output\n"
+            "\n"
+            "       autoinfra sim predict --trace FILE ...   failing nodes from a fault trace\n");
 }
 
 static int parse_pos(const char *flag, const char *text, double *out)
@@ -49,8 +58,80 @@ static int parse_pos(const char *flag, const char *text, double *out)
     return 0;
 }
 
+/* autoinfra sim predict --trace FILE [--nodes N] [--window-days W]
+ *                       [--train-share F] [--top K] [--json] */
+static int sim_predict_main(int argc, char **argv)
+{
+    const char *trace = NULL;
+    ai_sim_predict_options o = {0, 0, 0, 0};
+    int as_json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        int m;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            printf("usage: autoinfra sim predict --trace FILE [--nodes N] [--window-days W]\n"
+                   "                             [--train-share F] [--top K] [--json]\n"
+                   "  which nodes fail within W days (7), from their fault history: fitted on\n"
+                   "  the first F of the trace (0.5), measured on the rest against the nodes\n"
+                   "  that failed most so far; K nodes flagged per window (10); N: the\n"
+                   "  cluster's nodes, those never failing included (default: the trace's)\n");
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            as_json = 1;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--trace", &v)) != 0) {
+            if (m < 0)
+                goto missing;
+            trace = v;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--nodes", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.nodes))
+                goto bad;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--top", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.topk))
+                goto bad;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--window-days", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.window_days))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--train-share", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.train_share))
+                return 2;
+            if (o.train_share >= 1) {
+                fprintf(stderr, "autoinfra sim predict: --train-share %s: want 0 < F < 1\n", v);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "autoinfra sim predict: unknown argument '%s'\n", a);
+            return 2;
+        }
+        continue;
+    missing:
+        fprintf(stderr, "autoinfra sim predict: %s needs a value\n", a);
+        return 2;
+    bad:
+        fprintf(stderr, "autoinfra sim predict: %s '%s': expected a positive integer\n", a,
+                v ? v : "");
+        return 2;
+    }
+    if (!trace) {
+        fprintf(stderr, "autoinfra sim predict: --trace FILE is required\n");
+        return 2;
+    }
+    char *text = NULL;
+    ai_status_t st = ai_sim_predict(trace, &o, as_json, &text);
+    if (st != AI_OK) {
+        fprintf(stderr, "autoinfra sim predict: %s\n", ai_last_error());
+        return st == AI_ERR_NOMEM ? 1 : 2;
+    }
+    fputs(text, stdout);
+    if (as_json)
+        fputc('\n', stdout);
+    free(text);
+    return 0;
+}
+
 int cli_sim_main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "predict"))
+        return sim_predict_main(argc - 1, argv + 1);
     const char *cpath = NULL, *mpath = NULL, *tpath = NULL, *rpath = NULL;
     ai_sim_options o;
     memset(&o, 0, sizeof o);
@@ -125,6 +206,25 @@ int cli_sim_main(int argc, char **argv)
         } else if ((m = cli_match_opt(argc, argv, &i, "--runs", &v)) != 0) {
             if (m < 0 || cli_parse_int(v, 1, 10000000, &o.runs)) {
                 fprintf(stderr, "autoinfra sim: --runs '%s': expected 1..10000000\n", v ? v : "");
+                return 2;
+            }
+        } else if ((m = cli_match_opt(argc, argv, &i, "--fail-at-step", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.fail_at_step))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--rejoin-at-step", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.rejoin_at_step))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--shrunk-step-time", &v)) != 0) {
+            if (m < 0 || parse_pos(a, v, &o.shrunk_step_time_s))
+                return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--rl-train-runs", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 100000, &o.rl_train_runs)) {
+                fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");
+                return 2;
+            }
+        } else if ((m = cli_match_opt(argc, argv, &i, "--rl-iters", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 1000, &o.rl_iters)) {
+                fprintf(stderr, "autoinfra sim: --rl-iters '%s': expected 1..1000\n", v ? v : "");
                 return 2;
             }
         } else if ((m = cli_match_opt(argc, argv, &i, "--seed", &v)) != 0) {

@@ -43,6 +43,7 @@ typedef struct sim_reliability {
     /* Simulated telemetry for the learned policy. */
     double warn_recall, warn_lead_s, warn_separation, warn_window_s;
     double false_alarms_per_node_day;
+    double warn_precision;        /* > 0: false alarms set so that this share of warnings is true */
     int ncauses;
     sim_cause causes[SIM_MAX_CAUSES];
 } sim_reliability;
@@ -78,6 +79,13 @@ typedef struct sim_params {
     double warn_window_s; /* a warning counts as right when a failure follows within it */
     double false_per_s;   /* false alarms per second, whole job */
     double mtbf_s;        /* learned: the MTBF of the failures that roll the job back */
+    int warn_lead_fixed;  /* tests: every warning exactly warn_lead_s before its failure */
+    /* The action policy (sim_rl.c): on each warning drain the node onto a
+     * spare, exclude it (shrink without a spare), checkpoint, or nothing;
+     * checkpoints every interval_s x its multiplier. rl_theta holds its
+     * SIM_RL_NPARAM parameters, each in [0, 1] (sim_rl_decode). */
+    int rl;
+    double rl_theta[8];
     sim_recovery recovery;
     int spares;
     double repair_s;
@@ -89,6 +97,12 @@ typedef struct sim_params {
     const double *fail_at;
     int nfail_at;
     double max_wall_s;    /* give up past this wall time (unfinished); 0: 1000 x work_s */
+    /* Replaying a measured run: > 0, the first node in repair is back as a
+     * spare when the progress reaches this (a rank restarted at a step);
+     * and the step time while shrunk (capacity step_s / shrunk_step_s
+     * instead of replicas left / replicas). */
+    double rejoin_at_work_s;
+    double shrunk_step_s;
 } sim_params;
 
 typedef struct sim_result {
@@ -102,10 +116,60 @@ typedef struct sim_result {
     double down_s;        /* detection, restart, shrink, grow, waiting for nodes */
     double degraded_s;    /* running below full scale (live shrink) */
     long by_cause[SIM_MAX_CAUSES];
+    long warnings_true, warnings_false; /* telemetry raised (learned, rl) */
+    long drains, excludes; /* rl: warned nodes swapped for a spare, or dropped */
+    long averted;         /* failures that struck a node already drained or excluded */
 } sim_result;
 
 /* One run. The RNG is only read when failures are random. */
 ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out);
+
+/* The action policy's parameters, decoded from theta in [0, 1]^NPARAM. */
+#define SIM_RL_NPARAM 6
+typedef struct sim_rl_policy {
+    double drain_score;   /* drain a warned node onto a spare when its score is at least this */
+    double reserve;       /* ... and more than this share of the spares is free */
+    double exclude_score; /* else exclude it (shrink by its unit) at this score */
+    double ckpt_score;    /* else checkpoint now at this score ... */
+    double ckpt_stake;    /* ... when the compute since the last one is this many checkpoint costs */
+    double interval_mult; /* periodic interval: the base interval times this */
+} sim_rl_policy;
+void sim_rl_decode(const double *theta, sim_rl_policy *out);
+
+/* Cross-entropy policy search (sim_rl.c): trains p's rl_theta on `runs`
+ * simulated runs per candidate, drawn from a seed domain disjoint from
+ * the evaluation's ((seed, i, 1) hashed against (seed, i)); `iters`
+ * generations of `pop` candidates, the best `elite` refit a Gaussian.
+ * Deterministic for a seed. Writes the best theta found and its mean
+ * ETTR over the training runs. */
+typedef struct sim_rl_train_opts {
+    uint64_t seed;
+    int runs, iters, pop, elite;
+} sim_rl_train_opts;
+ai_status_t sim_rl_train(sim_params *p, const sim_rl_train_opts *o, double *train_ettr,
+                         double *baseline_ettr);
+
+/* Failing nodes from a fault trace (sim_predict.c, docs/sim.md). */
+#define SIM_PREDICT_NFEAT 5
+typedef struct sim_predict_opts {
+    int nodes;           /* the cluster's nodes (those never failing have no events) */
+    double window_days;  /* predict a fault within the next window */
+    double train_share;  /* fit on the first share of the trace's span */
+    int topk;            /* flag this many nodes per window */
+} sim_predict_opts;
+typedef struct sim_predict_result {
+    int nodes, nodes_failing, faults;
+    double end_days, split_days;
+    int train_times, test_times;
+    long test_rows, test_positives; /* (node, window) pairs measured; those with a fault */
+    double coef[SIM_PREDICT_NFEAT]; /* bias, log1p faults, log1p faults in 30 days,
+                                     * recency exp(-days since the last / 30), log1p hardware */
+    double auc_model, auc_baseline; /* NAN when the test part has one class only */
+    double precision_model, recall_model, precision_baseline, recall_baseline; /* top k */
+} sim_predict_result;
+ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts *o,
+                        sim_predict_result *out);
+ai_status_t sim_predict_file(const char *path, const sim_predict_opts *o, sim_predict_result *out);
 
 /* Checkpoint intervals (compute between checkpoints) for checkpoint cost
  * delta and MTBF m: Young 1974, sqrt(2 delta m); Daly 2006's higher-order

@@ -46,13 +46,13 @@ void ai_reliability_destroy(ai_reliability *rel) { free(rel); }
 
 ai_status_t ai_sim_policy_parse(const char *name, ai_sim_policy *out)
 {
-    static const char *const names[] = {"none", "young-daly", "oracle", "learned"};
-    for (int i = 0; i < 4; i++)
+    static const char *const names[] = {"none", "young-daly", "oracle", "learned", "rl"};
+    for (int i = 0; i < 5; i++)
         if (name && !strcasecmp(name, names[i])) {
             *out = (ai_sim_policy)i;
             return AI_OK;
         }
-    return ai_fail(AI_ERR_INVALID, "policy '%s': want none, young-daly, oracle or learned",
+    return ai_fail(AI_ERR_INVALID, "policy '%s': want none, young-daly, oracle, learned or rl",
                    name ? name : "(null)");
 }
 
@@ -62,7 +62,8 @@ static const char *policy_name(ai_sim_policy p)
     case AI_SIM_POLICY_NONE: return "none";
     case AI_SIM_POLICY_YOUNG_DALY: return "young-daly";
     case AI_SIM_POLICY_ORACLE: return "oracle";
-    default: return "learned";
+    case AI_SIM_POLICY_LEARNED: return "learned";
+    default: return "rl";
     }
 }
 
@@ -86,7 +87,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
 {
     if (!cluster || !model || !training || !opts || !out)
         return ai_fail(AI_ERR_INVALID, "ai_sim: NULL argument");
-    if ((unsigned)opts->policy > AI_SIM_POLICY_LEARNED)
+    if ((unsigned)opts->policy > AI_SIM_POLICY_RL)
         return ai_fail(AI_ERR_INVALID, "ai_sim: unknown policy %d", (int)opts->policy);
     if (opts->checkpoint_every_min < 0 || !isfinite(opts->checkpoint_every_min))
         return ai_fail(AI_ERR_INVALID, "checkpoint interval %g min: want > 0",
@@ -194,6 +195,8 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         p.oracle = 1;
     else if (opts->policy == AI_SIM_POLICY_LEARNED)
         p.learned = 1;
+    else if (opts->policy == AI_SIM_POLICY_RL)
+        p.interval_s = isfinite(daly_s) ? AI_MAX(daly_s, persist_s) : 0; /* the base, scaled */
     else
         p.interval_s = opts->checkpoint_every_min * 60;
     p.warn_recall = r.warn_recall;
@@ -201,12 +204,53 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     p.warn_separation = r.warn_separation;
     p.warn_window_s = r.warn_window_s;
     p.false_per_s = r.false_alarms_per_node_day * nodes / 86400.0;
+    if (r.warn_precision > 0) {
+        /* False alarms at the rate that makes this share of warnings true:
+         * true ones come at recall x the rate of the causes that warn. */
+        double warn_share = 0;
+        for (int i = 0; i < r.ncauses; i++)
+            warn_share += r.causes[i].needs_repair ? r.causes[i].share / tot : 0;
+        double true_per_s = r.warn_recall * warn_share * rate_node_s * nodes;
+        p.false_per_s = true_per_s * (1 - r.warn_precision) / r.warn_precision;
+    }
     p.mtbf_s = rb_mtbf_s;
     if (opts->days > 0)
         p.horizon_s = opts->days * 86400;
     else
         p.work_s = tokens / tokens_per_s;
 
+    /* The rl policy is trained first, on runs of its own seed domain. */
+    sim_rl_train_opts ro = {opts->seed, opts->rl_train_runs > 0 ? opts->rl_train_runs : 16,
+                            opts->rl_iters > 0 ? opts->rl_iters : 8, 16, 4};
+    double rl_train = 0, rl_base = 0, rl_train_s = 0;
+    if (opts->policy == AI_SIM_POLICY_RL) {
+        double t1 = ai_now();
+        ai_status_t st = sim_rl_train(&p, &ro, &rl_train, &rl_base);
+        rl_train_s = ai_now() - t1;
+        if (st != AI_OK)
+            return ai_fail_prefix(st, "training the rl policy");
+    }
+
+    double eff_interval_s = p.interval_s; /* the periodic interval actually used */
+    if (p.rl) {
+        sim_rl_policy pol;
+        sim_rl_decode(p.rl_theta, &pol);
+        eff_interval_s *= pol.interval_mult;
+    }
+    /* Replaying a measured run: one failure mid-step fail_at_step (with
+     * no checkpoint before it, compute and wall time agree there). */
+    double fail_at[1];
+    if (opts->fail_at_step > 0 || opts->rejoin_at_step > 0 || opts->shrunk_step_time_s > 0) {
+        if (!(opts->step_time_s > 0) || !(opts->fail_at_step >= 1) || p.interval_s > 0 || p.oracle ||
+            p.learned || p.rl || opts->days > 0)
+            return ai_fail(AI_ERR_INVALID, "replaying a failure at a step needs a measured step "
+                                           "time, a token count, and no checkpoint policy (none)");
+        fail_at[0] = (opts->fail_at_step - 0.5) * step_s;
+        p.fail_at = fail_at;
+        p.nfail_at = 1;
+        p.rejoin_at_work_s = opts->rejoin_at_step * step_s;
+        p.shrunk_step_s = opts->shrunk_step_time_s;
+    }
     int runs = opts->runs < 1 ? 1 : opts->runs;
     double *ettr = malloc(sizeof(double) * (size_t)runs);
     double *days = malloc(sizeof(double) * (size_t)runs);
@@ -217,6 +261,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     }
     double sum_wall = 0, sum_useful = 0, sum_ckpt_s = 0, sum_lost = 0, sum_down = 0, sum_degr = 0;
     long sum_int = 0, sum_ckpts = 0, by_cause[SIM_MAX_CAUSES] = {0};
+    long sum_wt = 0, sum_wf = 0, sum_drains = 0, sum_excl = 0, sum_avert = 0;
     int finished = 0;
     double t0 = ai_now();
     for (int i = 0; i < runs; i++) {
@@ -243,6 +288,11 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         sum_down += res.down_s;
         sum_degr += res.degraded_s;
         finished += res.finished;
+        sum_wt += res.warnings_true;
+        sum_wf += res.warnings_false;
+        sum_drains += res.drains;
+        sum_excl += res.excludes;
+        sum_avert += res.averted;
         for (int k = 0; k < p.ncauses; k++)
             by_cause[k] += res.by_cause[k];
     }
@@ -267,7 +317,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     s->days_ci95[0] = s->days_mean - half;
     s->days_ci95[1] = s->days_mean + half;
     s->goodput_tokens_per_s = sum_wall > 0 ? sum_useful * tokens_per_s / sum_wall : 0;
-    s->checkpoint_every_min = p.interval_s / 60;
+    s->checkpoint_every_min = eff_interval_s / 60;
     s->checkpoint_s = block_s;
     s->step_time_s = step_s;
     s->tokens_per_s = tokens_per_s;
@@ -277,9 +327,9 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
      * half a step redone, the grow, and a replica missing until a spare
      * is ready. */
     s->ettr_first_order = 0;
-    if (p.interval_s > 0) {
+    if (eff_interval_s > 0 && !p.rl) { /* the form knows no drains or exclusions */
         s->ettr_first_order =
-            sim_ettr_first_order(p.interval_s, block_s, p.detect_s + p.restart_s, rb_mtbf_s);
+            sim_ettr_first_order(eff_interval_s, block_s, p.detect_s + p.restart_s, rb_mtbf_s);
         if (shrinks && rb_share < 1)
             s->ettr_first_order -= (p.detect_s + p.shrink_s + step_s / 2 + p.grow_s +
                                     p.join_s / p.units) *
@@ -337,6 +387,31 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         json_array_append_new(causes, json_pack("{ss sf}", "cause", r.causes[k].name, "mean",
                                                 (double)by_cause[k] / runs));
     json_object_set_new(d, "interruptions_by_cause", causes);
+    if (p.learned || p.rl) {
+        /* The telemetry as delivered: precision over all warnings, recall
+         * over all failures (those averted included). */
+        long wt = sum_wt, all = sum_wt + sum_wf, fails = sum_int + sum_avert;
+        json_object_set_new(d, "warnings",
+                            json_pack("{sf sf so so}", "true_mean", (double)wt / runs, "false_mean",
+                                      (double)sum_wf / runs, "precision",
+                                      all > 0 ? json_real((double)wt / all) : json_null(), "recall",
+                                      fails > 0 ? json_real((double)wt / fails) : json_null()));
+    }
+    if (p.rl) {
+        sim_rl_policy pol;
+        sim_rl_decode(p.rl_theta, &pol);
+        json_object_set_new(
+            d, "rl",
+            json_pack("{si si si sf sf sf s{sf sf sf sf sf sf} sf sf sf sf}", "train_runs", ro.runs,
+                      "iterations", ro.iters, "population", ro.pop, "train_ettr", rl_train,
+                      "train_ettr_young_daly", rl_base, "train_s", rl_train_s, "policy",
+                      "drain_score", pol.drain_score, "reserve", pol.reserve, "exclude_score",
+                      pol.exclude_score, "checkpoint_score", pol.ckpt_score, "checkpoint_stake",
+                      pol.ckpt_stake, "interval_mult", pol.interval_mult, "drains_mean",
+                      (double)sum_drains / runs, "excludes_mean", (double)sum_excl / runs,
+                      "averted_mean", (double)sum_avert / runs, "base_interval_min",
+                      p.interval_s / 60));
+    }
     json_object_set_new(d, "plan_s", json_real(plan_s));
     json_object_set_new(d, "sim_s", json_real(sim_s));
     rep->doc = d;
@@ -407,6 +482,27 @@ ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out)
             json_real_value(json_object_get(th, "checkpoint")),
             json_real_value(json_object_get(th, "lost")), json_real_value(json_object_get(th, "down")),
             json_real_value(json_object_get(th, "degraded")));
+    json_t *rl = json_object_get(d, "rl");
+    if (rl) {
+        json_t *pol = json_object_get(rl, "policy");
+        fprintf(f,
+                "  rl policy     drain at score >= %.3g with > %.3g of spares free, exclude at >= %.3g,\n"
+                "                checkpoint at >= %.3g with %.3g costs at stake, interval x %.3g;\n"
+                "                per run %.3g drains, %.3g excludes, %.3g failures averted;\n"
+                "                trained in %.3g s: ETTR %.4f on its runs (Young/Daly %.4f)\n",
+                json_real_value(json_object_get(pol, "drain_score")),
+                json_real_value(json_object_get(pol, "reserve")),
+                json_real_value(json_object_get(pol, "exclude_score")),
+                json_real_value(json_object_get(pol, "checkpoint_score")),
+                json_real_value(json_object_get(pol, "checkpoint_stake")),
+                json_real_value(json_object_get(pol, "interval_mult")),
+                json_real_value(json_object_get(rl, "drains_mean")),
+                json_real_value(json_object_get(rl, "excludes_mean")),
+                json_real_value(json_object_get(rl, "averted_mean")),
+                json_real_value(json_object_get(rl, "train_s")),
+                json_real_value(json_object_get(rl, "train_ettr")),
+                json_real_value(json_object_get(rl, "train_ettr_young_daly")));
+    }
     fprintf(f, "  simulated in  %.3g s (planning %.3g s)\n", s->sim_s, s->plan_s);
     if (fclose(f) != 0 || !buf) {
         free(buf);

@@ -83,6 +83,12 @@ typedef struct state {
     int fail_i;
     repair_q rq;
     learner lr;
+    sim_rl_policy pol;    /* rl: the decoded action policy */
+    double drain_at;      /* rl: a drain's spare is ready (< 0: none in flight) */
+    int drain_true;       /* ... and the drained node is the one the next failure strikes */
+    int warned_fired;     /* the next failure's warning has been raised */
+    int rejoined;         /* rejoin_at_work_s has been reached */
+    double cur_rate;      /* the job's failure rate the next failure was drawn at */
     sim_result r;
 } state;
 
@@ -114,18 +120,43 @@ static void draw_warning(state *s);
 static void draw_next_fail(state *s)
 {
     const sim_params *p = s->p;
+    s->drain_true = 0; /* a node being drained is no longer the one that fails next */
+    s->warned_fired = 0;
     if (p->fail_at)
         s->next_fail = s->fail_i < p->nfail_at ? p->fail_at[s->fail_i] : INFINITY;
     else
-        s->next_fail = s->t + exp_draw(s->rng, job_rate(s));
+        s->next_fail = s->t + exp_draw(s->rng, s->cur_rate = job_rate(s));
     s->next_cause = 0;
     if (p->ncauses > 1) {
         double u = ai_rng_uniform(s->rng);
         while (s->next_cause < p->ncauses - 1 && u >= p->cause_cum[s->next_cause])
             s->next_cause++;
     }
-    if (p->learned)
+    if (p->learned || p->rl)
         draw_warning(s);
+}
+
+/* The job's rate changed (nodes joined or left): the next failure is drawn
+ * again at the new rate, memoryless, unless its warning was already
+ * raised: that failure stays, so that a warning raised is never left
+ * without the failure it announced. */
+static void redraw_for_rate(state *s)
+{
+    if (s->p->fail_at || s->warned_fired || !isfinite(s->next_fail))
+        return;
+    double rate = job_rate(s);
+    if (!(rate > 0)) {
+        s->next_fail = s->lr.warn_at = INFINITY;
+        return;
+    }
+    /* The residual of an exponential clock at rate r, scaled by r / r',
+     * is that of a clock at r': the failure and its cause stay, its time
+     * moves, its warning keeps its lead. */
+    double lead = s->next_fail - s->lr.warn_at;
+    s->next_fail = s->t + (s->next_fail - s->t) * s->cur_rate / rate;
+    s->cur_rate = rate;
+    if ((s->p->learned || s->p->rl) && isfinite(s->lr.warn_at))
+        s->lr.warn_at = s->next_fail - lead > s->t ? s->next_fail - lead : s->t;
 }
 
 /* ---- the learned policy ---- */
@@ -145,7 +176,7 @@ static void draw_warning(state *s)
     if (!isfinite(s->next_fail) || !p->cause_repair[s->next_cause] ||
         ai_rng_uniform(s->rng) >= p->warn_recall)
         return;
-    double lead = exp_draw(s->rng, 1 / p->warn_lead_s);
+    double lead = p->warn_lead_fixed ? p->warn_lead_s : exp_draw(s->rng, 1 / p->warn_lead_s);
     l->warn_at = s->next_fail - lead > s->t ? s->next_fail - lead : s->t;
     l->warn_score = pow(ai_rng_uniform(s->rng), 1 / p->warn_separation);
 }
@@ -240,7 +271,7 @@ static void take_spare(state *s)
 
 static void try_join(state *s)
 {
-    if (s->p->recovery != SIM_SHRINK || s->join_at >= 0)
+    if ((s->p->recovery != SIM_SHRINK && !s->p->rl) || s->join_at >= 0)
         return;
     int k = AI_MIN(s->missing_units, s->spares_free);
     if (k <= 0)
@@ -312,6 +343,10 @@ static void on_failure(state *s)
      * warning before a survived failure counts as a false alarm. */
     if (p->learned && rollback)
         learn_failure(s);
+    if (s->drain_at >= 0) { /* the swap in flight is abandoned; its spare goes back */
+        s->drain_at = -1;
+        s->spares_free++;
+    }
     if (shrink_mode) {
         if (repair) {
             s->active_units--;
@@ -406,12 +441,101 @@ static double ckpt_due(const state *s)
         return s->done > s->saved ? s->t : INFINITY; /* too late for a whole one: try */
     }
     double interval = p->interval_s;
+    if (p->rl)
+        interval *= s->pol.interval_mult;
     if (p->learned)
         interval = s->t < s->lr.alert_until ? s->lr.alert_interval_s : s->lr.interval_s;
     if (interval <= 0)
         return INFINITY;
     double left = interval - s->since;
     return s->t + (left > 0 ? left : 0);
+}
+
+/* ---- the action policy ---- */
+
+/* The node warned about leaves the job for repair (or inspection, after a
+ * false alarm: the policy cannot tell). When it was the node the next
+ * failure was to strike, that failure never reaches the job. */
+static void node_leaves(state *s, int was_true)
+{
+    repair_q *q = &s->rq;
+    if (q->n < q->cap) {
+        int tail = (q->head + q->n) % q->cap;
+        q->at[tail] = s->t + s->p->repair_s;
+        q->lemon[tail] = 0;
+        q->n++;
+    } else {
+        s->spares_free++; /* no room to track it: it is back at once */
+    }
+    if (was_true) {
+        s->r.averted++;
+        if (s->p->fail_at)
+            s->fail_i++;
+        draw_next_fail(s);
+    }
+}
+
+/* A warning of this score arrives now; was_true: it announces the next
+ * failure. The policy acts only while the job runs. */
+static void rl_on_warning(state *s, double score, int was_true)
+{
+    const sim_params *p = s->p;
+    const sim_rl_policy *q = &s->pol;
+    if ((s->ph == PH_DOWN || s->ph == PH_WAIT) && score >= q->drain_score && s->drain_at < 0 &&
+        s->spares_free > 0 && s->spares_free > q->reserve * p->spares) {
+        /* The job is down (a restart, shrink or grow rebuilds the group):
+         * the spare replaces the node in that same rebuild, at no cost of
+         * its own. */
+        take_spare(s);
+        s->r.drains++;
+        node_leaves(s, was_true);
+        return;
+    }
+    if (s->ph != PH_RUN)
+        return;
+    if (score >= q->drain_score && s->drain_at < 0 && s->spares_free > 0 &&
+        s->spares_free > q->reserve * p->spares) {
+        /* Drain: a spare is readied while the job runs (join_s), then the
+         * group swaps the node out and the spare in (a shrink and a grow),
+         * with no rollback. */
+        take_spare(s);
+        s->drain_at = s->t + p->join_s;
+        s->drain_true = was_true;
+        return;
+    }
+    if (score >= q->exclude_score && s->active_units > 1) {
+        /* Exclude: drop the node's unit now and go on shrunk until a
+         * spare (or a repaired node) joins. */
+        s->r.excludes++;
+        s->active_units--;
+        s->missing_units++;
+        node_leaves(s, was_true);
+        if (!was_true)
+            redraw_for_rate(s); /* fewer nodes: a lower rate from now on */
+        go_down(s, s->t + p->shrink_s);
+        try_join(s);
+        return;
+    }
+    double cost = p->ckpt_block_s + p->ckpt_persist_s;
+    if (score >= q->ckpt_score && s->done - s->saved >= q->ckpt_stake * cost)
+        ckpt_start(s);
+}
+
+/* The drain's spare is ready: swap at the next moment the job runs. */
+static void rl_drain(state *s)
+{
+    if (s->ph != PH_RUN) {
+        s->drain_at = s->t_up; /* after the stall in progress */
+        if (!isfinite(s->drain_at)) {
+            s->drain_at = -1;
+            s->spares_free++;
+        }
+        return;
+    }
+    s->drain_at = -1;
+    s->r.drains++;
+    node_leaves(s, s->drain_true);
+    go_down(s, s->t + s->p->shrink_s + s->p->grow_s);
 }
 
 ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
@@ -434,6 +558,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
     s.job_lemons = p->lemon_nodes;
     s.pending_at = -1;
     s.join_at = -1;
+    s.drain_at = -1;
     s.ph = PH_RUN;
     double lf = p->lemon_factor > 0 ? p->lemon_factor : 1;
     s.rn = p->rate_per_node_s * p->nodes / (p->nodes - p->lemon_nodes + lf * p->lemon_nodes);
@@ -456,10 +581,16 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         s.lr.interval_s = sim_daly_interval(p->ckpt_block_s + p->ckpt_persist_s, 2 * p->mtbf_s);
         s.lr.alert_until = -INFINITY;
     }
+    if (p->rl) {
+        sim_rl_decode(p->rl_theta, &s.pol);
+        s.lr.next_false = exp_draw(rng, p->false_per_s);
+    }
     draw_next_fail(&s);
 
     for (;;) {
         double cap = (double)s.active_units / p->units;
+        if (p->shrunk_step_s > 0 && s.active_units < p->units)
+            cap = p->step_s / p->shrunk_step_s;
         /* Candidate times. */
         double t_done = INFINITY, t_ck = INFINITY, t_phase = INFINITY;
         if (s.ph == PH_RUN) {
@@ -472,15 +603,20 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         double t_rep = s.rq.n > 0 ? s.rq.at[s.rq.head] : INFINITY;
         double t_join = s.join_at >= 0 ? s.join_at : INFINITY;
         double t_persist = s.pending_at >= 0 ? s.pending_at : INFINITY;
-        double t_warn = p->learned ? s.lr.warn_at : INFINITY;
-        double t_false = p->learned ? s.lr.next_false : INFINITY;
+        int warns = p->learned || p->rl;
+        double t_warn = warns ? s.lr.warn_at : INFINITY;
+        double t_false = warns ? s.lr.next_false : INFINITY;
+        double t_drain = s.drain_at >= 0 ? s.drain_at : INFINITY;
+        double t_rejoin = INFINITY;
+        if (p->rejoin_at_work_s > 0 && !s.rejoined && s.ph == PH_RUN && s.rq.n > 0)
+            t_rejoin = s.t + AI_MAX(0.0, p->rejoin_at_work_s - s.done) / cap;
         double t_fail = s.next_fail;
 
         /* On ties the earlier test wins: a checkpoint that completes
          * exactly when a failure strikes is kept. */
         double tn = t_done;
         int ev = 0; /* 0 done, 1 fail, 2 phase end, 3 ckpt start, 4 repair, 5 join, 6 persist,
-                     * 7 warning, 8 false alarm */
+                     * 7 warning, 8 false alarm, 9 drain's spare ready, 10 rejoin */
         if (t_phase < tn) { tn = t_phase; ev = 2; }
         if (t_persist < tn) { tn = t_persist; ev = 6; }
         if (t_fail < tn) { tn = t_fail; ev = 1; }
@@ -489,6 +625,8 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         if (t_join < tn) { tn = t_join; ev = 5; }
         if (t_warn < tn) { tn = t_warn; ev = 7; }
         if (t_false < tn) { tn = t_false; ev = 8; }
+        if (t_drain < tn) { tn = t_drain; ev = 9; }
+        if (t_rejoin < tn) { tn = t_rejoin; ev = 10; }
         int stop = 0;
         if (tn >= max_wall) {
             tn = max_wall;
@@ -532,7 +670,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
                 if (s.add_at_up > 0) {
                     s.active_units += s.add_at_up;
                     s.add_at_up = 0;
-                    draw_next_fail(&s); /* more nodes: a higher rate from now on */
+                    redraw_for_rate(&s); /* more nodes: a higher rate from now on */
                 }
             }
             break;
@@ -567,11 +705,30 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
             break;
         case 7:
             s.lr.warn_at = INFINITY;
-            on_warning(&s, s.lr.warn_score);
+            s.warned_fired = 1;
+            s.r.warnings_true++;
+            if (p->rl)
+                rl_on_warning(&s, s.lr.warn_score, 1);
+            else
+                on_warning(&s, s.lr.warn_score);
             break;
-        case 8:
+        case 8: {
             s.lr.next_false = s.t + exp_draw(rng, p->false_per_s);
-            on_warning(&s, 1 - pow(ai_rng_uniform(rng), 1 / p->warn_separation));
+            double score = 1 - pow(ai_rng_uniform(rng), 1 / p->warn_separation);
+            s.r.warnings_false++;
+            if (p->rl)
+                rl_on_warning(&s, score, 0);
+            else
+                on_warning(&s, score);
+            break;
+        }
+        case 9:
+            rl_drain(&s);
+            break;
+        case 10: /* the node first in repair is back now */
+            s.rejoined = 1;
+            s.rq.at[s.rq.head] = s.t;
+            on_repair(&s);
             break;
         }
     }

@@ -76,6 +76,7 @@ void sim_reliability_defaults(sim_reliability *r)
     r->warn_separation = 3;
     r->warn_window_s = 3600;
     r->false_alarms_per_node_day = 0.01;
+    r->warn_precision = 0;
     r->ncauses = (int)AI_ARRAY_LEN(llama3_causes);
     for (int i = 0; i < r->ncauses; i++) {
         snprintf(r->causes[i].name, sizeof r->causes[i].name, "%s", llama3_causes[i].name);
@@ -219,7 +220,7 @@ ai_status_t sim_reliability_from_json(json_t *doc, const char *path, sim_reliabi
         "failures_per_node_day", "restart_s", "shrink_s", "grow_s", "join_s", "detect_s",
         "checkpoint_write_s", "storage_GBps", "checkpoint_async", "host_copy_GBps", "spares",
         "repair_h", "lemon_nodes", "lemon_factor", "causes", "warn_recall", "warn_lead_s",
-        "warn_separation", "warn_window_s", "false_alarms_per_node_day"};
+        "warn_separation", "warn_window_s", "false_alarms_per_node_day", "warn_precision"};
     sim_reliability r;
     sim_reliability_defaults(&r);
     if (!json_is_object(doc))
@@ -245,7 +246,8 @@ ai_status_t sim_reliability_from_json(json_t *doc, const char *path, sim_reliabi
         (st = get_num(path, doc, "", "warn_separation", 1, 1000, &r.warn_separation)) != AI_OK ||
         (st = get_num(path, doc, "", "warn_window_s", 1, 1e7, &r.warn_window_s)) != AI_OK ||
         (st = get_num(path, doc, "", "false_alarms_per_node_day", 0, 1000,
-                      &r.false_alarms_per_node_day)) != AI_OK)
+                      &r.false_alarms_per_node_day)) != AI_OK ||
+        (st = get_num(path, doc, "", "warn_precision", 1e-3, 1, &r.warn_precision)) != AI_OK)
         return st;
     json_t *causes = json_object_get(doc, "causes");
     if (causes && !json_is_null(causes) && (st = parse_causes(path, causes, &r)) != AI_OK)
