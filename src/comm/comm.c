@@ -8,6 +8,7 @@
 #include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -404,7 +405,19 @@ ai_status_t comm_create_env(ai_comm **out)
         ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at 127.0.0.1:%d (set AUTOINFRA_ADDR "
                "for jobs spanning machines)", rv, cfg.store_port);
     }
-    cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
+    cfg.token = ai_env_str("AUTOINFRA_TOKEN", NULL);
+    if (!cfg.token) {
+        /* Ranks started by mpirun or srun share no secret but the job id,
+         * which anyone who can list the cluster's jobs knows. The job runs
+         * (every rank derives the same token), but rank 0 says so, once. */
+        static atomic_flag warned = ATOMIC_FLAG_INIT;
+        cfg.token = jobkey[0] ? jobkey : "autoinfra";
+        if (cfg.size > 1 && cfg.rank == 0 && !atomic_flag_test_and_set(&warned))
+            ai_log(AI_LOG_WARN, "AUTOINFRA_TOKEN is not set: the job token is %s, which others "
+                   "can guess and use to join this job; export AUTOINFRA_TOKEN=<a secret, e.g. "
+                   "from `openssl rand -hex 16`> to every rank (autoinfra launch does)",
+                   jobkey[0] ? "derived from the launcher's job id" : "the fixed default");
+    }
     ai_status_t st = env_settings(&cfg);
     return st == AI_OK ? comm_create(&cfg, out) : st;
 }
