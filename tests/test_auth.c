@@ -8,7 +8,11 @@
  *    second job's rank 0 times out with its rank 1 missing);
  *  - join door: a newcomer's bytes from one grow, played to the same
  *    communicator's join door at its next grow, must not be admitted (the
- *    grow times out with no newcomer).
+ *    grow times out with no newcomer);
+ *  - a gate as the data listener runs it (the data and control
+ *    connections' door): a connection that completes the handshake is
+ *    admitted, its recorded bytes played on a new connection are not, nor
+ *    is a proof made with another token's key.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,11 +21,13 @@
 #include <cmocka.h>
 
 #include "autoinfra.h"
+#include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
 #include "support/ranks.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -403,11 +409,121 @@ static void test_join_replay(void **state)
     assert_int_equal(rc, 0);
 }
 
+/* ------------------------------------------------------------ data door */
+
+typedef struct door {
+    int admitted;
+} door;
+
+static int door_open_cb(void *arg, const unsigned char *b, size_t len)
+{
+    uint32_t from, to;
+    uint16_t chan;
+    size_t need;
+    (void)arg;
+    if (comm_wire_data_hello_parse(b, len, &from, &to, &chan, &need) != AI_OK)
+        return -1;
+    return need ? 0 : COMM_WIRE_DATA_HELLO;
+}
+
+static int door_admit_cb(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    door *d = arg;
+    (void)b;
+    (void)len;
+    d->admitted++;
+    close(fd);
+    return 1;
+}
+
+/* A client in a thread: the handshake by hand under `key`, keeping what
+ * it sent; or, with `play`, only plays those bytes. */
+typedef struct client {
+    int port;
+    const unsigned char *key;
+    unsigned char sent[COMM_WIRE_DATA_HELLO + COMM_WIRE_PROOF];
+    const unsigned char *play;
+    int got_challenge;
+} client;
+
+static void *client_run(void *arg)
+{
+    client *cl = arg;
+    int fd = connect_until(cl->port, now_s() + 5);
+    if (fd < 0)
+        return NULL;
+    if (cl->play) {
+        (void)!send(fd, cl->play, sizeof cl->sent, MSG_NOSIGNAL);
+    } else {
+        unsigned char nonce[COMM_WIRE_NONCE], ch[COMM_WIRE_CHALLENGE], mac[COMM_WIRE_MAC];
+        unsigned char ns[COMM_WIRE_NONCE];
+        size_t need;
+        ai_random_bytes(nonce, sizeof nonce);
+        comm_wire_data_hello_pack(cl->sent, nonce, 1, 0, 0);
+        (void)!send(fd, cl->sent, COMM_WIRE_DATA_HELLO, MSG_NOSIGNAL);
+        if (comm_sock_read_full(fd, ch, sizeof ch, now_s() + 5) == AI_OK &&
+            comm_wire_challenge_parse(ch, sizeof ch, ns, mac, &need) == AI_OK) {
+            cl->got_challenge = 1;
+            comm_auth_proof(mac, cl->key, 0, cl->sent, COMM_WIRE_DATA_HELLO, ns);
+            comm_wire_proof_pack(cl->sent + COMM_WIRE_DATA_HELLO, mac);
+            (void)!send(fd, cl->sent + COMM_WIRE_DATA_HELLO, COMM_WIRE_PROOF, MSG_NOSIGNAL);
+        }
+    }
+    char sink[64];
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (poll(&p, 1, 1500) > 0 && recv(fd, sink, sizeof sink, 0) > 0)
+        ;
+    close(fd);
+    return NULL;
+}
+
+/* Run the gate until the client thread ends; how many it admitted. */
+static int through_gate(comm_gate *g, door *d, client *cl)
+{
+    pthread_t th;
+    int before = d->admitted;
+    if (pthread_create(&th, NULL, client_run, cl) != 0)
+        return -1;
+    double end = now_s() + 2.0;
+    while (now_s() < end && d->admitted == before)
+        (void)comm_gate_pass(g, 20);
+    pthread_join(th, NULL);
+    return d->admitted - before;
+}
+
+static void test_data_door_replay(void **state)
+{
+    (void)state;
+    unsigned char key[COMM_KEY_BYTES], other[COMM_KEY_BYTES];
+    comm_token_key(TOKEN, key);
+    comm_token_key("another token", other);
+    int port = 0, lfd = listen_any(&port);
+    assert_true(lfd >= 0);
+    fcntl(lfd, F_SETFL, O_NONBLOCK); /* as comm_tcp_listen's: the gate accepts until EAGAIN */
+    door d = {0};
+    comm_gate *g = malloc(sizeof *g);
+    assert_non_null(g);
+    comm_gate_init(g, lfd, "test door", key, door_open_cb, door_admit_cb, NULL, &d);
+    client good = {.port = port, .key = key};
+    assert_int_equal(through_gate(g, &d, &good), 1);
+    assert_true(good.got_challenge);
+    client again = {.port = port, .play = good.sent};
+    assert_int_equal(through_gate(g, &d, &again), 0);
+    client wrong = {.port = port, .key = other};
+    assert_int_equal(through_gate(g, &d, &wrong), 0);
+    assert_true(wrong.got_challenge);
+    assert_int_equal(g->refused, 2);
+    comm_gate_close(g);
+    free(g);
+    close(lfd);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rendezvous_replay),
         cmocka_unit_test(test_join_replay),
+        cmocka_unit_test(test_data_door_replay),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
