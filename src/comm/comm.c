@@ -216,6 +216,7 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     if (st != AI_OK)
         return st;
     ai_comm *c = NULL;
+    unsigned char job_key[COMM_KEY_BYTES] = {0};
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
     if (!table)
         return ai_fail(AI_ERR_NOMEM, "communicator");
@@ -228,7 +229,6 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
         goto err;
     if ((st = ai_crypto_init()) != AI_OK)
         goto err;
-    unsigned char job_key[COMM_KEY_BYTES];
     comm_token_key(cfg->token, job_key);
     if ((st = comm_alloc(cfg->rank, cfg->size, &pp, job_key, job_key, &c)) != AI_OK)
         goto err;
@@ -279,10 +279,12 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     if ((st = comm_build(c, table)) != AI_OK)
         goto err;
     free(table);
+    ai_wipe(job_key, sizeof job_key);
     *out = c;
     return AI_OK;
 err:
     ai_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
+    ai_wipe(job_key, sizeof job_key);
     free(table);
     comm_destroy(c);
     return st;
@@ -311,6 +313,8 @@ void comm_destroy(ai_comm *c)
         comm_shm_close(c);
         if (c->tp->listen_fd >= 0)
             close(c->tp->listen_fd);
+        ai_wipe(c->tp->key, sizeof c->tp->key);
+        ai_wipe(c->tp->job_key, sizeof c->tp->job_key);
         free(c->tp->peers);
         free(c->tp);
     }

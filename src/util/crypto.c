@@ -67,3 +67,8 @@ int ai_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key
     sodium_memzero(want, sizeof want);
     return ok;
 }
+
+void ai_wipe(void *p, size_t n)
+{
+    sodium_memzero(p, n);
+}

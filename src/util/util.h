@@ -83,6 +83,8 @@ void ai_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTE
  * where they differ. */
 int ai_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
                   const ai_mac_part *parts, int nparts);
+/* Overwrite n bytes with zeros in a way the compiler keeps (keys). */
+void ai_wipe(void *p, size_t n);
 
 /* Deterministic RNG (splitmix64 seeding xoshiro256**). */
 typedef struct ai_rng { uint64_t s[4]; } ai_rng;

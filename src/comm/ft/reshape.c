@@ -490,6 +490,8 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     unsigned char key[COMM_KEY_BYTES];
     ai_key_derive(key, job_key, "autoinfra grow", &j.nonce, sizeof j.nonce);
     st = build(&pp, (int)j.rank, (int)j.size, job_key, key, lfd, table, out);
+    ai_wipe(job_key, sizeof job_key);
+    ai_wipe(key, sizeof key);
     free(table);
     return st == AI_OK ? AI_OK : ai_fail_prefix(st, "ai_comm_join: rank %u of %u", j.rank, j.size);
 }
