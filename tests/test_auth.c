@@ -96,7 +96,7 @@ static int connect_until(int port, double until)
 typedef struct relay {
     int lfd;
     volatile int *target_port;
-    double until;
+    volatile double until; /* 0: stop (set by another thread) */
     unsigned char rec[REC_MAX];
     size_t nrec;
     int connections;
