@@ -9,8 +9,9 @@ JOBS       ?= 2
 # the KB's exported tuning files through both. torch (with Python headers
 # and pybind11): the torch.distributed backend (docs/torch.md) and the
 # training job (examples/train) the demo and the tests run. Slurm and munge:
-# a real Slurm on this machine (bench/slurm) and the SPANK plugin.
-DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 \
+# a real Slurm on this machine (bench/slurm) and the SPANK plugin. libsodium:
+# the job token's challenge-response (docs/runtime.md, "Security").
+DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 libsodium-dev \
               openmpi-bin libopenmpi-dev mpich libmpich-dev \
               python3-torch libtorch-dev python3-dev pybind11-dev \
               munge slurmctld slurmd slurm-client libslurm-dev
@@ -65,7 +66,7 @@ bench-vs-ompi: bench-deps build
 fuzz-wire: fuzz-deps
 	mkdir -p $(FUZZ_BUILD)/corpus-wire
 	clang $(FUZZ_CFLAGS) -o $(FUZZ_BUILD)/fuzz_wire fuzz/wire/fuzz_wire.c src/comm/transport/wire.c \
-	      src/util/status.c
+	      src/util/status.c -lsodium
 	$(FUZZ_BUILD)/fuzz_wire -max_total_time=$(FUZZ_SECONDS) -timeout=5 -print_final_stats=1 \
 	      -artifact_prefix=$(FUZZ_BUILD)/ $(FUZZ_BUILD)/corpus-wire fuzz/wire/corpus
 

@@ -581,9 +581,9 @@ static void test_grow_join(void **state)
     munmap(shared, 4096);
 }
 
-/* Knock at the door at addr ("ip:port") with a valid join hello for
- * token, and hang up at once: not a newcomer. */
-static int fake_hello(const char *addr, const char *token)
+/* Knock at the door at addr ("ip:port") with a well-formed join hello,
+ * and hang up at once, before the challenge: not a newcomer. */
+static int fake_hello(const char *addr)
 {
     const char *colon = strrchr(addr, ':');
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
@@ -591,7 +591,8 @@ static int fake_hello(const char *addr, const char *token)
     comm_rank_info self = {.addr = htonl(INADDR_LOOPBACK), .port = 9, .pid = 1};
     snprintf(self.host, sizeof self.host, "fake");
     unsigned char hello[COMM_WIRE_HELLO_FRAME];
-    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, comm_token_hash(token), &self);
+    unsigned char nonce[COMM_WIRE_NONCE] = {1, 2, 3};
+    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, nonce, &self);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     int ok = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
              write(fd, hello, sizeof hello) == (ssize_t)sizeof hello;
@@ -652,7 +653,7 @@ static void test_grow_dead_joiner(void **state)
         double end = now_s() + 30;
         while (__atomic_load_n(j.ready, __ATOMIC_ACQUIRE) < 1 && now_s() < end)
             usleep(1000);
-        if (fake_hello(j.addr, token) != 0)
+        if (fake_hello(j.addr) != 0)
             _exit(51);
         fflush(NULL);
         pid_t dead = fork();

@@ -1,7 +1,7 @@
 /*
  * Hostile and careless connections: a job must form and finish, with every
  * result checked, while strangers on loopback hold hundreds of idle
- * connections, send garbage and send hellos with the wrong token, to the
+ * connections, send garbage and send hellos with a wrong proof of the token, to the
  * rendezvous store and to every rank's data listener, during rendezvous
  * and during the collectives that follow. And the data listener listens
  * only on the job's address (127.0.0.1), not on every interface
@@ -61,23 +61,27 @@ static int open_to(const char *ip, int port)
 }
 
 /* What the i-th hostile connection says: nothing (most), garbage, or a
- * well-formed hello with the wrong token. */
+ * well-formed hello followed by a proof it cannot have (the wrong token). */
 static void misbehave(int fd, int i, int data)
 {
-    unsigned char b[COMM_WIRE_HELLO_FRAME];
+    unsigned char b[COMM_WIRE_HELLO_FRAME + COMM_WIRE_PROOF], nonce[COMM_WIRE_NONCE] = {1};
+    unsigned char mac[COMM_WIRE_MAC] = {2};
+    size_t n;
     switch (i % 8) {
     case 1:
         (void)!send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL | MSG_DONTWAIT);
         break;
     case 2:
         if (data) {
-            comm_wire_data_hello_pack(b, 0x1234, 3, 0, 0);
-            (void)!send(fd, b, COMM_WIRE_DATA_HELLO, MSG_NOSIGNAL | MSG_DONTWAIT);
+            comm_wire_data_hello_pack(b, nonce, 3, 0, 0);
+            n = COMM_WIRE_DATA_HELLO;
         } else {
             comm_rank_info e = {0};
-            comm_wire_hello_pack(b, 1, NRANKS, 0x1234, &e);
-            (void)!send(fd, b, sizeof b, MSG_NOSIGNAL | MSG_DONTWAIT);
+            comm_wire_hello_pack(b, 1, NRANKS, nonce, &e);
+            n = COMM_WIRE_HELLO_FRAME;
         }
+        comm_wire_proof_pack(b + n, mac);
+        (void)!send(fd, b, n + COMM_WIRE_PROOF, MSG_NOSIGNAL | MSG_DONTWAIT);
         break;
     case 3:
         (void)!send(fd, "AIBS", 3, MSG_NOSIGNAL | MSG_DONTWAIT); /* a valid start, then silence */

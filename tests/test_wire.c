@@ -1,8 +1,9 @@
 /*
  * The wire-frame parsers (src/comm/wire.h) fed malformed and partial
  * frames directly: each must ask for exactly the bytes it still needs,
- * refuse a wrong byte as soon as it is in (the token before what it
- * vouches for), and never accept lengths beyond their bounds.
+ * refuse a wrong byte as soon as it is in, and never accept lengths
+ * beyond their bounds. And the proofs of the challenge-response: bound to
+ * the side, the key, the opening's every byte and the acceptor's nonce.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,11 +11,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
 
 #include <string.h>
 
-#define TOKEN 0x1122334455667788ULL
+static const unsigned char NONCE[COMM_WIRE_NONCE] = "0123456789abcdef";
 
 static void test_store_hello(void **state)
 {
@@ -22,11 +24,12 @@ static void test_store_hello(void **state)
     comm_rank_info self = {.addr = 0x0100007f, .port = 4242, .pid = 77, .machine = 5};
     strcpy(self.host, "node-a");
     unsigned char b[COMM_WIRE_HELLO_FRAME];
-    comm_wire_hello_pack(b, 3, 8, TOKEN, &self);
+    comm_wire_hello_pack(b, 3, 8, NONCE, &self);
+    assert_memory_equal(b + COMM_WIRE_HDR + 8, NONCE, COMM_WIRE_NONCE);
     comm_wire_hello h;
     size_t need;
     /* Whole: every field back. */
-    assert_int_equal(comm_wire_hello_parse(b, sizeof b, TOKEN, &h, &need), AI_OK);
+    assert_int_equal(comm_wire_hello_parse(b, sizeof b, &h, &need), AI_OK);
     assert_int_equal(need, 0);
     assert_int_equal(h.rank, 3);
     assert_int_equal(h.size, 8);
@@ -35,35 +38,29 @@ static void test_store_hello(void **state)
     assert_string_equal(h.entry.host, "node-a");
     /* Every prefix is a valid beginning asking for no more than the rest. */
     for (size_t n = 1; n < sizeof b; n++) {
-        assert_int_equal(comm_wire_hello_parse(b, n, TOKEN, &h, &need), AI_OK);
+        assert_int_equal(comm_wire_hello_parse(b, n, &h, &need), AI_OK);
         assert_true(need > 0 && n + need <= sizeof b);
     }
-    /* The token is judged as soon as its 8 bytes are in, before the rest. */
-    assert_int_equal(comm_wire_hello_parse(b, COMM_WIRE_HDR + 16, TOKEN + 1, &h, &need),
-                     AI_ERR_PROTO);
-    assert_non_null(strstr(ai_last_error(), "wrong job token"));
-    assert_int_equal(comm_wire_hello_parse(b, COMM_WIRE_HDR + 15, TOKEN + 1, &h, &need), AI_OK);
-    assert_true(need > 0);
     /* A wrong first byte is refused at once. */
-    assert_int_equal(comm_wire_hello_parse((const unsigned char *)"G", 1, TOKEN, &h, &need),
+    assert_int_equal(comm_wire_hello_parse((const unsigned char *)"G", 1, &h, &need),
                      AI_ERR_PROTO);
     assert_non_null(strstr(ai_last_error(), "not an autoinfra peer"));
     /* Another version, another type, another body length. */
     unsigned char bad[COMM_WIRE_HELLO_FRAME];
     memcpy(bad, b, sizeof b);
     bad[4] = 99;
-    assert_int_equal(comm_wire_hello_parse(bad, 6, TOKEN, &h, &need), AI_ERR_PROTO);
+    assert_int_equal(comm_wire_hello_parse(bad, 6, &h, &need), AI_ERR_PROTO);
     assert_non_null(strstr(ai_last_error(), "wrong protocol version"));
     memcpy(bad, b, sizeof b);
     bad[6] = COMM_WIRE_TABLE;
-    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_ERR_PROTO);
+    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, &h, &need), AI_ERR_PROTO);
     memcpy(bad, b, sizeof b);
     bad[8] ^= 1;
-    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_ERR_PROTO);
+    assert_int_equal(comm_wire_hello_parse(bad, COMM_WIRE_HDR, &h, &need), AI_ERR_PROTO);
     /* A host name without its NUL comes back terminated. */
     memcpy(bad, b, sizeof b);
-    memset(bad + COMM_WIRE_HDR + 16 + 20, 'x', COMM_HOST_MAX);
-    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, TOKEN, &h, &need), AI_OK);
+    memset(bad + COMM_WIRE_HDR + 8 + COMM_WIRE_NONCE + 20, 'x', COMM_HOST_MAX);
+    assert_int_equal(comm_wire_hello_parse(bad, sizeof bad, &h, &need), AI_OK);
     assert_int_equal(strlen(h.entry.host), COMM_HOST_MAX - 1);
 }
 
@@ -105,23 +102,87 @@ static void test_data_hello(void **state)
 {
     (void)state;
     unsigned char b[COMM_WIRE_DATA_HELLO];
-    comm_wire_data_hello_pack(b, TOKEN, 5, 2, COMM_WIRE_CTL_CHAN);
+    comm_wire_data_hello_pack(b, NONCE, 5, 2, COMM_WIRE_CTL_CHAN);
     uint32_t from, to;
     uint16_t chan;
     size_t need;
-    assert_int_equal(comm_wire_data_hello_parse(b, 10, TOKEN, &from, &to, &chan, &need), AI_OK);
+    assert_int_equal(comm_wire_data_hello_parse(b, 10, &from, &to, &chan, &need), AI_OK);
     assert_int_equal(need, COMM_WIRE_DATA_HELLO - 10);
-    assert_int_equal(comm_wire_data_hello_parse(b, sizeof b, TOKEN, &from, &to, &chan, &need), AI_OK);
+    assert_int_equal(comm_wire_data_hello_parse(b, sizeof b, &from, &to, &chan, &need), AI_OK);
     assert_int_equal(need, 0);
     assert_int_equal(from, 5);
     assert_int_equal(to, 2);
     assert_int_equal(chan, COMM_WIRE_CTL_CHAN);
-    assert_int_equal(comm_wire_data_hello_parse(b, sizeof b, ~TOKEN, &from, &to, &chan, &need),
-                     AI_ERR_PROTO);
-    assert_non_null(strstr(ai_last_error(), "wrong job token"));
+    assert_memory_equal(b + 16, NONCE, COMM_WIRE_NONCE);
     /* A store hello sent to a data port is not a data hello. */
-    assert_int_equal(comm_wire_data_hello_parse((const unsigned char *)"AIBS", 4, TOKEN, &from,
-                                                &to, &chan, &need), AI_ERR_PROTO);
+    assert_int_equal(comm_wire_data_hello_parse((const unsigned char *)"AIBS", 4, &from, &to,
+                                                &chan, &need), AI_ERR_PROTO);
+}
+
+static void test_challenge_and_proof(void **state)
+{
+    (void)state;
+    unsigned char mac[COMM_WIRE_MAC], nonce[COMM_WIRE_NONCE], got[COMM_WIRE_MAC];
+    memset(mac, 0xa5, sizeof mac);
+    unsigned char ch[COMM_WIRE_CHALLENGE], pf[COMM_WIRE_PROOF];
+    comm_wire_challenge_pack(ch, NONCE, mac);
+    comm_wire_proof_pack(pf, mac);
+    size_t need;
+    for (size_t n = 1; n < sizeof ch; n++) {
+        assert_int_equal(comm_wire_challenge_parse(ch, n, nonce, got, &need), AI_OK);
+        assert_int_equal(need, sizeof ch - n);
+    }
+    assert_int_equal(comm_wire_challenge_parse(ch, sizeof ch, nonce, got, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_memory_equal(nonce, NONCE, COMM_WIRE_NONCE);
+    assert_memory_equal(got, mac, COMM_WIRE_MAC);
+    for (size_t n = 1; n < sizeof pf; n++) {
+        assert_int_equal(comm_wire_proof_parse(pf, n, got, &need), AI_OK);
+        assert_int_equal(need, sizeof pf - n);
+    }
+    memset(got, 0, sizeof got);
+    assert_int_equal(comm_wire_proof_parse(pf, sizeof pf, got, &need), AI_OK);
+    assert_int_equal(need, 0);
+    assert_memory_equal(got, mac, COMM_WIRE_MAC);
+    /* Neither is the other, and a wrong version is refused. */
+    assert_int_equal(comm_wire_proof_parse(ch, 4, got, &need), AI_ERR_PROTO);
+    assert_int_equal(comm_wire_challenge_parse(pf, 4, nonce, got, &need), AI_ERR_PROTO);
+    pf[4] ^= 1;
+    assert_int_equal(comm_wire_proof_parse(pf, 6, got, &need), AI_ERR_PROTO);
+    assert_non_null(strstr(ai_last_error(), "wrong protocol version"));
+}
+
+/* A proof changes with the side, the key, any byte of the opening and
+ * the nonce; the key from a token is not the token's bytes. */
+static void test_proofs_bind(void **state)
+{
+    (void)state;
+    unsigned char k1[COMM_KEY_BYTES], k2[COMM_KEY_BYTES], open[COMM_WIRE_DATA_HELLO];
+    comm_token_key("alpha", k1);
+    comm_token_key("alphb", k2);
+    assert_memory_not_equal(k1, k2, COMM_KEY_BYTES);
+    comm_token_key("alpha", k2);
+    assert_memory_equal(k1, k2, COMM_KEY_BYTES);
+    comm_token_key("alphb", k2);
+    comm_wire_data_hello_pack(open, NONCE, 1, 0, 0);
+    unsigned char base[AI_MAC_BYTES], m[AI_MAC_BYTES], n2[AI_NONCE_BYTES];
+    comm_auth_proof(base, k1, 0, open, sizeof open, NONCE);
+    comm_auth_proof(m, k1, 0, open, sizeof open, NONCE);
+    assert_memory_equal(base, m, AI_MAC_BYTES);
+    comm_auth_proof(m, k1, 1, open, sizeof open, NONCE);
+    assert_memory_not_equal(base, m, AI_MAC_BYTES);
+    comm_auth_proof(m, k2, 0, open, sizeof open, NONCE);
+    assert_memory_not_equal(base, m, AI_MAC_BYTES);
+    memcpy(n2, NONCE, sizeof n2);
+    n2[15] ^= 1;
+    comm_auth_proof(m, k1, 0, open, sizeof open, n2);
+    assert_memory_not_equal(base, m, AI_MAC_BYTES);
+    for (size_t i = 0; i < sizeof open; i++) {
+        open[i] ^= 0x10;
+        comm_auth_proof(m, k1, 0, open, sizeof open, NONCE);
+        assert_memory_not_equal(base, m, AI_MAC_BYTES);
+        open[i] ^= 0x10;
+    }
 }
 
 static void test_abort_notice(void **state)
@@ -161,6 +222,8 @@ int main(void)
         cmocka_unit_test(test_store_hello),
         cmocka_unit_test(test_store_reply),
         cmocka_unit_test(test_data_hello),
+        cmocka_unit_test(test_challenge_and_proof),
+        cmocka_unit_test(test_proofs_bind),
         cmocka_unit_test(test_abort_notice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,8 +1,10 @@
 /*
  * libFuzzer harness for the frames a rank parses before it trusts a peer
  * (src/comm/wire.h): the store's hello, the store's answer (table or
- * refusal), the data hello and the abort notice. The first input byte picks
- * the parser; the rest is what arrived. Besides memory errors (ASan) and
+ * refusal), the data hello, the abort notice and the handshake's challenge
+ * and proof. The first input byte picks the parser (its low two bits; for
+ * 3, bits 2-3 pick abort, challenge or proof) and the table's size (bits
+ * 2-4); the rest is what arrived. Besides memory errors (ASan) and
  * undefined behaviour (UBSan) it checks what the parsers promise:
  *  - a valid beginning asks for more bytes, never past the frame's end;
  *  - parsing is prefix-monotone: reading as a socket reader would (as
@@ -19,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define FUZZ_TOKEN 0x0123456789abcdefULL
 #define FUZZ_MAX_RANKS 8
 
 #define CHECK(x)                                                                                   \
@@ -36,6 +37,7 @@ static int parse(int which, uint32_t size, const unsigned char *b, size_t len, s
     char why[COMM_WIRE_REASON_MAX + 1], reason[COMM_WIRE_ABORT_REASON_MAX + 1];
     uint32_t from, to;
     uint16_t chan;
+    unsigned char nonce[COMM_WIRE_NONCE], mac[COMM_WIRE_MAC];
     int32_t origin;
     int revoked;
     int rejected;
@@ -43,7 +45,7 @@ static int parse(int which, uint32_t size, const unsigned char *b, size_t len, s
     *need = 0;
     switch (which) {
     case 0:
-        st = comm_wire_hello_parse(b, len, FUZZ_TOKEN, &h, need);
+        st = comm_wire_hello_parse(b, len, &h, need);
         if (st == AI_OK && !*need)
             CHECK(strlen(h.entry.host) < COMM_HOST_MAX);
         break;
@@ -56,7 +58,13 @@ static int parse(int which, uint32_t size, const unsigned char *b, size_t len, s
                 CHECK(strlen(table[r].host) < COMM_HOST_MAX);
         break;
     case 2:
-        st = comm_wire_data_hello_parse(b, len, FUZZ_TOKEN, &from, &to, &chan, need);
+        st = comm_wire_data_hello_parse(b, len, &from, &to, &chan, need);
+        break;
+    case 4:
+        st = comm_wire_challenge_parse(b, len, nonce, mac, need);
+        break;
+    case 5:
+        st = comm_wire_proof_parse(b, len, mac, need);
         break;
     default:
         st = comm_wire_abort_parse(b, len, &origin, &revoked, reason, need);
@@ -78,6 +86,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 2)
         return 0;
     int which = data[0] & 3;
+    if (which == 3 && ((data[0] >> 2) & 3) == 1)
+        which = 4;
+    else if (which == 3 && ((data[0] >> 2) & 3) == 2)
+        which = 5;
     uint32_t nranks = 1 + (uint32_t)((data[0] >> 2) % FUZZ_MAX_RANKS);
     size_t len = size - 1;
     /* A copy of exactly len bytes, so reading past the input is caught. */
@@ -110,7 +122,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         at += n;
     }
     /* A peer that sends the rest as zeros: the frame ends, complete or
-     * refused, within a few requests (a header, the token, the body). */
+     * refused, within a few requests (a header, the fixed part, the body). */
     for (int k = 0; whole == 0 && k < 4; k++) {
         unsigned char *more = realloc(b, len + need);
         if (!more)

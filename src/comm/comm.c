@@ -8,6 +8,7 @@
 #include "comm/transport/transport.h"
 
 #include <arpa/inet.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,10 +56,10 @@ static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
     return AI_OK;
 }
 
-uint64_t comm_token_hash(const char *token)
+void comm_token_key(const char *token, unsigned char key[COMM_KEY_BYTES])
 {
     const char *t = token ? token : "";
-    return ai_hash64(t, strlen(t), 0x6175746f696e6672ULL);
+    ai_key_derive(key, NULL, "autoinfra job token", t, strlen(t));
 }
 
 /* This machine: its kernel's boot id (shared by every network namespace
@@ -102,8 +103,19 @@ static ai_status_t check_config(const ai_comm_config *cfg, const ai_kv_store *kv
     return AI_OK;
 }
 
-ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_hash,
-                       uint64_t token_hash, ai_comm **out)
+/* The communicator's key, and its name from the key by a one-way
+ * function: segment names show nothing that opens a door. */
+static void set_key(struct comm_transport *tp, const unsigned char key[COMM_KEY_BYTES])
+{
+    unsigned char name[COMM_KEY_BYTES];
+    memcpy(tp->key, key, COMM_KEY_BYTES);
+    ai_key_derive(name, key, "autoinfra communicator name", NULL, 0);
+    memcpy(&tp->token_hash, name, sizeof tp->token_hash);
+}
+
+ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
+                       const unsigned char job_key[COMM_KEY_BYTES],
+                       const unsigned char key[COMM_KEY_BYTES], ai_comm **out)
 {
     ai_comm *c = calloc(1, sizeof *c);
     if (!c || !(c->tp = calloc(1, sizeof *c->tp)) ||
@@ -125,8 +137,8 @@ ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_h
         tp->tcp_spin_s[m] = pp->tcp_spin_s[m];
     }
     atomic_store(&tp->block_waits, pp->block_waits != 0);
-    tp->job_hash = job_hash;
-    tp->token_hash = token_hash;
+    memcpy(tp->job_key, job_key, COMM_KEY_BYTES);
+    set_key(tp, key);
     tp->blame = -1;
     tp->abort_origin = -1;
     for (int j = 0; j < size; j++) {
@@ -204,6 +216,7 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     if (st != AI_OK)
         return st;
     ai_comm *c = NULL;
+    unsigned char job_key[COMM_KEY_BYTES] = {0};
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
     if (!table)
         return ai_fail(AI_ERR_NOMEM, "communicator");
@@ -214,8 +227,10 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     };
     if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK)
         goto err;
-    uint64_t job_hash = comm_token_hash(cfg->token);
-    if ((st = comm_alloc(cfg->rank, cfg->size, &pp, job_hash, job_hash, &c)) != AI_OK)
+    if ((st = ai_crypto_init()) != AI_OK)
+        goto err;
+    comm_token_key(cfg->token, job_key);
+    if ((st = comm_alloc(cfg->rank, cfg->size, &pp, job_key, job_key, &c)) != AI_OK)
         goto err;
     ai_log_set_rank(c->rank);
     struct comm_transport *tp = c->tp;
@@ -246,24 +261,30 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
         eff.timeout_s = c->timeout_s;
         uint64_t nonce = 0;
         st = kv ? comm_bootstrap_store(&eff, kv, &self, table, &nonce)
-                : comm_bootstrap(&eff, tp->token_hash, &self, table);
+                : comm_bootstrap(&eff, tp->key, &self, table);
         if (st != AI_OK)
             goto err;
-        /* Through a store the job has no token of its own: rank 0's nonce
-         * keeps the hellos and shared-memory names of two communicators
-         * of one set of processes apart. */
-        if (kv)
-            tp->token_hash = ai_hash64(&nonce, sizeof nonce, tp->token_hash);
+        /* Through a store the job has no token of its own: rank 0's nonce,
+         * which only the store's users see, keys the data listeners and
+         * keeps the names of two communicators of one set of processes
+         * apart. */
+        if (kv) {
+            unsigned char key[COMM_KEY_BYTES];
+            ai_key_derive(key, job_key, "autoinfra store nonce", &nonce, sizeof nonce);
+            set_key(tp, key);
+        }
     } else {
         table[0] = self;
     }
     if ((st = comm_build(c, table)) != AI_OK)
         goto err;
     free(table);
+    ai_wipe(job_key, sizeof job_key);
     *out = c;
     return AI_OK;
 err:
     ai_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
+    ai_wipe(job_key, sizeof job_key);
     free(table);
     comm_destroy(c);
     return st;
@@ -292,6 +313,8 @@ void comm_destroy(ai_comm *c)
         comm_shm_close(c);
         if (c->tp->listen_fd >= 0)
             close(c->tp->listen_fd);
+        ai_wipe(c->tp->key, sizeof c->tp->key);
+        ai_wipe(c->tp->job_key, sizeof c->tp->job_key);
         free(c->tp->peers);
         free(c->tp);
     }
@@ -415,7 +438,19 @@ ai_status_t comm_create_env(ai_comm **out)
         ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at %s:%d (set AUTOINFRA_ADDR "
                "for jobs spanning machines)", rv, cfg.store_host, cfg.store_port);
     }
-    cfg.token = ai_env_str("AUTOINFRA_TOKEN", jobkey[0] ? jobkey : "autoinfra");
+    cfg.token = ai_env_str("AUTOINFRA_TOKEN", NULL);
+    if (!cfg.token) {
+        /* Ranks started by mpirun or srun share no secret but the job id,
+         * which anyone who can list the cluster's jobs knows. The job runs
+         * (every rank derives the same token), but rank 0 says so, once. */
+        static atomic_flag warned = ATOMIC_FLAG_INIT;
+        cfg.token = jobkey[0] ? jobkey : "autoinfra";
+        if (cfg.size > 1 && cfg.rank == 0 && !atomic_flag_test_and_set(&warned))
+            ai_log(AI_LOG_WARN, "AUTOINFRA_TOKEN is not set: the job token is %s, which others "
+                   "can guess and use to join this job; export AUTOINFRA_TOKEN=<a secret, e.g. "
+                   "from `openssl rand -hex 16`> to every rank (autoinfra launch does)",
+                   jobkey[0] ? "derived from the launcher's job id" : "the fixed default");
+    }
     ai_status_t st = env_settings(&cfg);
     return st == AI_OK ? comm_create(&cfg, out) : st;
 }

@@ -62,6 +62,34 @@ void ai_sleep_us(long us);
 /* 64-bit FNV-1a over bytes, for fingerprints and names (not security). */
 uint64_t ai_hash64(const void *data, size_t n, uint64_t seed);
 
+/* Keys, nonces and MACs for the job token's challenge-response
+ * (libsodium; crypto.c). Every function initialises the library once,
+ * thread-safely, on first use; ai_crypto_init says whether that worked. */
+#define AI_KEY_BYTES 32
+#define AI_MAC_BYTES 32
+#define AI_NONCE_BYTES 16
+ai_status_t ai_crypto_init(void);
+/* n bytes from the system's cryptographic random source. */
+void ai_random_bytes(void *buf, size_t n);
+/* out = BLAKE2b-256 keyed by parent (NULL: unkeyed) over label (with its
+ * NUL) then data[n]: a key that is the parent's only for this label and
+ * data, and tells nothing of the parent. */
+void ai_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent, const char *label,
+                   const void *data, size_t n);
+/* HMAC-SHA-512-256 under key over the concatenation of parts. */
+typedef struct ai_mac_part {
+    const void *p;
+    size_t n;
+} ai_mac_part;
+void ai_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+            const ai_mac_part *parts, int nparts);
+/* 1 when mac is the MAC of parts under key; in time independent of
+ * where they differ. */
+int ai_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+                  const ai_mac_part *parts, int nparts);
+/* Overwrite n bytes with zeros in a way the compiler keeps (keys). */
+void ai_wipe(void *p, size_t n);
+
 /* Deterministic RNG (splitmix64 seeding xoshiro256**). */
 typedef struct ai_rng { uint64_t s[4]; } ai_rng;
 void ai_rng_seed(ai_rng *rng, uint64_t seed);

@@ -39,7 +39,7 @@ struct comm_door {
     double next_open;   /* ai_now() of the next attempt to open it */
     int warned;
     comm_gate *gate;    /* connections not yet holding a whole hello */
-    uint64_t job_hash;
+    unsigned char job_key[COMM_KEY_BYTES]; /* what newcomers prove they know (gate.c) */
     int n;              /* newcomers waiting, in the order they came */
     int conn[COMM_DOOR_LOBBY_MAX];
     comm_rank_info entry[COMM_DOOR_LOBBY_MAX];
@@ -107,27 +107,43 @@ ai_status_t comm_door_get(ai_comm *c, comm_door **out)
         d->fd = -1;
         ft->door = d;
     }
-    ft->door->job_hash = c->tp->job_hash;
+    memcpy(ft->door->job_key, c->tp->job_key, sizeof ft->door->job_key);
     door_open(c, ft->door);
     *out = ft->door;
     return AI_OK;
 }
 
-static int door_check(void *arg, int fd, const unsigned char *b, size_t len)
+/* A newcomer's hello: a join (not a rank's rendezvous hello), while the
+ * lobby has room. Its frame length, 0 for more bytes, -1 refused. */
+static int hello_claims(comm_door *d, const unsigned char *b, size_t len, comm_wire_hello *h)
 {
-    comm_door *d = arg;
-    comm_wire_hello h;
     size_t need;
-    if (comm_wire_hello_parse(b, len, d->job_hash, &h, &need) != AI_OK)
+    if (comm_wire_hello_parse(b, len, h, &need) != AI_OK)
         return -1;
     if (need)
         return 0;
-    if (h.rank != COMM_WIRE_JOIN_RANK || h.size != 0)
+    if (h->rank != COMM_WIRE_JOIN_RANK || h->size != 0)
         return ai_fail(AI_ERR_PROTO, "a rank's rendezvous hello, not a join (this is a running "
                        "job's join door)"), -1;
     if (d->n == COMM_DOOR_LOBBY_MAX)
         return ai_fail(AI_ERR_PROTO, "the join door holds %d waiting newcomers already",
                        COMM_DOOR_LOBBY_MAX), -1;
+    return COMM_WIRE_HELLO_FRAME;
+}
+
+static int hello_open(void *arg, const unsigned char *b, size_t len)
+{
+    comm_wire_hello h;
+    return hello_claims(arg, b, len, &h);
+}
+
+/* The newcomer proved the job token: into the lobby. */
+static int hello_admit(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    comm_door *d = arg;
+    comm_wire_hello h;
+    if (hello_claims(d, b, len, &h) <= 0)
+        return -1;
     d->entry[d->n] = h.entry;
     d->conn[d->n++] = fd;
     return 1;
@@ -179,7 +195,8 @@ ai_status_t comm_door_poll(ai_comm *c, comm_door *d, int ms, int *waiting)
     if (!d->gate) {
         if (!(d->gate = malloc(sizeof *d->gate)))
             return ai_fail(AI_ERR_NOMEM, "join door");
-        comm_gate_init(d->gate, lfd, "join door", door_check, comm_store_refuse, d);
+        comm_gate_init(d->gate, lfd, "join door", d->job_key, hello_open, hello_admit,
+                       comm_store_refuse, d);
     }
     d->gate->lfd = lfd;
     d->gate->arg = d;

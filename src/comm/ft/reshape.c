@@ -8,12 +8,15 @@
  * for the new one's mesh. Shrink agrees on the survivors and their new
  * ports in one agreement (the port is each rank's aux value). Grow goes
  * through rank 0: the members send it their new entries over the control
- * connections, newcomers present the job token's hash at its join door
- * (its data listener, kept open for the communicator's life, whose address
- * every rank knows), and rank 0 sends everyone the grown table. A new
- * communicator's name (hellos, shared-memory segment) is the job token's
- * hash mixed with the agreement's number (shrink) or rank 0's nonce
- * (grow), so it never meets the old one's.
+ * connections, newcomers prove that they know the job token at its join
+ * door (its data listener, kept open for the communicator's life, whose
+ * address every rank knows; the challenge-response of gate.c under the
+ * job token's key), and rank 0 sends everyone the grown table. A new
+ * communicator's key (its data listeners' proofs, hence its
+ * shared-memory name) is derived from the old one's with the agreement's
+ * number (shrink) or from the job token's with rank 0's nonce (grow), so
+ * it never meets the old one's, and nobody without the token can derive
+ * it from the nonce it may have seen.
  */
 #include "comm/ft/ft.h"
 #include "comm/transport/wire.h"
@@ -25,7 +28,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -63,11 +65,12 @@ static comm_rank_info entry_of(const ai_comm *c, int j, uint16_t port)
 
 /* The new communicator from its table; lfd (this rank's listener) is
  * taken over, closed on failure too. */
-static ai_status_t build(const comm_params *pp, int rank, int size, uint64_t job_hash,
-                         uint64_t token_hash, int lfd, const comm_rank_info *table, ai_comm **out)
+static ai_status_t build(const comm_params *pp, int rank, int size, const unsigned char *job_key,
+                         const unsigned char *key, int lfd, const comm_rank_info *table,
+                         ai_comm **out)
 {
     ai_comm *nc = NULL;
-    ai_status_t st = comm_alloc(rank, size, pp, job_hash, token_hash, &nc);
+    ai_status_t st = comm_alloc(rank, size, pp, job_key, key, &nc);
     if (st != AI_OK) {
         close(lfd);
         return st;
@@ -113,9 +116,10 @@ ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
             rank = size;
         table[size++] = entry_of(c, j, (uint16_t)ports[j]);
     }
-    uint64_t token = ai_hash64(&c->ft->epoch, sizeof c->ft->epoch, c->tp->token_hash ^ 0x5348524bULL);
+    unsigned char key[COMM_KEY_BYTES];
+    ai_key_derive(key, c->tp->key, "autoinfra shrink", &c->ft->epoch, sizeof c->ft->epoch);
     comm_params pp = params_of(c);
-    st = build(&pp, rank, size, c->tp->job_hash, token, lfd, table, out);
+    st = build(&pp, rank, size, c->tp->job_key, key, lfd, table, out);
     lfd = -1;
     if (st != AI_OK)
         goto err;
@@ -301,8 +305,8 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
             comm_door_take(door, joiners, jfd, table + n);
             got = joiners;
         }
-        if (st == AI_OK && getrandom(&nonce, sizeof nonce, 0) != (ssize_t)sizeof nonce)
-            nonce = ai_hash64(&deadline, sizeof deadline, (uint64_t)getpid());
+        if (st == AI_OK)
+            ai_random_bytes(&nonce, sizeof nonce);
         const char *why = st == AI_OK ? NULL : ai_last_error();
         char reason[GROW_REASON];
         snprintf(reason, sizeof reason, "%s", why ? why : "");
@@ -332,8 +336,9 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         }
     }
     comm_params pp = params_of(c);
-    uint64_t token = ai_hash64(&nonce, sizeof nonce, c->tp->job_hash);
-    st = build(&pp, c->rank, size, c->tp->job_hash, token, lfd, table, out);
+    unsigned char key[COMM_KEY_BYTES];
+    ai_key_derive(key, c->tp->job_key, "autoinfra grow", &nonce, sizeof nonce);
+    st = build(&pp, c->rank, size, c->tp->job_key, key, lfd, table, out);
     lfd = -1;
     if (st == AI_OK && c->rank == 0)
         comm_door_move(c, *out);
@@ -424,7 +429,10 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (timeout <= 0)
         timeout = DEFAULT_JOIN_TIMEOUT_S;
     const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "");
-    uint64_t job_hash = comm_token_hash(token);
+    unsigned char job_key[COMM_KEY_BYTES];
+    if ((st = ai_crypto_init()) != AI_OK)
+        return st;
+    comm_token_key(token, job_key);
     uint32_t mine;
     if ((st = comm_local_addr_towards(door[0], &mine)) != AI_OK)
         return ai_fail_prefix(st, "ai_comm_join: job address %s", where);
@@ -439,8 +447,6 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         snprintf(self.host, sizeof self.host, "%s", hid);
     else if (gethostname(self.host, sizeof self.host - 1) != 0)
         snprintf(self.host, sizeof self.host, "localhost");
-    unsigned char hello[COMM_WIRE_HELLO_FRAME];
-    comm_wire_hello_pack(hello, COMM_WIRE_JOIN_RANK, 0, job_hash, &self);
     double deadline = ai_now() + timeout;
     joined_answer a = {.table = calloc(JOIN_MAX_RANKS, sizeof(comm_rank_info))};
     if (!a.table) {
@@ -460,7 +466,8 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         }
         if (nd > 1)
             close(fd);
-        st = comm_store_ask(door[i], dport[i], hello, deadline, joined_parse, &a, &retry);
+        st = comm_store_ask(door[i], dport[i], job_key, COMM_WIRE_JOIN_RANK, 0, &self, deadline,
+                            joined_parse, &a, &retry);
         if (st == AI_OK || !retry || ai_now() >= deadline)
             break;
         comm_backoff(attempt, deadline);
@@ -480,8 +487,11 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         free(table);
         return st;
     }
-    uint64_t tok = ai_hash64(&j.nonce, sizeof j.nonce, job_hash);
-    st = build(&pp, (int)j.rank, (int)j.size, job_hash, tok, lfd, table, out);
+    unsigned char key[COMM_KEY_BYTES];
+    ai_key_derive(key, job_key, "autoinfra grow", &j.nonce, sizeof j.nonce);
+    st = build(&pp, (int)j.rank, (int)j.size, job_key, key, lfd, table, out);
+    ai_wipe(job_key, sizeof job_key);
+    ai_wipe(key, sizeof key);
     free(table);
     return st == AI_OK ? AI_OK : ai_fail_prefix(st, "ai_comm_join: rank %u of %u", j.rank, j.size);
 }

@@ -1,17 +1,19 @@
 /*
  * Rendezvous: a small TCP store run by rank 0 for the duration of
  * ai_comm_create. Every other rank connects, introduces itself (rank, size,
- * job token hash, its data address, pid, host id) and receives the table of
+ * a fresh nonce, its data address, pid, host id), proves that it knows the
+ * job token (the challenge-response of gate.c) and receives the table of
  * all ranks once everybody has joined.
  *
  * Frames: wire.h. Rank 0 validates every hello and refuses (with a
- * reason, sent back in a REJECT frame and logged) wrong tokens, wrong
- * versions, bad sizes, duplicate ranks and bytes that are not a frame at
- * all. Untrusted connections pass through a gate (gate.c): a second to
- * present the hello, a bounded table that drops its oldest entry when a
- * new connection arrives while it is full. A rank whose connection is
- * closed unanswered (dropped from a full gate, or rank 0 not up yet) tries
- * again with backoff until its timeout; a refusal with a reason is final.
+ * reason, sent back in a REJECT frame and logged) wrong versions, bad
+ * sizes, duplicate ranks, bytes that are not a frame at all and, after
+ * its challenge, a wrong proof of the token. Untrusted connections pass
+ * through a gate (gate.c): a second to complete the handshake, a bounded
+ * table that drops an entry when a new connection arrives while it is
+ * full. A rank whose connection is closed unanswered (dropped from a full
+ * gate, or rank 0 not up yet) tries again with backoff until its timeout;
+ * a refusal with a reason is final.
  */
 #include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
@@ -29,7 +31,6 @@
 
 typedef struct bs_store {
     const ai_comm_config *cfg;
-    uint64_t token_hash;
     comm_rank_info *table;
     int *fd;       /* [size] each joined rank's connection, -1 until then */
     int njoined;
@@ -45,32 +46,46 @@ void comm_store_refuse(int fd, const char *why)
     (void)!send(fd, b, COMM_WIRE_HDR + n, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-static int bs_check(void *arg, int fd, const unsigned char *b, size_t len)
+/* A hello's claims: the right size, a rank in range, not yet joined. */
+static int bs_claims(bs_store *s, const unsigned char *b, size_t len, comm_wire_hello *h)
 {
-    bs_store *s = arg;
-    comm_wire_hello h;
     size_t need;
-    if (comm_wire_hello_parse(b, len, s->token_hash, &h, &need) != AI_OK)
+    if (comm_wire_hello_parse(b, len, h, &need) != AI_OK)
         return -1;
     if (need)
         return 0;
-    if (h.size != (uint32_t)s->cfg->size)
+    if (h->size != (uint32_t)s->cfg->size)
         return ai_fail(AI_ERR_PROTO, "job size differs from rank 0's"), -1;
-    if (h.rank == 0 || h.rank >= h.size)
+    if (h->rank == 0 || h->rank >= h->size)
         return ai_fail(AI_ERR_PROTO, "rank out of range"), -1;
-    if (s->fd[h.rank] >= 0)
+    if (s->fd[h->rank] >= 0)
         return ai_fail(AI_ERR_PROTO, "rank already joined"), -1;
+    return COMM_WIRE_HELLO_FRAME;
+}
+
+static int bs_open(void *arg, const unsigned char *b, size_t len)
+{
+    comm_wire_hello h;
+    return bs_claims(arg, b, len, &h);
+}
+
+static int bs_admit(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    bs_store *s = arg;
+    comm_wire_hello h;
+    if (bs_claims(s, b, len, &h) <= 0)
+        return -1; /* a rank that joined meanwhile */
     s->table[h.rank] = h.entry;
     s->fd[h.rank] = fd;
     s->njoined++;
     return 1;
 }
 
-static ai_status_t store_serve(const ai_comm_config *cfg, uint64_t token_hash, int lfd,
+static ai_status_t store_serve(const ai_comm_config *cfg, const unsigned char *key, int lfd,
                                comm_rank_info *table, double deadline)
 {
     ai_status_t st = AI_OK;
-    bs_store s = {.cfg = cfg, .token_hash = token_hash, .table = table, .njoined = 1};
+    bs_store s = {.cfg = cfg, .table = table, .njoined = 1};
     comm_gate *g = malloc(sizeof *g);
     s.fd = malloc((size_t)cfg->size * sizeof *s.fd);
     if (!g || !s.fd) {
@@ -80,7 +95,7 @@ static ai_status_t store_serve(const ai_comm_config *cfg, uint64_t token_hash, i
     }
     for (int r = 0; r < cfg->size; r++)
         s.fd[r] = -1;
-    comm_gate_init(g, lfd, "rendezvous", bs_check, comm_store_refuse, &s);
+    comm_gate_init(g, lfd, "rendezvous", key, bs_open, bs_admit, comm_store_refuse, &s);
     while (s.njoined < cfg->size) {
         double now = ai_now();
         if (now >= deadline) {
@@ -125,15 +140,19 @@ out:
 
 /* ------------------------------------------------------- other ranks */
 
-ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char *hello,
+ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char key[COMM_KEY_BYTES],
+                           uint32_t rank, uint32_t size, const comm_rank_info *self,
                            double deadline, comm_answer_parse parse, void *arg, int *retry)
 {
-    int fd;
+    int fd, challenged;
     *retry = 0;
     ai_status_t st = comm_sock_connect(addr, port, deadline, &fd);
     if (st != AI_OK)
         return st;
-    st = comm_sock_write_full(fd, hello, COMM_WIRE_HELLO_FRAME, deadline);
+    unsigned char hello[COMM_WIRE_HELLO_FRAME], nonce[COMM_WIRE_NONCE], first[COMM_AUTH_PEEK];
+    ai_random_bytes(nonce, sizeof nonce);
+    comm_wire_hello_pack(hello, rank, size, nonce, self);
+    st = comm_auth_connect(fd, key, hello, sizeof hello, deadline, &challenged, first);
     size_t want = COMM_WIRE_HDR, got = 0, need = 0;
     unsigned char *ans = NULL;
     while (st == AI_OK) {
@@ -143,6 +162,10 @@ ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char *he
             break;
         }
         ans = more;
+        if (!challenged && got == 0) { /* refused before the challenge */
+            memcpy(ans, first, COMM_AUTH_PEEK);
+            got = COMM_AUTH_PEEK;
+        }
         if ((st = comm_sock_read_full(fd, ans + got, want - got, deadline)) != AI_OK)
             break;
         got = want;
@@ -175,16 +198,17 @@ static ai_status_t table_parse(void *arg, const unsigned char *b, size_t len, si
     return comm_wire_reply_parse(b, len, a->size, a->table, a->why, &a->rejected, need);
 }
 
-/* One attempt: connect, say hello, read the answer. *retry is set when the
- * store closed the connection without an answer (it was full, or it is
- * not up yet): worth another try; a refusal with a reason is final. */
-static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hello,
-                             uint32_t store_addr, comm_rank_info *table, double deadline,
-                             int *retry)
+/* One attempt: connect, say hello, prove the token, read the answer.
+ * *retry is set when the store closed the connection without an answer
+ * (it was full, or it is not up yet): worth another try; a refusal with a
+ * reason is final. */
+static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *key,
+                             const comm_rank_info *self, uint32_t store_addr,
+                             comm_rank_info *table, double deadline, int *retry)
 {
     join_answer a = {.size = (uint32_t)cfg->size, .table = table};
-    ai_status_t st = comm_store_ask(store_addr, (uint16_t)cfg->store_port, hello, deadline,
-                                    table_parse, &a, retry);
+    ai_status_t st = comm_store_ask(store_addr, (uint16_t)cfg->store_port, key, (uint32_t)cfg->rank,
+                                    (uint32_t)cfg->size, self, deadline, table_parse, &a, retry);
     if (st != AI_OK)
         return ai_fail_prefix(st, "rendezvous store (rank 0) at %s:%d", cfg->store_host,
                               cfg->store_port);
@@ -194,14 +218,13 @@ static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *hel
     return st;
 }
 
-static ai_status_t store_join(const ai_comm_config *cfg, uint64_t token_hash, uint32_t store_addr,
-                              comm_rank_info *self, comm_rank_info *table, double deadline)
+static ai_status_t store_join(const ai_comm_config *cfg, const unsigned char *key,
+                              uint32_t store_addr, comm_rank_info *self, comm_rank_info *table,
+                              double deadline)
 {
-    unsigned char hello[COMM_WIRE_HELLO_FRAME];
-    comm_wire_hello_pack(hello, (uint32_t)cfg->rank, (uint32_t)cfg->size, token_hash, self);
     for (int attempt = 0;; attempt++) {
         int retry;
-        ai_status_t st = join_once(cfg, hello, store_addr, table, deadline, &retry);
+        ai_status_t st = join_once(cfg, key, self, store_addr, table, deadline, &retry);
         if (st == AI_OK || !retry || ai_now() >= deadline)
             return st == AI_OK ? AI_OK
                                : ai_fail_prefix(st, "rendezvous with rank 0 at %s:%d (attempt %d)",
@@ -211,8 +234,8 @@ static ai_status_t store_join(const ai_comm_config *cfg, uint64_t token_hash, ui
     }
 }
 
-ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_rank_info *self,
-                           comm_rank_info *table)
+ai_status_t comm_bootstrap(const ai_comm_config *cfg, const unsigned char key[COMM_KEY_BYTES],
+                           comm_rank_info *self, comm_rank_info *table)
 {
     double deadline = ai_now() + cfg->timeout_s;
     uint32_t store_addr;
@@ -220,7 +243,7 @@ ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_
     if (st != AI_OK)
         return st;
     if (cfg->rank != 0)
-        return store_join(cfg, token_hash, store_addr, self, table, deadline);
+        return store_join(cfg, key, store_addr, self, table, deadline);
     int lfd;
     uint16_t port = (uint16_t)cfg->store_port;
     st = comm_tcp_listen(store_addr, &lfd, &port);
@@ -229,23 +252,12 @@ ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash, comm_
     if (self->addr == 0)
         self->addr = store_addr;
     table[0] = *self;
-    st = store_serve(cfg, token_hash, lfd, table, deadline);
+    st = store_serve(cfg, key, lfd, table, deadline);
     close(lfd);
     return st;
 }
 
 /* ------------------------------------------- through the caller's store */
-
-static uint64_t draw_nonce(const comm_rank_info *self)
-{
-    uint64_t v = 0;
-    FILE *f = fopen("/dev/urandom", "rb");
-    if (!f || fread(&v, sizeof v, 1, f) != 1)
-        v = ai_hash64(self, sizeof *self, (uint64_t)(ai_now() * 1e9));
-    if (f)
-        fclose(f);
-    return v;
-}
 
 /* Each rank publishes "autoinfra/rank/<r>": its table entry and a nonce
  * (only rank 0's is used), then reads every other rank's. self->addr is
@@ -256,7 +268,8 @@ ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *k
     double deadline = ai_now() + cfg->timeout_s;
     ai_status_t st;
     unsigned char val[COMM_WIRE_ENTRY + 8];
-    uint64_t mine = draw_nonce(self);
+    uint64_t mine;
+    ai_random_bytes(&mine, sizeof mine);
     comm_wire_entry_pack(val, self);
     memcpy(val + COMM_WIRE_ENTRY, &mine, 8);
     char key[48];

@@ -5,11 +5,12 @@
  * reaches rank 0 from (the one the job knows it by), not on every
  * interface. For each pair of ranks on different hosts the higher rank
  * opens `channels` data connections and one control connection to the
- * lower one and introduces each with a hello frame (job token hash, ranks,
- * channel; wire.h). The listener takes connections through a gate
- * (gate.c): a stranger, garbage or a wrong token is refused within a
- * second, a full table drops its oldest untrusted entry, and an accepted
- * hello is acknowledged; a connection closed without the acknowledgement is
+ * lower one and introduces each with a hello frame (ranks, channel, a
+ * fresh nonce; wire.h), then proves that it knows the communicator's key
+ * (the challenge-response of gate.c). The listener takes connections
+ * through a gate: a stranger, garbage or a wrong proof is refused within
+ * a second, a full table drops an untrusted entry, and an accepted proof
+ * is acknowledged; a connection closed without the acknowledgement is
  * retried with backoff until the timeout.
  */
 #include "comm/transport/transport.h"
@@ -269,25 +270,28 @@ static ai_status_t chan_open(comm_peer *p, int k, int fd)
 static ai_status_t chan_connect(ai_comm *c, int j, uint16_t chan, double deadline, int *fd_out)
 {
     comm_peer *p = &c->tp->peers[j];
-    unsigned char hello[COMM_WIRE_DATA_HELLO], ack[COMM_WIRE_ACK] = {0};
-    comm_wire_data_hello_pack(hello, c->tp->token_hash, (uint32_t)c->rank, (uint32_t)j, chan);
+    unsigned char hello[COMM_WIRE_DATA_HELLO], ack[COMM_WIRE_ACK] = {0}, nonce[COMM_WIRE_NONCE];
     for (int attempt = 0;; attempt++) {
-        int fd;
+        int fd, challenged = 0;
         ai_status_t st = comm_sock_connect(p->addr, p->port, deadline, &fd);
         if (st != AI_OK)
             return st;
-        st = comm_sock_write_full(fd, hello, sizeof hello, deadline);
-        if (st == AI_OK)
+        ai_random_bytes(nonce, sizeof nonce);
+        comm_wire_data_hello_pack(hello, nonce, (uint32_t)c->rank, (uint32_t)j, chan);
+        st = comm_auth_connect(fd, c->tp->key, hello, sizeof hello, deadline, &challenged, ack);
+        if (st == AI_OK && challenged)
             st = comm_sock_read_full(fd, ack, sizeof ack, deadline);
         uint32_t magic;
         memcpy(&magic, ack, 4);
-        if (st == AI_OK && magic == COMM_WIRE_ACK_MAGIC) {
+        if (st == AI_OK && magic == COMM_WIRE_ACK_MAGIC && challenged) {
             *fd_out = fd;
             return AI_OK;
         }
         close(fd);
         if (st == AI_OK)
             return ai_fail(AI_ERR_PROTO, "rank %d answered a data hello with something else", j);
+        if (st == AI_ERR_PROTO)
+            return ai_fail_prefix(st, "rank %d's data listener", j);
         if (st != AI_ERR_PEER || ai_now() >= deadline)
             return st;
         comm_backoff(attempt, deadline);
@@ -299,29 +303,47 @@ typedef struct mesh_accept {
     int expected;
 } mesh_accept;
 
-/* Gate check for the data listener: a valid hello from a higher rank for a
- * channel not yet open is acknowledged and attached. */
-static int mesh_check(void *arg, int fd, const unsigned char *b, size_t len)
+/* The data listener's judgement of a hello: from a higher rank, to this
+ * one, for a channel not yet open. */
+static int mesh_claims(mesh_accept *m, const unsigned char *b, size_t len, uint32_t *from,
+                       uint16_t *chan)
 {
-    mesh_accept *m = arg;
     ai_comm *c = m->c;
-    uint32_t from, to;
-    uint16_t chan;
+    uint32_t to;
     size_t need;
-    if (comm_wire_data_hello_parse(b, len, c->tp->token_hash, &from, &to, &chan, &need) != AI_OK)
+    if (comm_wire_data_hello_parse(b, len, from, &to, chan, &need) != AI_OK)
         return -1;
     if (need)
         return 0;
-    if (to != (uint32_t)c->rank || from >= (uint32_t)c->size || (int)from <= c->rank)
+    if (to != (uint32_t)c->rank || *from >= (uint32_t)c->size || (int)*from <= c->rank)
         return ai_fail(AI_ERR_PROTO, "unexpected rank numbers"), -1;
-    comm_peer *p = &c->tp->peers[from];
-    int ctl = chan == COMM_WIRE_CTL_CHAN;
-    if (ctl ? p->ctl_fd >= 0 : (p->kind != CHAN_TCP || chan >= p->nchan || p->tx[chan].fd >= 0))
+    comm_peer *p = &c->tp->peers[*from];
+    int ctl = *chan == COMM_WIRE_CTL_CHAN;
+    if (ctl ? p->ctl_fd >= 0 : (p->kind != CHAN_TCP || *chan >= p->nchan || p->tx[*chan].fd >= 0))
         return ai_fail(AI_ERR_PROTO, "unexpected or duplicate channel"), -1;
+    return COMM_WIRE_DATA_HELLO;
+}
+
+static int mesh_open(void *arg, const unsigned char *b, size_t len)
+{
+    uint32_t from;
+    uint16_t chan;
+    return mesh_claims(arg, b, len, &from, &chan);
+}
+
+/* A proven hello: acknowledged and attached. */
+static int mesh_admit(void *arg, int fd, const unsigned char *b, size_t len)
+{
+    mesh_accept *m = arg;
+    uint32_t from;
+    uint16_t chan;
+    if (mesh_claims(m, b, len, &from, &chan) <= 0)
+        return -1;
+    comm_peer *p = &m->c->tp->peers[from];
     uint32_t magic = COMM_WIRE_ACK_MAGIC;
     if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
         return ai_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
-    if (ctl) {
+    if (chan == COMM_WIRE_CTL_CHAN) {
         /* Notices and agreement frames are small and answered: no Nagle
          * wait behind a delayed acknowledgement (40 ms each). */
         int one = 1;
@@ -365,7 +387,7 @@ ai_status_t comm_tcp_mesh(ai_comm *c)
     comm_gate *g = malloc(sizeof *g);
     if (!g)
         return ai_fail(AI_ERR_NOMEM, "data listener");
-    comm_gate_init(g, tp->listen_fd, "data listener", mesh_check, NULL, &m);
+    comm_gate_init(g, tp->listen_fd, "data listener", tp->key, mesh_open, mesh_admit, NULL, &m);
     ai_status_t st = AI_OK;
     while (m.expected > 0 && st == AI_OK) {
         int ms = remaining_ms(deadline);

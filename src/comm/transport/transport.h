@@ -25,8 +25,9 @@
 /* The call sequence point-to-point messages carry: they belong to no
  * collective call (only two ranks take part, so call_seq does not move). */
 #define COMM_SEQ_P2P 0xffffffffu
-#define COMM_PROTO_VERSION 3
+#define COMM_PROTO_VERSION 4
 #define COMM_HOST_MAX 64
+#define COMM_KEY_BYTES AI_KEY_BYTES
 #define COMM_ABORT_REASON_MAX 400
 
 typedef enum { CHAN_NONE, CHAN_SHM, CHAN_TCP } comm_chan_kind;
@@ -146,9 +147,13 @@ struct comm_transport {
     void *shm_base;
     size_t shm_bytes;
     comm_shm_header *shm;
-    char token_hash_hex[17];
-    uint64_t token_hash;    /* this communicator's: hellos, shared-memory names */
-    uint64_t job_hash;      /* the job token's, kept by shrink and grow: joiners show it */
+    /* Keys (util/crypto.c) that doors prove knowledge of (gate.c): this
+     * communicator's (its data listener), and the job token's (the
+     * rendezvous and the join door), kept by shrink and grow. */
+    unsigned char key[COMM_KEY_BYTES];
+    unsigned char job_key[COMM_KEY_BYTES];
+    uint64_t token_hash;    /* this communicator's name (shared-memory segments),
+                             * from its key: no secret, never a credential */
     int no_shm;
     /* What this rank tells its peers when it aborts: the rank that failed
      * first (as far as this rank knows) and the cause. An error naming a
@@ -173,17 +178,19 @@ typedef struct comm_rank_info {
  * table[size] (caller-allocated) with every rank's info; `self` is this
  * rank's (addr may be 0: bootstrap fills in the address it reached rank 0
  * from). */
-ai_status_t comm_bootstrap(const ai_comm_config *cfg, uint64_t token_hash,
+ai_status_t comm_bootstrap(const ai_comm_config *cfg, const unsigned char key[COMM_KEY_BYTES],
                            comm_rank_info *self, comm_rank_info *table);
 
-/* bootstrap.c: connect to a store (or a join door) at addr:port, send
- * the hello frame (COMM_WIRE_HELLO_FRAME bytes), read the framed answer as
- * parse judges it (wire.h's convention: *need > 0 for more). *retry is set
- * when the connection closed unanswered (a full gate, a listener not up
- * yet): worth another try. */
+/* bootstrap.c: connect to a store (or a join door) at addr:port, open
+ * with a hello (rank, size, self; a fresh nonce), prove knowledge of key
+ * (gate.c), read the framed answer as parse judges it (wire.h's
+ * convention: *need > 0 for more). *retry is set when the connection
+ * closed unanswered (a full gate, a listener not up yet): worth another
+ * try. */
 typedef ai_status_t (*comm_answer_parse)(void *arg, const unsigned char *b, size_t len,
                                          size_t *need);
-ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char *hello,
+ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char key[COMM_KEY_BYTES],
+                           uint32_t rank, uint32_t size, const comm_rank_info *self,
                            double deadline, comm_answer_parse parse, void *arg, int *retry);
 
 /* bootstrap.c: answer a refused hello with a REJECT frame naming why
@@ -212,34 +219,57 @@ int comm_split_hostport(const char *text, char *host, size_t cap, int *port);
 
 /* gate.c: a listener's untrusted connections (see there). */
 #define COMM_GATE_MAX 128
-#define COMM_GATE_BUF 128
+#define COMM_GATE_BUF 192
 #define COMM_GATE_DEADLINE_S 1.0
-/* Judge the bytes a connection has sent so far: 1 accepted (the callback
- * now owns fd), 0 a valid beginning (wait for more), -1 refused with the
- * reason in ai_last_error(). */
-typedef int (*comm_gate_check)(void *arg, int fd, const unsigned char *b, size_t len);
+/* A door's judgement of a connection's opening frame: its length once it
+ * is whole and acceptable, 0 for a valid beginning (wait for more), -1
+ * refused with the reason in ai_last_error(). */
+typedef int (*comm_gate_open)(void *arg, const unsigned char *b, size_t len);
+/* The connection proved the key: admit it on the strength of its opening
+ * frame (b, len): 1 admitted (the callback now owns fd), -1 refused. */
+typedef int (*comm_gate_admit)(void *arg, int fd, const unsigned char *b, size_t len);
 typedef struct comm_gate_conn {
     int fd, ready;
-    size_t got;
+    int challenged;  /* its opening was whole and answered with a challenge */
+    size_t got, opening;
     double since;
+    unsigned char nonce[AI_NONCE_BYTES];
     unsigned char buf[COMM_GATE_BUF];
 } comm_gate_conn;
 typedef struct comm_gate {
     int lfd, n;
     const char *what;
-    comm_gate_check check;
+    const unsigned char *key;
+    comm_gate_open open;
+    comm_gate_admit admit;
     void (*answer)(int fd, const char *why); /* tell a refused peer, or NULL */
     void *arg;
     unsigned refused, dropped;
     comm_gate_conn conns[COMM_GATE_MAX];
 } comm_gate;
-void comm_gate_init(comm_gate *g, int lfd, const char *what, comm_gate_check check,
+/* key (COMM_KEY_BYTES) must outlive the gate. */
+void comm_gate_init(comm_gate *g, int lfd, const char *what, const unsigned char *key,
+                    comm_gate_open open, comm_gate_admit admit,
                     void (*answer)(int fd, const char *why), void *arg);
 /* Wait up to ms for the listener or a pending connection, then accept,
  * read and judge what arrived. */
 ai_status_t comm_gate_pass(comm_gate *g, int ms);
 /* Close what is still pending; log a count of what was refused. */
 void comm_gate_close(comm_gate *g);
+/* The proof of a side of a connection (accept: the acceptor's) under
+ * key, for the opening frame's bytes and the acceptor's nonce. */
+void comm_auth_proof(unsigned char mac[AI_MAC_BYTES], const unsigned char *key, int accept,
+                     const unsigned char *opening, size_t n,
+                     const unsigned char nonce[AI_NONCE_BYTES]);
+/* The connecting side of the handshake on fd: send the opening (n bytes),
+ * read the acceptor's answer; a challenge whose proof is right is answered
+ * with ours (*challenged = 1). Anything else (a refusal) is left for the
+ * caller: its first COMM_AUTH_PEEK bytes are in first[] (*challenged = 0).
+ * A wrong proof is AI_ERR_PROTO: the acceptor does not know the key. */
+#define COMM_AUTH_PEEK 4
+ai_status_t comm_auth_connect(int fd, const unsigned char *key, const unsigned char *opening,
+                              size_t n, double deadline, int *challenged,
+                              unsigned char first[COMM_AUTH_PEEK]);
 /* The address this host would use to reach addr (network order). */
 ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out);
 /* A short pause before the attempt-th retry, growing to 0.5 s, jittered. */
@@ -258,16 +288,18 @@ typedef struct comm_params {
     double yield_s[2], tcp_spin_s[2]; /* per wait mode, as in comm_transport */
     int block_waits;                  /* the mode to start in */
 } comm_params;
-ai_status_t comm_alloc(int rank, int size, const comm_params *pp, uint64_t job_hash,
-                       uint64_t token_hash, ai_comm **out);
+/* job_key: the job token's (comm_token_key); key: this communicator's. */
+ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
+                       const unsigned char job_key[COMM_KEY_BYTES],
+                       const unsigned char key[COMM_KEY_BYTES], ai_comm **out);
 ai_status_t comm_build(ai_comm *c, const comm_rank_info *table);
 /* The waits' spin and yield times of both modes (AUTOINFRA_SPIN_US,
  * _YIELD_US, else each mode's defaults) and the mode to start in
  * (block_waits) into pp. */
 ai_status_t comm_wait_params(int block_waits, comm_params *pp);
-/* The hash a job token is known by (NULL: ""), and this machine's id
+/* The key a job token is known by (NULL: ""), and this machine's id
  * (comm_rank_info.machine). */
-uint64_t comm_token_hash(const char *token);
+void comm_token_key(const char *token, unsigned char key[COMM_KEY_BYTES]);
 uint64_t comm_machine_id(void);
 
 /* ctl.c: the control connections. comm_ctl_pump reads what peer's

@@ -7,12 +7,6 @@
 
 #include <string.h>
 
-int comm_wire_token_equal(uint64_t a, uint64_t b)
-{
-    volatile uint64_t d = a ^ b;
-    return d == 0;
-}
-
 static uint32_t rd32(const unsigned char *b)
 {
     uint32_t v;
@@ -147,18 +141,18 @@ void comm_wire_entry_unpack(const unsigned char *b, comm_rank_info *e)
     e->host[COMM_HOST_MAX - 1] = '\0';
 }
 
-void comm_wire_hello_pack(unsigned char *b, uint32_t rank, uint32_t size, uint64_t token,
-                          const comm_rank_info *self)
+void comm_wire_hello_pack(unsigned char *b, uint32_t rank, uint32_t size,
+                          const unsigned char nonce[COMM_WIRE_NONCE], const comm_rank_info *self)
 {
     comm_wire_hdr_pack(b, COMM_WIRE_HELLO, COMM_WIRE_HELLO_BODY);
     memcpy(b + COMM_WIRE_HDR, &rank, 4);
     memcpy(b + COMM_WIRE_HDR + 4, &size, 4);
-    memcpy(b + COMM_WIRE_HDR + 8, &token, 8);
-    comm_wire_entry_pack(b + COMM_WIRE_HDR + 16, self);
+    memcpy(b + COMM_WIRE_HDR + 8, nonce, COMM_WIRE_NONCE);
+    comm_wire_entry_pack(b + COMM_WIRE_HDR + 8 + COMM_WIRE_NONCE, self);
 }
 
-ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, uint64_t token,
-                                  comm_wire_hello *out, size_t *need)
+ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, comm_wire_hello *out,
+                                  size_t *need)
 {
     uint16_t type;
     uint32_t body;
@@ -167,16 +161,11 @@ ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, uint64_t t
         return st;
     if (type != COMM_WIRE_HELLO || body != COMM_WIRE_HELLO_BODY)
         return ai_fail(AI_ERR_PROTO, "malformed hello frame");
-    /* The token before anything it vouches for. */
-    if (len < COMM_WIRE_HDR + 16)
-        return more(len, COMM_WIRE_HELLO_FRAME, need);
-    if (!comm_wire_token_equal(rd64(b + COMM_WIRE_HDR + 8), token))
-        return ai_fail(AI_ERR_PROTO, "wrong job token");
     if (len < COMM_WIRE_HELLO_FRAME)
         return more(len, COMM_WIRE_HELLO_FRAME, need);
     out->rank = rd32(b + COMM_WIRE_HDR);
     out->size = rd32(b + COMM_WIRE_HDR + 4);
-    comm_wire_entry_unpack(b + COMM_WIRE_HDR + 16, &out->entry);
+    comm_wire_entry_unpack(b + COMM_WIRE_HDR + 8 + COMM_WIRE_NONCE, &out->entry);
     *need = 0;
     return AI_OK;
 }
@@ -201,8 +190,8 @@ ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t s
     return AI_OK;
 }
 
-void comm_wire_data_hello_pack(unsigned char *b, uint64_t token, uint32_t from, uint32_t to,
-                               uint16_t chan)
+void comm_wire_data_hello_pack(unsigned char *b, const unsigned char nonce[COMM_WIRE_NONCE],
+                               uint32_t from, uint32_t to, uint16_t chan)
 {
     uint32_t magic = COMM_WIRE_DATA_MAGIC;
     uint16_t version = COMM_PROTO_VERSION;
@@ -211,23 +200,67 @@ void comm_wire_data_hello_pack(unsigned char *b, uint64_t token, uint32_t from, 
     memcpy(b + 6, &chan, 2);
     memcpy(b + 8, &from, 4);
     memcpy(b + 12, &to, 4);
-    memcpy(b + 16, &token, 8);
+    memcpy(b + 16, nonce, COMM_WIRE_NONCE);
 }
 
-ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint64_t token,
-                                       uint32_t *from, uint32_t *to, uint16_t *chan,
-                                       size_t *need)
+ai_status_t comm_wire_data_hello_parse(const unsigned char *b, size_t len, uint32_t *from,
+                                       uint32_t *to, uint16_t *chan, size_t *need)
 {
     ai_status_t st = lead_parse(b, len, COMM_WIRE_DATA_MAGIC, COMM_WIRE_DATA_HELLO,
                                 "not an autoinfra peer (bad magic)", need);
     if (st != AI_OK || *need)
         return st;
-    if (!comm_wire_token_equal(rd64(b + 16), token))
-        return ai_fail(AI_ERR_PROTO, "wrong job token");
     *chan = rd16(b + 6);
     *from = rd32(b + 8);
     *to = rd32(b + 12);
     *need = 0;
+    return AI_OK;
+}
+
+/* magic | version u16 | pad u16: the 8 bytes that open a challenge and a proof. */
+static void lead8_pack(unsigned char *b, uint32_t magic)
+{
+    uint16_t version = COMM_PROTO_VERSION, pad = 0;
+    memcpy(b, &magic, 4);
+    memcpy(b + 4, &version, 2);
+    memcpy(b + 6, &pad, 2);
+}
+
+void comm_wire_challenge_pack(unsigned char *b, const unsigned char nonce[COMM_WIRE_NONCE],
+                              const unsigned char mac[COMM_WIRE_MAC])
+{
+    lead8_pack(b, COMM_WIRE_CHALLENGE_MAGIC);
+    memcpy(b + 8, nonce, COMM_WIRE_NONCE);
+    memcpy(b + 8 + COMM_WIRE_NONCE, mac, COMM_WIRE_MAC);
+}
+
+ai_status_t comm_wire_challenge_parse(const unsigned char *b, size_t len,
+                                      unsigned char nonce[COMM_WIRE_NONCE],
+                                      unsigned char mac[COMM_WIRE_MAC], size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_CHALLENGE_MAGIC, COMM_WIRE_CHALLENGE,
+                                "not an autoinfra peer (no challenge)", need);
+    if (st != AI_OK || *need)
+        return st;
+    memcpy(nonce, b + 8, COMM_WIRE_NONCE);
+    memcpy(mac, b + 8 + COMM_WIRE_NONCE, COMM_WIRE_MAC);
+    return AI_OK;
+}
+
+void comm_wire_proof_pack(unsigned char *b, const unsigned char mac[COMM_WIRE_MAC])
+{
+    lead8_pack(b, COMM_WIRE_PROOF_MAGIC);
+    memcpy(b + 8, mac, COMM_WIRE_MAC);
+}
+
+ai_status_t comm_wire_proof_parse(const unsigned char *b, size_t len,
+                                  unsigned char mac[COMM_WIRE_MAC], size_t *need)
+{
+    ai_status_t st = lead_parse(b, len, COMM_WIRE_PROOF_MAGIC, COMM_WIRE_PROOF,
+                                "malformed proof (bad magic)", need);
+    if (st != AI_OK || *need)
+        return st;
+    memcpy(mac, b + 8, COMM_WIRE_MAC);
     return AI_OK;
 }
 
