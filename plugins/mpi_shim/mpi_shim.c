@@ -24,11 +24,14 @@
  *    different types of one signature, and each must still take the path
  *    the others take;
  *  - the arguments are valid (non-negative counts, root in range, no NULL
- *    buffer with a non-zero count, no aliased send and receive buffers,
+ *    buffer with a non-zero count unless the datatype addresses from
+ *    MPI_BOTTOM, committed datatypes, no aliased send and receive buffers,
  *    equal send and receive sizes), so that MPI's own error handling
- *    reports anything else.
+ *    reports anything else through the communicator's error handler.
  * The rules depend only on arguments every rank passes alike, so all ranks
- * of a call take the same path.
+ * of a call take the same path. While a rank waits in autoinfra it keeps
+ * MPI's progress going (drive_mpi), so that MPI transfers other ranks
+ * wait on still complete.
  *
  * Errors: if setting up autoinfra fails on any rank, one warning is printed
  * and every call goes to MPI for the rest of the job. If an autoinfra call
