@@ -29,7 +29,7 @@ static void suite_error(const char *fmt, ...)
     }
 }
 
-static void *suite_alloc(size_t n)
+__attribute__((unused)) static void *suite_alloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     if (!p) {
