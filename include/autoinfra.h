@@ -161,6 +161,15 @@ ai_status_t ai_comm_state(const ai_comm *comm);
  * takes it up at its next idle pass. For a progress thread: block while
  * its caller computes, poll while the caller waits for the result. */
 void ai_comm_set_block_waits(ai_comm *comm, int block);
+/* A function this communicator's calls run while they wait: fn(arg) once
+ * a wait has been idle past its spin phase, then on every idle pass (at
+ * least every millisecond) until the data it waits for moves. For a
+ * caller that must keep another library's progress going while it waits
+ * in autoinfra (the MPI shim drives MPI's, so that a peer blocked in an
+ * MPI call this rank must serve can finish it and join the collective).
+ * fn must not call into this communicator. NULL: none (the default). Not
+ * while a call of the communicator runs; not inherited by shrink or grow. */
+void ai_comm_set_wait_hook(ai_comm *comm, void (*fn)(void *arg), void *arg);
 
 /* Measure the links between the communicator's hosts (collective: every
  * rank calls it; host leaders exchange probe messages, ~H rounds of 1 MiB,

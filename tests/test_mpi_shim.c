@@ -273,6 +273,135 @@ static void test_mpich_flavour(void **state)
     assert_true(calls > 0);
 }
 
+/* ------------------------------------------------------------------------
+ * Correct programs that must run unchanged (mpi_shim_trust), under each MPI
+ * flavour that was built: Open MPI's mpirun, MPICH's mpiexec.mpich. */
+
+typedef struct flavour {
+    const char *name, *launcher, *shim, *prog;
+} flavour;
+
+static const flavour flavours[] = {
+    {"Open MPI", "mpirun", "libautoinfra-mpi.so", "mpi_shim_trust"},
+    {"MPICH", "mpiexec.mpich", "libautoinfra-mpi-mpich.so", "mpi_shim_trust-mpich"},
+};
+
+/* mpi_shim_trust on 3 ranks under flavour f with the shim preloaded,
+ * settings NAME=VALUE, killed after limit_s seconds; 0 if this flavour was
+ * not built (nothing run). *rc gets the exit status. */
+static int trust_run(const flavour *f, int limit_s, const char *const *vars,
+                     const char *const *args, int *rc)
+{
+    char shim[PATH_MAX], prog[PATH_MAX], limit[16], kv[8][128];
+    char *argv[64];
+    int n = 0;
+    if (!proc_on_path(f->launcher) || !built(f->shim, shim, sizeof shim) ||
+        !built(f->prog, prog, sizeof prog))
+        return 0;
+    snprintf(limit, sizeof limit, "%d", limit_s);
+    int ompi = !strcmp(f->launcher, "mpirun");
+    const char *pre[] = {"env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                         "OMPI_MCA_rmaps_base_oversubscribe=1", "timeout", "-k", "5", limit,
+                         f->launcher, ompi ? "--oversubscribe" : "-n", ompi ? "-np" : "3",
+                         ompi ? "3" : NULL, NULL};
+    for (int i = 0; pre[i]; i++)
+        argv[n++] = (char *)pre[i];
+    snprintf(kv[0], sizeof kv[0], "LD_PRELOAD=%s", shim);
+    int nkv = 1;
+    for (; vars && *vars && nkv < 8; vars++)
+        snprintf(kv[nkv++], sizeof kv[0], "%s", *vars);
+    for (int i = 0; i < nkv; i++) {
+        if (ompi) {
+            argv[n++] = "-x";
+            argv[n++] = kv[i];
+        } else {
+            char *eq = strchr(kv[i], '=');
+            *eq = '\0';
+            argv[n++] = "-genv";
+            argv[n++] = kv[i];
+            argv[n++] = eq + 1;
+        }
+    }
+    argv[n++] = prog;
+    for (; args && *args && n < 63; args++)
+        argv[n++] = (char *)*args;
+    argv[n] = NULL;
+    *rc = proc_run(argv, limit_s + 10, outbuf, sizeof outbuf, errbuf, sizeof errbuf);
+    if (*rc == PROC_TIMEOUT || *rc == 124 || *rc == 137)
+        fail_msg("%s: mpi_shim_trust %s still running after %d s (exit %d); stdout:\n%s\n"
+                 "stderr:\n%s",
+                 f->name, args[0], limit_s, *rc, outbuf, errbuf);
+    return 1;
+}
+
+/* Run a mode under every flavour built, with one more setting `extra`
+ * (NAME=VALUE, or NULL); each must print OK with `calls` collectives in
+ * autoinfra over all ranks (-1: any number above 0). */
+static void trust_expect(const char *extra, const char *const *args, long calls)
+{
+    const char *x[] = {"AUTOINFRA_TIMEOUT=10", extra, NULL};
+    int ran = 0;
+    for (size_t i = 0; i < sizeof flavours / sizeof flavours[0]; i++) {
+        const flavour *f = &flavours[i];
+        int rc = 0;
+        if (!trust_run(f, 60, x, args, &rc)) {
+            print_message("%s: shim or launcher not there, not run\n", f->name);
+            continue;
+        }
+        ran++;
+        const char *s = strstr(outbuf, "calls in autoinfra");
+        long got = -1;
+        while (s && s > outbuf && s[-1] == ' ')
+            s--;
+        while (s && s > outbuf && s[-1] >= '0' && s[-1] <= '9')
+            s--;
+        if (s)
+            got = strtol(s, NULL, 10);
+        if (rc != 0 || !strstr(outbuf, "shim_trust: OK") || got < 0 ||
+            (calls < 0 ? got == 0 : got != calls))
+            fail_msg("%s: mpi_shim_trust %s%s%s: exit %d, %ld calls in autoinfra (expected %ld)\n"
+                     "stdout:\n%s\nstderr:\n%s",
+                     f->name, args[0], extra ? " with " : "", extra ? extra : "", rc, got, calls,
+                     outbuf, errbuf);
+    }
+    if (!ran)
+        skip();
+}
+
+/* Rank 1 in a blocking MPI_Send whose receive rank 0 posted before it
+ * entered MPI_Allreduce / MPI_Allgather: MPI must complete that send, so
+ * the shim has to drive MPI's progress while it waits in autoinfra, or
+ * the job stalls until AUTOINFRA_TIMEOUT and aborts. Over shared memory
+ * and over TCP only (autoinfra's two kinds of wait). */
+static void test_pending_send_completes(void **state)
+{
+    (void)state;
+    const char *ar[] = {"--pending-send", "allreduce", "8192", "262144", "4194304", NULL};
+    const char *ag[] = {"--pending-send", "allgather", "8192", "262144", "4194304", NULL};
+    trust_expect(NULL, ar, 3 * 3);
+    trust_expect(NULL, ag, 3 * 3);
+    trust_expect("AUTOINFRA_NO_SHM=1", ag, 3 * 3);
+}
+
+/* MPI_BOTTOM with datatypes of absolute addresses, in autoinfra (MPICH
+ * refuses MPI_Pack of a NULL buffer; the shim must not hand it one). */
+static void test_bottom_datatypes(void **state)
+{
+    (void)state;
+    const char *a[] = {"--bottom", NULL};
+    trust_expect(NULL, a, 3 * 5);
+}
+
+/* An uncommitted datatype under MPI_ERRORS_RETURN: MPI_ERR_TYPE returned
+ * on every rank (the program checks), no abort; the committed type after
+ * it runs in autoinfra (two broadcasts per rank). */
+static void test_uncommitted_type_returns_error(void **state)
+{
+    (void)state;
+    const char *a[] = {"--uncommitted", NULL};
+    trust_expect(NULL, a, 3 * 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -284,6 +413,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_settings_refused, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_runtime_failure_aborts, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_flavour, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_pending_send_completes, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_bottom_datatypes, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_uncommitted_type_returns_error, cmdtest_setup,
+                                        cmdtest_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,11 +24,14 @@
  *    different types of one signature, and each must still take the path
  *    the others take;
  *  - the arguments are valid (non-negative counts, root in range, no NULL
- *    buffer with a non-zero count, no aliased send and receive buffers,
+ *    buffer with a non-zero count unless the datatype addresses from
+ *    MPI_BOTTOM, committed datatypes, no aliased send and receive buffers,
  *    equal send and receive sizes), so that MPI's own error handling
- *    reports anything else.
+ *    reports anything else through the communicator's error handler.
  * The rules depend only on arguments every rank passes alike, so all ranks
- * of a call take the same path.
+ * of a call take the same path. While a rank waits in autoinfra it keeps
+ * MPI's progress going (drive_mpi), so that MPI transfers other ranks
+ * wait on still complete.
  *
  * Errors: if setting up autoinfra fails on any rank, one warning is printed
  * and every call goes to MPI for the rest of the job. If an autoinfra call
@@ -70,6 +73,10 @@ SHIM_EXPORT int autoinfra_shim_active;
 static ai_comm *g_comm;
 static int g_rank, g_size, g_verbose, g_world_only;
 static int g_keyval = MPI_KEYVAL_INVALID;
+/* A private communicator (a duplicate of MPI_COMM_WORLD, errors returned):
+ * nothing is ever sent on it; it enters MPI's progress engine while a rank
+ * waits in autoinfra (drive_mpi) and asks MPI about datatypes. */
+static MPI_Comm g_private = MPI_COMM_NULL;
 static char g_yes, g_no; /* attribute values: congruent with the world or not */
 
 /* ------------------------------------------------------------ datatypes */
@@ -189,6 +196,10 @@ typedef struct shim_data {
     size_t bytes;
     int direct;
     char *tmp;
+    /* On MPI_BOTTOM: the elements as seen from `base` (data_bottom). */
+    int shifted_made;
+    MPI_Datatype shifted;
+    char *base;
 } shim_data;
 
 /* 1 if t is predefined and in g_types, or built of such a type by
@@ -213,14 +224,31 @@ static int type_direct(MPI_Datatype t, int depth)
     return ok;
 }
 
-/* Describe count x type at buf; 0 if its size is unknown (MPI's own error
- * handling then reports the call). */
+/* 1 if MPI takes t in communication: predefined, or derived and
+ * committed. MPI has no query for the latter; packing no element checks it
+ * (both MPI flavours answer MPI_ERR_TYPE for an uncommitted type, and the
+ * private communicator returns the error instead of aborting). */
+static int type_committed(MPI_Datatype t)
+{
+    int ni = 0, na = 0, nd = 0, comb = 0, pos = 0;
+    char scratch[8];
+    if (type_find(t))
+        return 1;
+    if (PMPI_Type_get_envelope(t, &ni, &na, &nd, &comb) != MPI_SUCCESS)
+        return 0;
+    return comb == MPI_COMBINER_NAMED ||
+           PMPI_Pack(scratch, 0, t, scratch, (int)sizeof scratch, &pos, g_private) == MPI_SUCCESS;
+}
+
+/* Describe count x type at buf; 0 if its size is unknown or MPI would not
+ * take the type (uncommitted): MPI's own error handling then reports the
+ * call, through the communicator's error handler. */
 static int data_init(shim_data *d, const void *buf, int count, MPI_Datatype type)
 {
     MPI_Count size = 0;
     memset(d, 0, sizeof *d);
     if (count < 0 || type == MPI_DATATYPE_NULL || PMPI_Type_size_x(type, &size) != MPI_SUCCESS ||
-        size < 0)
+        size < 0 || !type_committed(type))
         return 0;
     d->user = (void *)(uintptr_t)buf;
     d->count = count;
@@ -240,24 +268,60 @@ static int data_buf(shim_data *d, size_t room, char **out)
     return d->direct || d->tmp;
 }
 
+/* The address of the first byte of a datatype's first element on
+ * MPI_BOTTOM (its true lower bound): 0 when the type holds no absolute
+ * address, so that MPI_BOTTOM with it is an invalid buffer. */
+static MPI_Aint bottom_lb(MPI_Datatype t)
+{
+    MPI_Aint lb = 0, extent = 0;
+    return PMPI_Type_get_true_extent(t, &lb, &extent) == MPI_SUCCESS ? lb : 0;
+}
+
+/* A buffer on MPI_BOTTOM (NULL) with a datatype of absolute addresses:
+ * MPICH's MPI_Pack and MPI_Unpack refuse a NULL buffer, so the same bytes
+ * are described from a non-NULL base: the address of the first one, with
+ * the datatype shifted back by as much (a struct of one element at
+ * displacement -base; its extent, and so the place of element i, is the
+ * type's). */
+static int data_bottom(shim_data *d)
+{
+    if (d->shifted_made)
+        return 1;
+    MPI_Aint lb = bottom_lb(d->type), disp = -lb;
+    int one = 1;
+    MPI_Datatype inner = d->type;
+    if (!lb || PMPI_Type_create_struct(1, &one, &disp, &inner, &d->shifted) != MPI_SUCCESS)
+        return 0;
+    if (PMPI_Type_commit(&d->shifted) != MPI_SUCCESS) {
+        PMPI_Type_free(&d->shifted);
+        return 0;
+    }
+    d->shifted_made = 1;
+    d->base = (char *)(uintptr_t)lb;
+    return 1;
+}
+
 /* MPI_Pack (unpack 0) or MPI_Unpack (1) of the user's elements
  * [first, first + n) to or from the scratch buffer at byte `at`, in pieces
  * below 2 GiB (MPI's sizes are ints). Nothing to do when direct. */
-static int data_move(const shim_data *d, int unpack, size_t first, size_t n, size_t at)
+static int data_move(shim_data *d, int unpack, size_t first, size_t n, size_t at)
 {
     MPI_Aint lb = 0, extent = 0;
     size_t esize = d->count ? d->bytes / (size_t)d->count : 0;
-    if (d->direct)
+    if (d->direct || n == 0)
         return 1;
-    if (!d->tmp || PMPI_Type_get_extent(d->type, &lb, &extent) != MPI_SUCCESS || esize > INT_MAX)
+    if (!d->tmp || PMPI_Type_get_extent(d->type, &lb, &extent) != MPI_SUCCESS || esize > INT_MAX ||
+        (!d->user && !data_bottom(d)))
         return 0;
+    char *from = d->user ? (char *)d->user : d->base;
+    MPI_Datatype type = d->user ? d->type : d->shifted;
     size_t per = esize ? INT_MAX / esize : INT_MAX;
     for (size_t i = 0; i < n;) {
         size_t k = n - i < per ? n - i : per;
         int pos = 0, len = (int)(k * esize);
-        char *user = (char *)d->user + (MPI_Aint)(first + i) * extent, *tmp = d->tmp + at;
-        int rc = unpack ? PMPI_Unpack(tmp, len, &pos, user, (int)k, d->type, MPI_COMM_WORLD)
-                        : PMPI_Pack(user, (int)k, d->type, tmp, len, &pos, MPI_COMM_WORLD);
+        char *user = from + (MPI_Aint)(first + i) * extent, *tmp = d->tmp + at;
+        int rc = unpack ? PMPI_Unpack(tmp, len, &pos, user, (int)k, type, MPI_COMM_WORLD)
+                        : PMPI_Pack(user, (int)k, type, tmp, len, &pos, MPI_COMM_WORLD);
         if (rc != MPI_SUCCESS || pos != len)
             return 0;
         at += (size_t)len;
@@ -270,6 +334,9 @@ static void data_free(shim_data *d)
 {
     free(d->tmp);
     d->tmp = NULL;
+    if (d->shifted_made)
+        PMPI_Type_free(&d->shifted);
+    d->shifted_made = 0;
 }
 
 /* ------------------------------------------------------- communicators */
@@ -294,6 +361,26 @@ static int comm_ok(MPI_Comm comm)
              (res == MPI_IDENT || res == MPI_CONGRUENT);
     PMPI_Comm_set_attr(comm, g_keyval, ok ? &g_yes : &g_no);
     return ok;
+}
+
+/* ------------------------------------------------------------- progress */
+
+/* autoinfra's wait hook (ai_comm_set_wait_hook): while this rank waits in
+ * an autoinfra collective, MPI must still complete what it owes others.
+ * A peer may sit in a blocking MPI_Send whose receive this rank posted
+ * before the collective; MPI requires that send to complete, and it only
+ * can when this rank's MPI makes progress (a rendezvous answer, a copy).
+ * A probe on a private communicator enters MPI's progress engine, which
+ * serves every communicator; it matches nothing (nobody sends there). A
+ * duplicate of the world, not of MPI_COMM_SELF: MPICH 4.0's probe on a
+ * one-rank communicator completed no pending transfer of another rank. It
+ * runs in the thread that called the collective, which may call MPI at
+ * every thread level. */
+static void drive_mpi(void *arg)
+{
+    (void)arg;
+    int flag = 0;
+    PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_private, &flag, MPI_STATUS_IGNORE);
 }
 
 /* ------------------------------------------------------------- results */
@@ -394,14 +481,16 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
 
 /* Invalid arguments (MPI reports them), decided as the other rules on
  * what every rank of a correct call passes alike. A NULL buffer is invalid
- * only for a direct type: a derived type may address from MPI_BOTTOM. */
+ * unless the datatype holds absolute addresses (MPI_BOTTOM). */
 static int data_bad(const shim_data *d, const void *buf)
 {
-    return buf == MPI_IN_PLACE || (d->bytes > 0 && !buf && d->direct);
+    return buf == MPI_IN_PLACE || (d->bytes > 0 && !buf && (d->direct || !bottom_lb(d->type)));
 }
 
 /* Allgather (a2a 0) or alltoall (1): both move `block` bytes per pair of
- * ranks; in place, the input is in the receive buffer. */
+ * ranks; in place, the input is in the receive buffer. Equal send and
+ * receive buffers alias, unless both are MPI_BOTTOM: then the datatypes
+ * say where the data are. */
 static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                          void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
@@ -411,7 +500,7 @@ static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Dataty
     memset(&s, 0, sizeof s);
     if (!comm_ok(comm) || !data_init(&r, recvbuf, recvcount, recvtype) || data_bad(&r, recvbuf) ||
         (!in_place && (!data_init(&s, sendbuf, sendcount, sendtype) || data_bad(&s, sendbuf) ||
-                       s.bytes != r.bytes || (r.bytes > 0 && sendbuf == recvbuf))))
+                       s.bytes != r.bytes || (r.bytes > 0 && sendbuf && sendbuf == recvbuf))))
         return FALLBACK(a2a ? PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                             recvtype, comm)
                             : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
@@ -646,7 +735,11 @@ static void shim_setup(void)
     if (g_size > 1 && PMPI_Bcast(boot, BOOT_LEN, MPI_CHAR, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         snprintf(boot, sizeof boot, "!broadcast of the rendezvous address failed");
     boot[BOOT_LEN - 1] = '\0';
-    if (boot[0] == '!') {
+    if (PMPI_Comm_dup(MPI_COMM_WORLD, &g_private) != MPI_SUCCESS ||
+        PMPI_Comm_set_errhandler(g_private, MPI_ERRORS_RETURN) != MPI_SUCCESS) {
+        snprintf(err, sizeof err, "MPI_Comm_dup of MPI_COMM_WORLD failed");
+        ok = 0;
+    } else if (boot[0] == '!') {
         snprintf(err, sizeof err, "rank 0: %s", boot + 1);
         ok = 0;
     } else if (sscanf(boot, "%127s %d %39s", store_host, &store_port, token) != 3) {
@@ -681,6 +774,7 @@ static void shim_setup(void)
         warn_fallback(first, nfailed, err[0] ? err : "ranks could not agree");
         return;
     }
+    ai_comm_set_wait_hook(c, drive_mpi, NULL);
     g_comm = c;
     autoinfra_shim_active = 1;
     if (g_verbose && g_rank == 0)
@@ -724,6 +818,8 @@ SHIM_EXPORT int MPI_Finalize(void)
         autoinfra_shim_active = 0;
         ai_comm_destroy(c);
     }
+    if (g_private != MPI_COMM_NULL)
+        PMPI_Comm_free(&g_private);
     if (g_keyval != MPI_KEYVAL_INVALID)
         PMPI_Comm_free_keyval(&g_keyval);
     return PMPI_Finalize();

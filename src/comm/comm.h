@@ -158,6 +158,8 @@ struct ai_comm {
     unsigned links_gen;  /* incremented whenever links are (re)measured */
     comm_tuner tuner;    /* all NULL: no learner */
     struct comm_ft *ft;  /* agreement state (comm/ft/), NULL until the first */
+    void (*wait_hook)(void *arg); /* ai_comm_set_wait_hook; NULL: none */
+    void *wait_hook_arg;
 };
 
 /* The communicator proper (comm.c). The public communicator section of
@@ -208,6 +210,13 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
 void comm_ft_free(ai_comm *c);
 /* ai_comm_set_block_waits' work: the transport's wait mode. */
 void comm_set_block_waits(ai_comm *c, int block);
+/* The wait hook (ai_comm_set_wait_hook) of a wait idle past its spin
+ * phase: run it, if any. */
+static inline void comm_wait_hook(ai_comm *c)
+{
+    if (c->wait_hook)
+        c->wait_hook(c->wait_hook_arg);
+}
 
 /* ------------------------------------------------------------ algorithms */
 

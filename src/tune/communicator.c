@@ -67,6 +67,11 @@ int ai_comm_host_of(const ai_comm *c, int rank)
 }
 ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
 void ai_comm_set_block_waits(ai_comm *c, int block) { comm_set_block_waits(c, block); }
+void ai_comm_set_wait_hook(ai_comm *c, void (*fn)(void *arg), void *arg)
+{
+    c->wait_hook = fn;
+    c->wait_hook_arg = fn ? arg : NULL;
+}
 
 /* ------------------------------------------------------ measured links */
 

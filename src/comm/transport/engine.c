@@ -502,7 +502,7 @@ static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp)
             }
     }
     if (nf)
-        (void)poll(fds, nf, only_tcp ? 10 : 0);
+        (void)poll(fds, nf, only_tcp ? (c->wait_hook ? 1 : 10) : 0);
     if (!only_tcp || !nf)
         sched_yield();
 }
@@ -554,6 +554,7 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
     }
     if (w->passes < tp->spin_passes)
         return AI_OK;
+    comm_wait_hook(c);
     double now = ai_now();
     /* The host's abort flag is one load: looked at every pass, so a
      * revoke or abort here (which rings every doorbell) ends the wait at
@@ -582,7 +583,8 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
         w->armed = 1;
         return AI_OK;
     }
-    futex_wait(&me->seq, w->seq, COMM_BLOCK_MS);
+    /* With a hook, block briefly: it must run at least every millisecond. */
+    futex_wait(&me->seq, w->seq, c->wait_hook ? 1 : COMM_BLOCK_MS);
     atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
     w->armed = 0;
     return AI_OK;
@@ -698,6 +700,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         idle++;
         if (idle < spin)
             continue;
+        comm_wait_hook(c);
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */
         else if (tcp_only &&
