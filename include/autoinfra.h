@@ -108,6 +108,8 @@ typedef struct ai_comm_config {
                               * yielding) unless AUTOINFRA_SPIN_US / AUTOINFRA_YIELD_US
                               * say otherwise: for callers whose communication overlaps
                               * their own compute on the same cores (a progress thread) */
+    const char *kb_path;     /* the learner's knowledge base; NULL: AUTOINFRA_KB, else the
+                              * default path (ai_kb_default_path) */
 } ai_comm_config;
 
 /* A TCP port for store_port, for launchers: free on `host` (NULL:
@@ -118,6 +120,10 @@ int ai_rendezvous_port(const char *host);
 /* Create a communicator; collective over all `size` ranks. */
 ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t ai_comm_create_env(ai_comm **out);
+/* The configuration ai_comm_create_env would use, for a caller that
+ * changes a field (kb_path) before ai_comm_create. Its strings stay valid
+ * for the life of the process. */
+ai_status_t ai_comm_config_env(ai_comm_config *out);
 
 /*
  * A key-value store every rank of the job already shares (torch's
@@ -598,6 +604,26 @@ double ai_now(void);
  * "64K" = "64KiB" = 65536). No sign, no spaces, no fractions.
  * AI_ERR_INVALID (ai_last_error says why) when malformed or too large. */
 ai_status_t ai_parse_size(const char *text, size_t *out);
+
+/* ------------------------------------------- settings (util/param.c)
+ * Every AUTOINFRA_* variable the library reads, from one table: its
+ * value in effect and where that came from (`autoinfra env`,
+ * docs/runtime.md "Settings"). The environment is read at the first use
+ * and again at each communicator creation. Strings stay valid for the
+ * life of the process. */
+typedef struct ai_setting {
+    const char *name;          /* "AUTOINFRA_TIMEOUT" */
+    const char *type;          /* "int", "double", "size", "choice", "string" */
+    const char *value;         /* as text; NULL when unset and without default */
+    const char *default_value; /* NULL: none */
+    const char *range;         /* "0..8", "error|warn|info|debug"; "" for strings */
+    const char *source;        /* "environment", "default", or "unset" (no default) */
+    const char *doc;           /* one line */
+    const char *problem;       /* NULL, or why the environment's value is refused
+                                * (the default is in effect until it is fixed) */
+} ai_setting;
+int ai_setting_count(void);
+ai_status_t ai_setting_get(int index, ai_setting *out);
 
 /* ------------ introspection: benchmarks and tests (tune/learn.c)
  * What the learner would run and which arms it weighs, for oracle sweeps

@@ -13,6 +13,11 @@
 #  5. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
 #     registry.c) calls an algorithm another per-collective file defines:
 #     shared steps live in the cores.
+#  6. The library reads the environment only through util's table of
+#     settings (src/util/param.c): no file of a layer outside src/util
+#     calls getenv, secure_getenv or the ai_env_* helpers. (The CLI is a
+#     program, not the library: its launcher reads PATH and builds its
+#     children's environments.)
 #
 # Usage: check_layers.sh SOURCE_DIR. Exit 1 listing every violation.
 root=${1:-.}
@@ -110,6 +115,17 @@ if [ -f "$algos" ]; then
 else
     fail "$algos: missing"
 fi
+
+for layer in $order; do
+    [ "$layer" = util ] || [ "$layer" = cli ] || [ ! -d "src/$layer" ] && continue
+    hits=$(grep -rnE --include='*.c' --include='*.h' '(^|[^a-z_])(secure_)?getenv[[:space:]]*\(|ai_env_[a-z]+[[:space:]]*\(' "src/$layer")
+    if [ -n "$hits" ]; then
+        echo "$hits" | cut -d: -f1,2 | while IFS= read -r h; do
+            echo "check_layers: $h: reads the environment; use util_param_* (src/util/param.c)" >&2
+        done
+        bad=1
+    fi
+done
 
 [ $bad -eq 0 ] && echo "check_layers: ok"
 exit $bad

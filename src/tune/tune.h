@@ -38,17 +38,21 @@ typedef struct tune_bucket_info {
 /* Attach the learner behind `auto` to a new communicator (learn.c):
  * installs c->tuner unless AUTOINFRA_TUNE=0; reads the AUTOINFRA_TUNE_*
  * settings and fails on a bad one, leaving c as it was. */
-ai_status_t tune_learner_attach(ai_comm *c);
+ai_status_t tune_learner_attach(ai_comm *c, const char *kb_path);
+/* The KB path a communicator's learner settled on; NULL: none. */
+const char *tune_kb_path(const ai_comm *c);
 /* A public communicator from comm's (tune/communicator.c): when st is
  * AI_OK, the learner attached to c and c into *out; c destroyed if that
  * fails. On a failed st, st (c is not looked at). */
-ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out);
+ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, const char *kb_path, ai_comm **out);
 
 /* Open a knowledge base for the learner's writer (rank 0). It never waits
  * for a lock another process holds (the learner opens it inside a
  * collective): a busy KB is set up at a later write. A KB the process
  * cannot write is opened read-only. */
 ai_status_t kb_open_writer(const char *path, ai_kb **out);
+/* ai_kb_default_path on the settings as they are (no new read). */
+ai_status_t kb_default_path(char *buf, size_t len);
 const char *kb_path(const ai_kb *kb);
 /* Opened read-only: nothing will be written. */
 int kb_is_readonly(const ai_kb *kb);

@@ -29,8 +29,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define DEFAULT_JOIN_TIMEOUT_S 30.0
-#define DEFAULT_JOIN_CHANNELS 2
 
 static comm_params params_of(const ai_comm *c)
 {
@@ -401,7 +399,7 @@ static ai_status_t joined_parse(void *arg, const unsigned char *b, size_t len, s
 ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out)
 {
     ai_status_t st;
-    const char *where = job_addr ? job_addr : ai_env_str("AUTOINFRA_JOIN_ADDR", NULL);
+    const char *where = job_addr ? job_addr : util_param_str(UTIL_PARAM_JOIN_ADDR);
     if (!cfg)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: no configuration");
     if (!where)
@@ -412,13 +410,13 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (comm_split_hostport(where, host, sizeof host, &port) != 0)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port", where);
     double timeout = cfg->timeout_s;
-    if (timeout <= 0 &&
-        (st = ai_env_double("AUTOINFRA_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S, 0, COMM_MAX_TIMEOUT_S,
-                            &timeout)) != AI_OK)
+    if (timeout <= 0 && (st = util_param_double(UTIL_PARAM_TIMEOUT, &timeout)) != AI_OK)
         return st;
     if (timeout <= 0)
-        timeout = DEFAULT_JOIN_TIMEOUT_S;
-    const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "");
+        timeout = util_param_default(UTIL_PARAM_TIMEOUT);
+    const char *token = cfg->token ? cfg->token : util_param_str(UTIL_PARAM_TOKEN);
+    if (!token)
+        token = "";
     uint64_t job_hash = comm_token_hash(token);
     uint32_t door, mine;
     if ((st = comm_resolve_ipv4(host, &door)) != AI_OK ||
@@ -430,7 +428,7 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return st;
     comm_rank_info self = {.addr = mine, .port = lport, .pid = (int32_t)getpid(),
                            .machine = comm_machine_id()};
-    const char *hid = cfg->host_id ? cfg->host_id : ai_env_str("AUTOINFRA_HOST", NULL);
+    const char *hid = cfg->host_id ? cfg->host_id : util_param_str(UTIL_PARAM_HOST);
     if (hid)
         snprintf(self.host, sizeof self.host, "%s", hid);
     else if (gethostname(self.host, sizeof self.host - 1) != 0)
