@@ -33,6 +33,7 @@
  * next header this rank sends is corrupted.
  */
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <inttypes.h>
 #include <math.h>

@@ -64,9 +64,14 @@ void ai_comm_destroy(ai_comm *c)
     comm_destroy(c);
 }
 
-int ai_rendezvous_port(const char *host)
+ai_status_t ai_rendezvous_port(const char *host, int *port)
 {
-    return comm_tcp_free_port(host);
+    int p = comm_tcp_free_port(host);
+    if (p <= 0)
+        return ai_fail(AI_ERR_IO, "no free TCP port on %s (or it does not resolve)",
+                       host ? host : "127.0.0.1");
+    *port = p;
+    return AI_OK;
 }
 
 int ai_comm_rank(const ai_comm *c) { return c->rank; }

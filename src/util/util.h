@@ -6,6 +6,7 @@
 #define AI_UTIL_H
 
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -90,7 +91,7 @@ ai_status_t ai_log_level_env(ai_log_level *out);
  * letters, at least 1, differ); NULL otherwise. */
 const char *ai_nearest_name(const char *word, const char *const *names, int n);
 
-/* ai_parse_size (sizes: "64K", "4MiB", ...) is public: autoinfra.h. */
+/* ai_parse_size (sizes: "64K", "4MiB", ...): autoinfra/introspect.h. */
 /* Strict integer / double parsing of a whole string. */
 ai_status_t ai_parse_long(const char *text, long *out);
 ai_status_t ai_parse_double(const char *text, double *out);

@@ -21,6 +21,7 @@
 #define TESTS_RANKS_H
 
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 /* Decoded per-rank outcome (ranks_opts.status). */
 #define RANKS_KILLED 1000     /* killed by the harness (deadline / peer failed) */
