@@ -37,7 +37,9 @@ typedef struct tune_bucket_info {
 
 /* Attach the learner behind `auto` to a new communicator (learn.c):
  * installs c->tuner unless AUTOINFRA_TUNE=0; reads the AUTOINFRA_TUNE_*
- * settings and fails on a bad one, leaving c as it was. */
+ * settings and fails on a bad one, leaving c as it was. kb_path: the KB
+ * rank 0 writes (ai_comm_config.kb_path); NULL: AUTOINFRA_KB, else the
+ * default path, settled here once. */
 ai_status_t tune_learner_attach(ai_comm *c, const char *kb_path);
 /* The KB path a communicator's learner settled on; NULL: none. */
 const char *tune_kb_path(const ai_comm *c);
