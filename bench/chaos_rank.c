@@ -33,6 +33,7 @@
  * next header this rank sends is corrupted.
  */
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -206,11 +207,21 @@ static void print_err(long i, const char *coll, size_t bytes, const char *algo, 
     printf("err %ld %s %zu %s %.6f %s %s\n", i, coll, bytes, algo, t, name, msg);
 }
 
-static int usage(void)
+static int usage(FILE *out, int rc)
 {
-    fprintf(stderr, "usage: chaos-rank [--seed S] [--calls N] [--max-bytes B] [--seconds T] "
-                    "[--stop-file F] [--mark K] [--report all|errors]\n");
-    return 2;
+    fprintf(out,
+            "usage: chaos-rank [--seed S] [--calls N] [--max-bytes B] [--seconds T] "
+            "[--stop-file F] [--mark K] [--report all|errors]\n"
+            "One rank of a bench/chaos job: a seeded schedule of random checked collectives.\n"
+            "  --seed S         seed of the schedule, the same on every rank (default 1)\n"
+            "  --calls N        stop after N calls (default 0: no limit)\n"
+            "  --max-bytes B    largest buffer per rank of a call, 8..256M (default 1M)\n"
+            "  --seconds T      stop after T seconds (default 0: no limit)\n"
+            "  --stop-file F    stop once file F exists (default: none)\n"
+            "  --mark K         print 'mark' lines from call K on (default: none)\n"
+            "  --report R       'all': a line per call; 'errors': failures only (default errors)\n"
+            "  -h, --help       this text\n");
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -224,8 +235,10 @@ int main(int argc, char **argv)
     for (int a = 1; a < argc; a++) {
         const char *v = a + 1 < argc ? argv[a + 1] : NULL;
         char *end = NULL;
+        if (!strcmp(argv[a], "-h") || !strcmp(argv[a], "--help"))
+            return usage(stdout, 0);
         if (!v)
-            return usage();
+            return usage(stderr, 2);
         if (!strcmp(argv[a], "--seed"))
             seed = strtoull(v, &end, 10);
         else if (!strcmp(argv[a], "--calls"))
@@ -246,11 +259,11 @@ int main(int argc, char **argv)
             end = (char *)v + strlen(v);
         } else if (!strcmp(argv[a], "--report")) {
             if (strcmp(v, "all") && strcmp(v, "errors"))
-                return usage();
+                return usage(stderr, 2);
             report_all = !strcmp(v, "all");
             end = (char *)v + strlen(v);
         } else
-            return usage();
+            return usage(stderr, 2);
         if (!end || *end || calls < 0 || seconds < 0) {
             fprintf(stderr, "chaos-rank: bad value '%s' for %s\n", v, argv[a]);
             return 2;

@@ -64,11 +64,15 @@ def job_env():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--coll", default="allreduce", choices=COLLS + ("bcast",))
-    ap.add_argument("--bytes", default="8:64M")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=120, help="seconds for set-up and each call")
+    ap.add_argument("--coll", default="allreduce", choices=COLLS + ("bcast",),
+                   help="the collective (default allreduce)")
+    ap.add_argument("--bytes", default="8:64M",
+                   help="sizes MIN:MAX, doubling, nccl-tests conventions (default 8:64M)")
+    ap.add_argument("--iters", type=int, default=20,
+                   help="timed calls per size (default 20)")
+    ap.add_argument("--warmup", type=int, default=5,
+                   help="untimed calls per size first (default 5)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds for set-up and each call (default 120)")
     a = ap.parse_args()
     coll = "broadcast" if a.coll == "bcast" else a.coll
     lo, _, hi = a.bytes.partition(":")

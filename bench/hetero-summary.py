@@ -6,6 +6,10 @@ of every peer from 4 MiB up; and autoinfra's best against the bound.
 
     bench/hetero-summary.py [--fastest] bench/results/hetero/compare-T1.json ...
 
+  --fastest   a peer measured in several files is judged by its faster run
+              (default: the first file's row counts)
+  -h, --help  this text
+
 An argument PEERS.json+AUTOINFRA.json takes the peers' rows from the first
 file and autoinfra's from the second (autoinfra re-run alone on the same
 scenario); PEERS.json+MORE_PEERS.json+AUTOINFRA.json adds peers run later
@@ -38,6 +42,9 @@ def load(path, fastest):
 
 
 def main(args):
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__.strip(), file=sys.stdout if args else sys.stderr)
+        sys.exit(0 if args else 2)
     fastest = "--fastest" in args
     paths = [a for a in args if a != "--fastest"]
     logs = []

@@ -125,8 +125,11 @@ def warm_runs(runs):
 
 
 def main(paths):
+    if paths and paths[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     if not paths:
-        print(__doc__)
+        print(__doc__.strip(), file=sys.stderr)
         return 2
     runs = {}
     for p in paths:

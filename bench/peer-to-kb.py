@@ -11,12 +11,18 @@ is one of its own (not "default" or an export) becomes an arm
 "<system>:<algo>" of that fingerprint at the row's size bucket, so that
 `autoinfra kb export-ompi` (export-mpich) picks the algorithm Open MPI
 (MPICH) itself ran fastest (src/tune/export/ompi.c, mpich.c). Writes the KB's JSON exchange format.
+
+  --system S   the peer whose rows become arms: ompi or mpich (default ompi)
+  -h, --help   this text
 """
 import json
 import sys
 
 
 def main(argv):
+    if argv and argv[0] in ("-h", "--help"):
+        print(__doc__.strip())
+        return 0
     args = [a for a in argv if not a.startswith("--")]
     system = argv[argv.index("--system") + 1] if "--system" in argv else "ompi"
     if system not in ("ompi", "mpich"):

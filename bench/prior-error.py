@@ -18,6 +18,10 @@ Prints, over every arm of every size the two have in common:
   - chunk/channel variants against their algorithm's default arm: sd;
   - for thresholds X, how many arms the model rated at least X times slower
     than its favourite were measured within 5% of the fastest.
+
+  --worst N    also list the N arms with the largest relative error
+               (default: none)
+  -h, --help   this text
 """
 import json
 import math

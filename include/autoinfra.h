@@ -10,13 +10,16 @@
  *    gives the detailed message of the most recent failure on this thread
  *    (which peer, which file, which JSON path).
  *  - Output parameters come last and are written only on success.
- *  - Objects are created by *_create and released by *_destroy; after a failed
+ *  - Objects are created by *_create and released by *_destroy (a file,
+ *    the knowledge base: ai_kb_open / ai_kb_close); after a failed
  *    *_create nothing needs releasing.
+ *  - Accessors that cannot fail (ai_comm_rank, *_count, *_name) return
+ *    their value directly.
  *
  * Each section below is implemented in the one file its heading names
- * (paths under src/). The last section, introspection, serves benchmarks
- * and tests: it shows the learner's state and arm space, and is not part
- * of what a training program needs.
+ * (paths under src/). What only benchmarks, tests and the CLI need (the
+ * learner's arms and choice, test patterns, fault injection, the size
+ * grammar) is in autoinfra/introspect.h, which is not stable.
  */
 #ifndef AUTOINFRA_H
 #define AUTOINFRA_H
@@ -69,11 +72,6 @@ const char *ai_op_name(ai_op op);
 ai_status_t ai_dtype_parse(const char *name, ai_dtype *out);
 ai_status_t ai_op_parse(const char *name, ai_op *out);
 
-/* Element i of a buffer of type dt, written from / read as a double (for
- * test patterns and checks: benchmarks, bench/chaos). */
-void ai_elem_set(void *buf, ai_dtype dt, size_t i, double v);
-double ai_elem_get(const void *buf, ai_dtype dt, size_t i);
-
 /* Conversions used for f16 / bf16 (IEEE 754 binary16, bfloat16; round to
  * nearest even). */
 float ai_f16_to_f32(uint16_t h);
@@ -108,16 +106,23 @@ typedef struct ai_comm_config {
                               * yielding) unless AUTOINFRA_SPIN_US / AUTOINFRA_YIELD_US
                               * say otherwise: for callers whose communication overlaps
                               * their own compute on the same cores (a progress thread) */
+    const char *kb_path;     /* the learner's knowledge base; NULL: AUTOINFRA_KB, else the
+                              * default path (ai_kb_default_path) */
 } ai_comm_config;
 
 /* A TCP port for store_port, for launchers: free on `host` (NULL:
  * 127.0.0.1) now, and outside the kernel's ephemeral range, so that no
- * outgoing connection takes it before rank 0 binds it. -1 if none. */
-int ai_rendezvous_port(const char *host);
+ * outgoing connection takes it before rank 0 binds it. AI_ERR_IO when
+ * none is free or host does not resolve. */
+ai_status_t ai_rendezvous_port(const char *host, int *port);
 
 /* Create a communicator; collective over all `size` ranks. */
 ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t ai_comm_create_env(ai_comm **out);
+/* The configuration ai_comm_create_env would use, for a caller that
+ * changes a field (kb_path) before ai_comm_create. Its strings stay valid
+ * for the life of the process. */
+ai_status_t ai_comm_config_env(ai_comm_config *out);
 
 /*
  * A key-value store every rank of the job already shares (torch's
@@ -445,6 +450,10 @@ ai_status_t ai_kb_default_path(char *buf, size_t len);
  * path: the default. */
 ai_status_t ai_kb_open(const char *path, int readonly, ai_kb **out);
 void ai_kb_close(ai_kb *kb);
+/* A communicator's fingerprint (hex, 16 chars + NUL): what its learner
+ * keys the KB by (autoinfra kb show; the NCCL tuner's AUTOINFRA_FINGERPRINT).
+ * Implemented in tune/learn.c. */
+ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
 
 /* One arm's statistics in one bucket of one fingerprint. */
 typedef struct ai_kb_arm {
@@ -680,7 +689,9 @@ ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const ch
 /* --------------------------------------- batch shares (plan/shares.c)
  * How a global batch of B samples is split over data-parallel ranks of
  * different speeds, and re-split as the ranks' measured step times say.
- * Plain C types only, for callers through ctypes.
+ * Python reaches these through the torch extension's bindings
+ * (plugins/torch/shares_binding.cpp: autoinfra.torch.Shares), the
+ * training job's only user.
  */
 
 /* Integer local batches proportional to throughput[i] (samples/s, or any
@@ -706,7 +717,7 @@ ai_status_t ai_shares_grad_weights(int nranks, const int *local_batch, double *w
  * than that fraction. Starts from even shares. */
 typedef struct ai_shares ai_shares;
 ai_status_t ai_shares_create(int nranks, int global_batch, double hysteresis, ai_shares **out);
-void ai_shares_free(ai_shares *shares);
+void ai_shares_destroy(ai_shares *shares);
 /* One step of rank `rank`: `batch` samples took `seconds` (compute up to
  * the gradient reduction, without the time spent waiting for others). */
 ai_status_t ai_shares_observe(ai_shares *shares, int rank, int batch, double seconds);
@@ -726,51 +737,30 @@ ai_status_t ai_shares_rebalance(ai_shares *shares, int *local_batch, int *change
 ai_status_t ai_shares_set(ai_shares *shares, const int *local_batch);
 
 
-/* ------------------------------------- clock and sizes (util/misc.c) */
+/* ------------------------------------------------ clock (util/misc.c) */
 
 /* Monotonic seconds. */
 double ai_now(void);
 
-/* A size: the one grammar of every size the CLI and the environment
- * (AUTOINFRA_TUNE_MIN, AUTOINFRA_PROBE_BYTES, ...) accept:
- * digits, then an optional unit in any case, B; K, KB or KiB; M, MB or
- * MiB; G, GB or GiB; T, TB or TiB; every unit a power of 1024 ("64KB" =
- * "64K" = "64KiB" = 65536). No sign, no spaces, no fractions.
- * AI_ERR_INVALID (ai_last_error says why) when malformed or too large. */
-ai_status_t ai_parse_size(const char *text, size_t *out);
-
-/* ------------ introspection: benchmarks and tests (tune/learn.c)
- * What the learner would run and which arms it weighs, for oracle sweeps
- * (autoinfra bench --oracle, learn-eval) and tests. A training program
- * does not need these: `auto` applies the same choice by itself. */
-
-/* The arm `auto` runs for the next call of this collective and size, the
- * same on every rank: once the learner has settled (after at most 32 calls
- * of a size bucket), its best arm; before, possibly an experiment; before
- * the learner has seen the size (or below AUTOINFRA_TUNE_MIN), the model's
- * or the fixed rule's choice. explored and explore_s count this job's
- * exploratory calls, on rank 0 (0 elsewhere). */
-typedef struct ai_choice {
-    char algo[32];
-    size_t chunk_bytes; /* 0: the algorithm's default */
-    int channels;       /* TCP connections used */
-    const char *source; /* "learned", "kb" (warm start), "model", "rule" */
-    int explored;       /* exploratory calls spent in this bucket */
-    double explore_s;   /* seconds they took beyond the best arm's mean */
-} ai_choice;
-ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
-/* The arms the learner weighs for calls of this collective and size (the
- * same list on every rank): up to max of them in out (names are static
- * strings); returns how many there are. For sweeps and oracles. */
-int ai_comm_arms(const ai_comm *comm, ai_coll coll, size_t bytes, ai_algo_opts *out, int max);
-/* The communicator's fingerprint (hex, 16 chars + NUL) as used in the KB. */
-ai_status_t ai_comm_fingerprint(const ai_comm *comm, char out[17]);
-/* Fault injection for bench/chaos (docs/chaos.md), off until called: the
- * next message header this process sends, on any communicator, has byte
- * (v % 16) XORed with (v >> 8) & 0xff (0xff when that is 0), so that the
- * receiver's frame checks must catch it. Async-signal-safe (one atomic
- * store): a signal handler may call it. */
-void ai_fault_corrupt_next_frame(unsigned v);
+/* ------------------------------------------- settings (util/param.c)
+ * Every AUTOINFRA_* variable the library reads, from one table: its
+ * value in effect and where that came from (`autoinfra env`,
+ * docs/runtime.md "Settings"). The environment is read at the first use
+ * and again at each communicator creation. Strings stay valid for the
+ * life of the process. */
+typedef struct ai_setting {
+    const char *name;          /* "AUTOINFRA_TIMEOUT" */
+    const char *type;          /* "int", "double", "size", "choice", "string" */
+    const char *value;         /* as text; NULL when unset and without default */
+    const char *default_value; /* NULL: none */
+    const char *range;         /* "0..8", "error|warn|info|debug"; "" for strings */
+    const char *source;        /* "environment", "default", or "unset" (no default) */
+    const char *doc;           /* one line */
+    const char *problem;       /* NULL, or why the environment's value is refused
+                                * (every call that needs the setting fails) */
+} ai_setting;
+int ai_setting_count(void);
+ai_status_t ai_setting_get(int index, ai_setting *out);
 
 #ifdef __cplusplus
 }

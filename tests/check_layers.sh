@@ -9,10 +9,16 @@
 #     algorithm, transport or kernel rooms.
 #  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
 #     or ft/ (the rooms built on them).
-#  4. src/cli and plugins/ include autoinfra.h and their own headers only.
+#  4. src/cli and plugins/ include autoinfra.h, autoinfra/introspect.h and
+#     their own headers only.
 #  5. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
 #     registry.c) calls an algorithm another per-collective file defines:
 #     shared steps live in the cores.
+#  6. The library reads the environment only through util's table of
+#     settings (src/util/param.c): no file of a layer outside src/util
+#     calls getenv, secure_getenv or the ai_env_* helpers. (The CLI is a
+#     program, not the library: its launcher reads PATH and builds its
+#     children's environments.)
 #
 # Usage: check_layers.sh SOURCE_DIR. Exit 1 listing every violation.
 root=${1:-.}
@@ -48,6 +54,8 @@ for layer in $order; do
         where=${hit%:*}
         hdr=${hit##*:}
         case "$hdr" in
+        autoinfra/introspect.h) # the unstable public header
+            continue ;;
         */*) ;;
         *) # a header next to the file (cli.h) or the public one
             continue ;;
@@ -78,7 +86,8 @@ done
 
 for hit in $(includes src/cli plugins); do
     case "${hit##*:}" in
-    */*) fail "${hit%:*}: includes \"${hit##*:}\"; cli and plugins use autoinfra.h only" ;;
+    autoinfra/introspect.h) ;;
+    */*) fail "${hit%:*}: includes \"${hit##*:}\"; cli and plugins use autoinfra.h (and autoinfra/introspect.h) only" ;;
     esac
 done
 
@@ -110,6 +119,17 @@ if [ -f "$algos" ]; then
 else
     fail "$algos: missing"
 fi
+
+for layer in $order; do
+    [ "$layer" = util ] || [ "$layer" = cli ] || [ ! -d "src/$layer" ] && continue
+    hits=$(grep -rnE --include='*.c' --include='*.h' '(^|[^a-z_])(secure_)?getenv[[:space:]]*\(|ai_env_[a-z]+[[:space:]]*\(' "src/$layer")
+    if [ -n "$hits" ]; then
+        echo "$hits" | cut -d: -f1,2 | while IFS= read -r h; do
+            echo "check_layers: $h: reads the environment; use util_param_* (src/util/param.c)" >&2
+        done
+        bad=1
+    fi
+done
 
 [ $bad -eq 0 ] && echo "check_layers: ok"
 exit $bad

@@ -177,7 +177,7 @@ static void test_predictor_recovers(void **state)
         if (!affine || fabs(fa / a - 1) > 0.05 || fabs(fc / c - 1) > 0.05)
             fail_msg("seed %d: fitted a %.4f c %.6f (affine %d), true %.4f %.6f", (int)seed, fa, fc,
                      affine, a, c);
-        ai_shares_free(s);
+        ai_shares_destroy(s);
     }
 
     /* One batch size only: t = c b. */
@@ -199,7 +199,7 @@ static void test_predictor_recovers(void **state)
     assert_int_equal(ai_shares_observe(s, 0, 0, 0.1), AI_ERR_INVALID);
     assert_int_equal(ai_shares_observe(s, 0, 4, -1), AI_ERR_INVALID);
     assert_int_equal(ai_shares_observe(s, 0, 4, NAN), AI_ERR_INVALID);
-    ai_shares_free(s);
+    ai_shares_destroy(s);
 
     assert_int_equal(ai_shares_create(4, 3, 0.02, &s), AI_ERR_INVALID);
     assert_null(s);
@@ -297,7 +297,7 @@ static void test_rebalance_after_slowdown(void **state)
         if (changes != late)
             fail_msg("seed %d: the shares moved %d times in the last 30 steps (a stalled step at 75)",
                      (int)seed, changes - late);
-        ai_shares_free(s);
+        ai_shares_destroy(s);
     }
 }
 
@@ -326,7 +326,7 @@ static void test_set(void **state)
     assert_non_null(strstr(ai_last_error(), "sum to 9, not the global batch 8"));
     assert_int_equal(ai_shares_set(s, (const int[]){8, 0, 0}), AI_ERR_INVALID);
     assert_non_null(strstr(ai_last_error(), "rank 1's share is 0"));
-    ai_shares_free(s);
+    ai_shares_destroy(s);
 }
 
 int main(void)

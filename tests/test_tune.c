@@ -232,6 +232,24 @@ static void test_warm_start(void **state)
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
 }
 
+/* ai_comm_config.kb_path (the CLI's --kb) is the KB the learner writes,
+ * over AUTOINFRA_KB; the environment's file is not even created. */
+static void test_config_kb_path(void **state)
+{
+    (void)state;
+    char given[300], env[300];
+    path_in(given, sizeof given, "given.sqlite");
+    path_in(env, sizeof env, "from-env.sqlite");
+    unlink(given);
+    unlink(env);
+    setenv("AUTOINFRA_KB", env, 1);
+    ranks_opts o = {.deadline_s = 120, .kb_path = given};
+    warm_arg cold = {40, 0, 64 << 10};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    assert_true(count_rows(given, "SELECT count(*) FROM measurements") > 0);
+    assert_int_equal(access(env, F_OK), -1);
+}
+
 /* A warm job starts on the arm the last job exploited, unless the KB
  * expects another to be 2% faster: rank 0 writes a settled bucket of two
  * arms, the second `gap` (log) slower and the one last exploited, before
@@ -1245,6 +1263,7 @@ int main(void)
         cmocka_unit_test(test_fingerprint_match),
         cmocka_unit_test(test_writer_starts_wal),
         cmocka_unit_test(test_busy_kb),
+        cmocka_unit_test(test_config_kb_path),
         cmocka_unit_test(test_foreign_db),
         cmocka_unit_test(test_readonly_kb),
         cmocka_unit_test(test_kb_fifo),

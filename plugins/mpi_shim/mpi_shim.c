@@ -629,7 +629,7 @@ static void rendezvous_offer(char *msg, size_t len)
     } else if (!first_ipv4(host, sizeof host)) {
         snprintf(host, sizeof host, "127.0.0.1");
     }
-    if (!port && (port = ai_rendezvous_port(host)) < 0) {
+    if (!port && ai_rendezvous_port(host, &port) != AI_OK) {
         snprintf(msg, len, "!found no free TCP port for the rendezvous");
         return;
     }

@@ -22,6 +22,7 @@
 
 extern "C" {
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 }
 
 namespace aitorch {

@@ -63,7 +63,7 @@ class Shares {
 
  private:
   struct Free {
-    void operator()(ai_shares* s) const { ai_shares_free(s); }
+    void operator()(ai_shares* s) const { ai_shares_destroy(s); }
   };
   int n_;
   std::unique_ptr<ai_shares, Free> s_;

@@ -7,6 +7,7 @@
 #define AI_CLI_BENCH_H
 
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <stdio.h>
 

@@ -13,6 +13,7 @@ int cli_kb_main(int argc, char **argv);
 int cli_profile_main(int argc, char **argv);
 int cli_plan_train_main(int argc, char **argv);
 int cli_sim_main(int argc, char **argv);
+int cli_env_main(int argc, char **argv);
 
 /* Shared argument parsing (cli_args.c); each returns 0 or -1. */
 #include <stddef.h>

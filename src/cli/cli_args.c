@@ -1,5 +1,6 @@
 /* Argument parsing shared by the subcommands (cli.h). */
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 #include "cli.h"
 
 #include <errno.h>

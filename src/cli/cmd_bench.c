@@ -747,10 +747,6 @@ int cli_bench_main(int argc, char **argv)
     if (o.list)
         return bench_list(&o);
 
-    if (o.kb && setenv("AUTOINFRA_KB", o.kb, 1) != 0) {
-        fprintf(stderr, "autoinfra bench: --kb: cannot set AUTOINFRA_KB\n");
-        return 1;
-    }
     /* Every rank reads the file, before the communicator: all of them
      * stop on a bad one, and rank 0 says why. */
     if (o.oracle_from) {
@@ -758,8 +754,10 @@ int cli_bench_main(int argc, char **argv)
         if ((rc = bench_learn_load(&o, r && strcmp(r, "0"), &cands)) != 0)
             return rc;
     }
-    st = ai_comm_create_env(&comm);
-    if (st != AI_OK)
+    ai_comm_config cfg;
+    st = ai_comm_config_env(&cfg);
+    cfg.kb_path = o.kb;
+    if (st != AI_OK || (st = ai_comm_create(&cfg, &comm)) != AI_OK)
         return bench_fail(-1, st, "cannot create the communicator");
     rank = ai_comm_rank(comm);
     p = ai_comm_size(comm);

@@ -145,9 +145,9 @@ static int rank_main(const ft_opts *o, ft_shared *sh, int n, int r, int port, in
 static int one_job(const ft_opts *o, int n, int rep, ft_shared *sh, double *m)
 {
     memset(sh, 0, sizeof *sh);
-    int port = ai_rendezvous_port(NULL);
-    if (port < 0)
-        return fprintf(stderr, "bench ft: no free port\n"), 1;
+    int port;
+    if (ai_rendezvous_port(NULL, &port) != AI_OK)
+        return fprintf(stderr, "bench ft: %s\n", ai_last_error()), 1;
     pid_t pid[FT_MAX_RANKS];
     fflush(NULL);
     for (int r = 0; r < n; r++) {

@@ -516,19 +516,21 @@ static int launch_prepare(launch_job *j)
     }
     /* Checked on this host's loopback: a --store-host may live in another
      * network namespace (the testbed's); the range is what keeps it free. */
-    if (!port && (port = ai_rendezvous_port(NULL)) < 0) {
-        launch_err("cannot find a free TCP port on 127.0.0.1: %s (use --port)", strerror(errno));
+    if (!port && ai_rendezvous_port(NULL, &port) != AI_OK) {
+        launch_err("%s (use --port)", ai_last_error());
         return 1;
     }
     for (int t = 0; t < 16 && (torch_port < 0 || torch_port == port); t++)
-        torch_port = ai_rendezvous_port(NULL);
+        if (ai_rendezvous_port(NULL, &torch_port) != AI_OK)
+            torch_port = -1;
     if (torch_port < 0 || torch_port == port) {
         launch_err("cannot find a second free TCP port on 127.0.0.1 for MASTER_PORT");
         return 1;
     }
     for (int t = 0; o->elastic && t < 16 && (door_port < 0 || door_port == port ||
                                               door_port == torch_port); t++)
-        door_port = ai_rendezvous_port(NULL);
+        if (ai_rendezvous_port(NULL, &door_port) != AI_OK)
+            door_port = -1;
     if (o->elastic && (door_port < 0 || door_port == port || door_port == torch_port)) {
         launch_err("cannot find a third free TCP port on 127.0.0.1 for AUTOINFRA_JOIN_DOOR");
         return 1;

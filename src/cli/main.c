@@ -14,6 +14,7 @@ static const struct {
     {"plan", cli_plan_main, "find the parallel plan, placement and batch size for a training job"},
     {"cluster", cli_cluster_main, "a cluster spec's nodes and racks, and collective lower bounds on it"},
     {"kb", cli_kb_main, "what the learner knows: show, export/import, rules for Open MPI and MPICH"},
+    {"env", cli_env_main, "every AUTOINFRA_* setting: value in effect, source, range, doc"},
     {"profile", cli_profile_main, "the training job's measured compute in the knowledge base: import, show"},
     {"sim", cli_sim_main, "simulate whole training runs under failures: checkpoint policy, recovery, ETTR"},
 };

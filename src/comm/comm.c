@@ -14,11 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define DEFAULT_TIMEOUT_S 30.0
-#define DEFAULT_CHANNELS 2
 #define DEFAULT_STORE_PORT 29477
-#define DEFAULT_TCP_SPIN_US 1000.0
-#define DEFAULT_YIELD_US 200.0
 
 /* Group ranks by host id: host indices in order of each host's lowest rank. */
 static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
@@ -196,15 +192,13 @@ ai_status_t comm_wait_params(int block_waits, comm_params *pp)
      * cores (block_waits) would lose to either what it saves. The user's
      * settings hold in both modes. */
     ai_status_t st;
+    double yield_us, spin_us;
+    if ((st = util_param_double(UTIL_PARAM_YIELD_US, &yield_us)) != AI_OK ||
+        (st = util_param_double(UTIL_PARAM_SPIN_US, &spin_us)) != AI_OK)
+        return st;
     for (int block = 0; block < 2; block++) {
-        double yield_us, spin_us;
-        if ((st = ai_env_double("AUTOINFRA_YIELD_US", block ? 0 : DEFAULT_YIELD_US, 0, 1e7,
-                                &yield_us)) != AI_OK ||
-            (st = ai_env_double("AUTOINFRA_SPIN_US", block ? 0 : DEFAULT_TCP_SPIN_US, 0, 1e6,
-                                &spin_us)) != AI_OK)
-            return st;
-        pp->yield_s[block] = yield_us * 1e-6;
-        pp->tcp_spin_s[block] = spin_us * 1e-6;
+        pp->yield_s[block] = block && !util_param_is_set(UTIL_PARAM_YIELD_US) ? 0 : yield_us * 1e-6;
+        pp->tcp_spin_s[block] = block && !util_param_is_set(UTIL_PARAM_SPIN_US) ? 0 : spin_us * 1e-6;
     }
     pp->block_waits = block_waits != 0;
     return AI_OK;
@@ -221,8 +215,8 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     if (!table)
         return ai_fail(AI_ERR_NOMEM, "communicator");
     comm_params pp = {
-        .timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : DEFAULT_TIMEOUT_S,
-        .channels = cfg->channels > 0 ? cfg->channels : DEFAULT_CHANNELS,
+        .timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : util_param_default(UTIL_PARAM_TIMEOUT),
+        .channels = cfg->channels > 0 ? cfg->channels : (int)util_param_default(UTIL_PARAM_CHANNELS),
         .no_shm = cfg->no_shm,
     };
     if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK)
@@ -351,10 +345,10 @@ static const char *const job_vars[] = {
 static ai_status_t slurm_store_host(const char *rank_var, char *host, size_t cap)
 {
     host[0] = 0;
-    const char *nodes = ai_env_str("SLURM_STEP_NODELIST", NULL);
+    const char *nodes = util_env_outside("SLURM_STEP_NODELIST"), *num = util_env_outside("SLURM_STEP_NUM_NODES");
     long nnodes = 0;
     if (!rank_var || strcmp(rank_var, "SLURM_PROCID") != 0 || !nodes ||
-        ai_parse_long(ai_env_str("SLURM_STEP_NUM_NODES", "1"), &nnodes) != AI_OK || nnodes < 2)
+        ai_parse_long(num ? num : "1", &nnodes) != AI_OK || nnodes < 2)
         return AI_OK;
     uint32_t addr;
     ai_status_t st = ai_hostlist_first(nodes, host, cap);
@@ -374,25 +368,26 @@ static ai_status_t env_settings(ai_comm_config *cfg)
 {
     ai_status_t st;
     if (!cfg->host_id)
-        cfg->host_id = ai_env_str("AUTOINFRA_HOST", NULL);
+        cfg->host_id = util_param_str(UTIL_PARAM_HOST);
     if (cfg->timeout_s <= 0 &&
-        (st = ai_env_double("AUTOINFRA_TIMEOUT", 0, 0, COMM_MAX_TIMEOUT_S, &cfg->timeout_s)) != AI_OK)
+        (st = util_param_double(UTIL_PARAM_TIMEOUT, &cfg->timeout_s)) != AI_OK)
         return st;
     if (cfg->channels <= 0 &&
-        (st = ai_env_int("AUTOINFRA_CHANNELS", 0, 0, COMM_MAX_CHANNELS, &cfg->channels)) != AI_OK)
+        (st = util_param_int(UTIL_PARAM_CHANNELS, &cfg->channels)) != AI_OK)
         return st;
-    if (!cfg->no_shm && (st = ai_env_int("AUTOINFRA_NO_SHM", 0, 0, 1, &cfg->no_shm)) != AI_OK)
+    if (!cfg->no_shm && (st = util_param_int(UTIL_PARAM_NO_SHM, &cfg->no_shm)) != AI_OK)
         return st;
     return AI_OK;
 }
 
-ai_status_t comm_create_env(ai_comm **out)
+ai_status_t comm_config_env(ai_comm_config *out)
 {
     ai_comm_config cfg = {0};
     cfg.size = 1;
     const char *rv = NULL;
     for (size_t i = 0; i < AI_ARRAY_LEN(rank_vars); i++) {
-        const char *r = ai_env_str(rank_vars[i][0], NULL), *s = ai_env_str(rank_vars[i][1], NULL);
+        const char *r = i ? util_env_outside(rank_vars[i][0]) : util_param_str(UTIL_PARAM_RANK),
+                   *s = i ? util_env_outside(rank_vars[i][1]) : util_param_str(UTIL_PARAM_SIZE);
         /* Launchers may set one without the other (PMIX_RANK alone); ours
          * come as a pair or a job of one is not what was meant. */
         if (i == 0 && (!r) != (!s))
@@ -413,45 +408,57 @@ ai_status_t comm_create_env(ai_comm **out)
     }
     char jobkey[256] = "";
     for (size_t i = 0; i < AI_ARRAY_LEN(job_vars); i++) {
-        const char *v = ai_env_str(job_vars[i], NULL);
+        const char *v = util_env_outside(job_vars[i]);
         if (v) {
             size_t len = strlen(jobkey);
             snprintf(jobkey + len, sizeof jobkey - len, "%s=%s;", job_vars[i], v);
         }
     }
     char host[256];
-    const char *addr = ai_env_str("AUTOINFRA_ADDR", NULL);
+    const char *addr = util_param_str(UTIL_PARAM_ADDR);
     cfg.store_host = "127.0.0.1";
     cfg.store_port = DEFAULT_STORE_PORT;
     if (addr) {
         if (comm_split_hostport(addr, host, sizeof host, &cfg.store_port) != 0)
             return ai_fail(AI_ERR_INVALID, "AUTOINFRA_ADDR='%s' is not host:port", addr);
-        cfg.store_host = host;
+        if (!(cfg.store_host = util_param_intern(host)))
+            return ai_fail(AI_ERR_NOMEM, "rendezvous host");
     } else if (cfg.size > 1 && jobkey[0]) {
         /* Same job, same port: derived from the launcher's job id. */
         cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 20000);
         ai_status_t st = slurm_store_host(rv, host, sizeof host);
         if (st != AI_OK)
             return st;
-        if (host[0])
-            cfg.store_host = host;
+        if (host[0] && !(cfg.store_host = util_param_intern(host)))
+            return ai_fail(AI_ERR_NOMEM, "rendezvous host");
         ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at %s:%d (set AUTOINFRA_ADDR "
                "for jobs spanning machines)", rv, cfg.store_host, cfg.store_port);
     }
-    cfg.token = ai_env_str("AUTOINFRA_TOKEN", NULL);
+    cfg.token = util_param_str(UTIL_PARAM_TOKEN);
     if (!cfg.token) {
         /* Ranks started by mpirun or srun share no secret but the job id,
          * which anyone who can list the cluster's jobs knows. The job runs
          * (every rank derives the same token), but rank 0 says so, once. */
         static atomic_flag warned = ATOMIC_FLAG_INIT;
-        cfg.token = jobkey[0] ? jobkey : "autoinfra";
+        if (!(cfg.token = util_param_intern(jobkey[0] ? jobkey : "autoinfra")))
+            return ai_fail(AI_ERR_NOMEM, "job token");
         if (cfg.size > 1 && cfg.rank == 0 && !atomic_flag_test_and_set(&warned))
             ai_log(AI_LOG_WARN, "AUTOINFRA_TOKEN is not set: the job token is %s, which others "
                    "can guess and use to join this job; export AUTOINFRA_TOKEN=<a secret, e.g. "
-                   "from `openssl rand -hex 16`> to every rank (autoinfra launch does)",
+                   "from `openssl rand -hex 16`> to every rank (autoinfra launch and srun "
+                   "--autoinfra do)",
                    jobkey[0] ? "derived from the launcher's job id" : "the fixed default");
     }
     ai_status_t st = env_settings(&cfg);
+    if (st == AI_OK)
+        *out = cfg;
+    return st;
+}
+
+ai_status_t comm_create_env(ai_comm **out)
+{
+    ai_comm_config cfg;
+    ai_status_t st = comm_config_env(&cfg);
     return st == AI_OK ? comm_create(&cfg, out) : st;
 }
 

@@ -169,6 +169,8 @@ struct ai_comm {
  * on a failed or partly created communicator, NULL is a no-op. */
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out);
 ai_status_t comm_create_env(ai_comm **out);
+/* The configuration comm_create_env uses (ai_comm_config_env). */
+ai_status_t comm_config_env(ai_comm_config *out);
 /* As comm_create, with the rank table exchanged through kv (bootstrap.c). */
 ai_status_t comm_create_store(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out);
 

@@ -4,8 +4,10 @@
  * Communication Operations in MPICH" (IJHPCA 2005) and Chan et al.,
  * "Collective communication: theory, practice, and experience" (CCPE 2007):
  * ring (bandwidth-optimal) and tree-like (recursive doubling/halving,
- * binomial) algorithms. The comm layer's tuner uses the same functions as
- * its prior, so the planner and the runtime agree on what is cheap.
+ * binomial) algorithms. The planner's step model (model_step.c) prices
+ * its collectives with these. The runtime's choice for `auto` and the
+ * learner's priors come from the network model instead (model_net.c,
+ * through comm/select/select.c), which knows the links' sharing.
  */
 #include "model/model.h"
 

@@ -299,11 +299,11 @@ ai_status_t ai_shares_create(int nranks, int global_batch, double hysteresis, ai
     return AI_OK;
 err:
     free(even);
-    ai_shares_free(s);
+    ai_shares_destroy(s);
     return st;
 }
 
-void ai_shares_free(ai_shares *s)
+void ai_shares_destroy(ai_shares *s)
 {
     if (!s)
         return;

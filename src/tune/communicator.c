@@ -13,11 +13,11 @@
 #include <math.h>
 
 /* c is only valid when st is AI_OK; on failure nothing is left. */
-ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out)
+ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, const char *kb_path, ai_comm **out)
 {
     if (st != AI_OK)
         return st;
-    if ((st = tune_learner_attach(c)) != AI_OK)
+    if ((st = tune_learner_attach(c, kb_path)) != AI_OK)
         goto err_comm;
     *out = c;
     return AI_OK;
@@ -29,23 +29,34 @@ err_comm:
 ai_status_t ai_comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     ai_comm *c = NULL;
+    util_param_refresh();
     ai_status_t st = comm_create(cfg, &c);
-    return tune_with_learner(st, c, out);
+    return tune_with_learner(st, c, cfg ? cfg->kb_path : NULL, out);
 }
 
 ai_status_t ai_comm_create_env(ai_comm **out)
 {
     ai_comm *c = NULL;
+    util_param_refresh();
     ai_status_t st = comm_create_env(&c);
-    return tune_with_learner(st, c, out);
+    return tune_with_learner(st, c, NULL, out);
+}
+
+ai_status_t ai_comm_config_env(ai_comm_config *out)
+{
+    if (!out)
+        return ai_fail(AI_ERR_INVALID, "ai_comm_config_env: no configuration to fill");
+    util_param_refresh();
+    return comm_config_env(out);
 }
 
 ai_status_t ai_comm_create_with_store(const ai_comm_config *cfg, const ai_kv_store *kv,
                                       ai_comm **out)
 {
     ai_comm *c = NULL;
+    util_param_refresh();
     ai_status_t st = comm_create_store(cfg, kv, &c);
-    return tune_with_learner(st, c, out);
+    return tune_with_learner(st, c, cfg ? cfg->kb_path : NULL, out);
 }
 
 void ai_comm_destroy(ai_comm *c)
@@ -53,9 +64,14 @@ void ai_comm_destroy(ai_comm *c)
     comm_destroy(c);
 }
 
-int ai_rendezvous_port(const char *host)
+ai_status_t ai_rendezvous_port(const char *host, int *port)
 {
-    return comm_tcp_free_port(host);
+    int p = comm_tcp_free_port(host);
+    if (p <= 0)
+        return ai_fail(AI_ERR_IO, "no free TCP port on %s (or it does not resolve)",
+                       host ? host : "127.0.0.1");
+    *port = p;
+    return AI_OK;
 }
 
 int ai_comm_rank(const ai_comm *c) { return c->rank; }

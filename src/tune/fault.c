@@ -47,7 +47,7 @@ ai_status_t ai_comm_shrink(ai_comm *c, ai_comm **out)
         return st;
     ai_comm *nc = NULL;
     st = comm_ft_shrink(c, &nc);
-    return tune_with_learner(st, nc, out);
+    return tune_with_learner(st, nc, tune_kb_path(c), out);
 }
 
 ai_status_t ai_comm_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **out)
@@ -57,7 +57,7 @@ ai_status_t ai_comm_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
         return st;
     ai_comm *nc = NULL;
     st = comm_ft_grow(c, joiners, timeout_s, &nc);
-    return tune_with_learner(st, nc, out);
+    return tune_with_learner(st, nc, tune_kb_path(c), out);
 }
 
 ai_status_t ai_comm_join_addr(const ai_comm *c, char *buf, size_t len)
@@ -76,8 +76,9 @@ ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (st != AI_OK)
         return st;
     ai_comm *nc = NULL;
+    util_param_refresh();
     st = comm_ft_join(cfg, job_addr, &nc);
-    return tune_with_learner(st, nc, out);
+    return tune_with_learner(st, nc, cfg ? cfg->kb_path : NULL, out);
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -132,8 +132,14 @@ static ai_status_t kb_err(const ai_kb *kb, const char *what)
 
 ai_status_t ai_kb_default_path(char *buf, size_t len)
 {
-    const char *env = getenv("AUTOINFRA_KB"), *xdg = getenv("XDG_CACHE_HOME"),
-               *home = getenv("HOME");
+    util_param_refresh();
+    return kb_default_path(buf, len);
+}
+
+ai_status_t kb_default_path(char *buf, size_t len)
+{
+    const char *env = util_param_str(UTIL_PARAM_KB), *xdg = util_env_outside("XDG_CACHE_HOME"),
+               *home = util_env_outside("HOME");
     int w;
     if (env && *env)
         w = snprintf(buf, len, "%s", env);

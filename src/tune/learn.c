@@ -69,7 +69,6 @@
 #define TUNE_DRIFT_HOST 0.4  /* log: a 1.5x change, on one host */
 #define TUNE_SWITCH 0.02     /* log: a settled bucket leaves its arm only
                               * for one expected this much faster */
-#define TUNE_REFINE 32        /* default AUTOINFRA_TUNE_REFINE */
 #define TUNE_REFINE_GAIN 0.02 /* refining runs an arm while P(it is this
                                * much faster, log) >= TUNE_REFINE_P */
 #define TUNE_REFINE_P 0.1
@@ -135,6 +134,7 @@ typedef struct tune_window {
 
 typedef struct tuner {
     ai_kb *kb;       /* rank 0's writer; NULL: none (or unavailable) */
+    char kb_path[1024]; /* resolved when attached: config, AUTOINFRA_KB or the default */
     int kb_tried;
     int kb_pending;   /* rank 0: the KB was locked when opened: open it at a save */
     int kb_busy_said; /* rank 0 said the KB is locked elsewhere */
@@ -356,7 +356,9 @@ static void kb_ready(tuner *t, const ai_comm *c)
     /* Inside a collective: a lock held elsewhere is waited for briefly,
      * then the job learns without what the KB knows and opens it at a
      * later save, so that what it learns is not lost. */
-    ai_status_t st = kb_open_writer_wait(ai_env_str("AUTOINFRA_KB", NULL), TUNE_KB_OPEN_MS, &t->kb);
+    ai_status_t st = t->kb_path[0] ? kb_open_writer_wait(t->kb_path, TUNE_KB_OPEN_MS, &t->kb)
+                                   : ai_fail(AI_ERR_INVALID, "no knowledge base path (AUTOINFRA_KB "
+                                             "unset, no home directory) or it is too long");
     if (st == AI_ERR_TIMEOUT) {
         t->kb = NULL;
         t->kb_pending = 1;
@@ -379,7 +381,7 @@ static int kb_reopen(tuner *t, int wait_ms)
 {
     if (!t->kb_pending)
         return t->kb != NULL;
-    ai_status_t st = kb_open_writer_wait(ai_env_str("AUTOINFRA_KB", NULL), wait_ms, &t->kb);
+    ai_status_t st = kb_open_writer_wait(t->kb_path, wait_ms, &t->kb);
     if (st == AI_ERR_TIMEOUT) {
         t->kb = NULL;
         return 0;
@@ -848,33 +850,48 @@ static void tune_release(void *ctx)
 
 /* ------------------------------------------------------------ attaching */
 
-ai_status_t tune_learner_attach(ai_comm *c)
+ai_status_t tune_learner_attach(ai_comm *c, const char *path)
 {
     int on;
     double bound;
     ai_status_t st;
-    size_t min = (size_t)64 << 10;
-    if ((st = ai_env_int("AUTOINFRA_TUNE", 1, 0, 1, &on)) != AI_OK)
+    size_t min;
+    if ((st = util_param_int(UTIL_PARAM_TUNE, &on)) != AI_OK)
         return st;
     if (!on)
         return AI_OK;
-    if ((st = ai_env_size("AUTOINFRA_TUNE_MIN", min, 0, (size_t)1 << 40, &min)) != AI_OK)
+    if ((st = util_param_size(UTIL_PARAM_TUNE_MIN, &min)) != AI_OK)
         return st;
     tuner *t = calloc(1, sizeof *t);
     if (!t)
         return ai_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
-    if ((st = ai_env_int("AUTOINFRA_TUNE_BUDGET", 24, 0, 1000000, &t->budget)) != AI_OK ||
-        (st = ai_env_int("AUTOINFRA_TUNE_REFINE", TUNE_REFINE, 0, 1000000, &t->refine)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_BOUND", 1.5, 1, 1000, &bound)) != AI_OK ||
-        (st = ai_env_double("AUTOINFRA_TUNE_SAVE_S", 1.0, 0, 86400, &t->save_s)) != AI_OK)
+    if ((st = util_param_int(UTIL_PARAM_TUNE_BUDGET, &t->budget)) != AI_OK ||
+        (st = util_param_int(UTIL_PARAM_TUNE_REFINE, &t->refine)) != AI_OK ||
+        (st = util_param_double(UTIL_PARAM_TUNE_BOUND, &bound)) != AI_OK ||
+        (st = util_param_double(UTIL_PARAM_TUNE_SAVE_S, &t->save_s)) != AI_OK)
         goto err_tuner;
+    /* The path is settled here, once: a job's communicators (shrunk,
+     * grown) keep the KB their first one had. No path (no home
+     * directory) is not an error: the learner goes on without a KB. */
+    if (!path)
+        path = util_param_str(UTIL_PARAM_KB);
+    if (path && snprintf(t->kb_path, sizeof t->kb_path, "%s", path) >= (int)sizeof t->kb_path)
+        t->kb_path[0] = '\0';
+    if (!path && kb_default_path(t->kb_path, sizeof t->kb_path) != AI_OK)
+        t->kb_path[0] = '\0';
     t->bound = bound;
     c->tuner = (comm_tuner){t, tune_choose, tune_observe, tune_release};
     return AI_OK;
 err_tuner:
     free(t);
     return st;
+}
+
+const char *tune_kb_path(const ai_comm *c)
+{
+    const tuner *t = c && c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
+    return t && t->kb_path[0] ? t->kb_path : NULL;
 }
 
 /* ------------------------------------------------ introspection (autoinfra.h) */

@@ -37,12 +37,16 @@ typedef struct tune_bucket_info {
 
 /* Attach the learner behind `auto` to a new communicator (learn.c):
  * installs c->tuner unless AUTOINFRA_TUNE=0; reads the AUTOINFRA_TUNE_*
- * settings and fails on a bad one, leaving c as it was. */
-ai_status_t tune_learner_attach(ai_comm *c);
+ * settings and fails on a bad one, leaving c as it was. kb_path: the KB
+ * rank 0 writes (ai_comm_config.kb_path); NULL: AUTOINFRA_KB, else the
+ * default path, settled here once. */
+ai_status_t tune_learner_attach(ai_comm *c, const char *kb_path);
+/* The KB path a communicator's learner settled on; NULL: none. */
+const char *tune_kb_path(const ai_comm *c);
 /* A public communicator from comm's (tune/communicator.c): when st is
  * AI_OK, the learner attached to c and c into *out; c destroyed if that
  * fails. On a failed st, st (c is not looked at). */
-ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out);
+ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, const char *kb_path, ai_comm **out);
 
 /* Open a knowledge base for the learner's writer (rank 0). It waits at
  * most busy_ms (kb_open_writer: not at all) for a lock another process
@@ -53,6 +57,8 @@ ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, ai_comm **out);
  * read-only. */
 ai_status_t kb_open_writer(const char *path, ai_kb **out);
 ai_status_t kb_open_writer_wait(const char *path, int busy_ms, ai_kb **out);
+/* ai_kb_default_path on the settings as they are (no new read). */
+ai_status_t kb_default_path(char *buf, size_t len);
 const char *kb_path(const ai_kb *kb);
 /* Opened read-only: nothing will be written; kb_readonly_why says why. */
 int kb_is_readonly(const ai_kb *kb);

@@ -1,20 +1,16 @@
 #include "util/util.h"
 
 #include <stdio.h>
-#include <string.h>
-#include <strings.h>
 
 static int log_rank = -1;
 static int log_level = -1;
 
 void ai_log_set_rank(int rank) { log_rank = rank; }
 
-static const char *const level_names[] = {"error", "warn", "info", "debug"};
-
 ai_status_t ai_log_level_env(ai_log_level *out)
 {
     int i = AI_LOG_WARN;
-    ai_status_t st = ai_env_choice("AUTOINFRA_LOG", AI_LOG_WARN, level_names, 4, &i);
+    ai_status_t st = util_param_int(UTIL_PARAM_LOG, &i);
     *out = (ai_log_level)i;
     return st;
 }
@@ -23,13 +19,8 @@ ai_status_t ai_log_level_env(ai_log_level *out)
  * No ai_fail on this path: a message being logged may be the last error. */
 static int current_level(void)
 {
-    if (log_level < 0) {
-        const char *v = ai_env_str("AUTOINFRA_LOG", "warn");
-        log_level = AI_LOG_WARN;
-        for (int i = 0; i < 4; i++)
-            if (strcasecmp(v, level_names[i]) == 0)
-                log_level = i;
-    }
+    if (log_level < 0)
+        log_level = util_param_int_or(UTIL_PARAM_LOG, AI_LOG_WARN);
     return log_level;
 }
 

@@ -25,12 +25,6 @@ void ai_sleep_us(long us)
     }
 }
 
-const char *ai_env_str(const char *name, const char *fallback)
-{
-    const char *v = getenv(name);
-    return (v && *v) ? v : fallback;
-}
-
 ai_status_t ai_parse_long(const char *text, long *out)
 {
     if (!text || !*text)
@@ -55,74 +49,6 @@ ai_status_t ai_parse_double(const char *text, double *out)
         return ai_fail(AI_ERR_INVALID, "'%s' is not a number", text);
     *out = v;
     return AI_OK;
-}
-
-ai_status_t ai_env_double(const char *name, double fallback, double lo, double hi, double *out)
-{
-    const char *v = ai_env_str(name, NULL);
-    double d;
-    if (!v) {
-        *out = fallback;
-        return AI_OK;
-    }
-    if (ai_parse_double(v, &d) != AI_OK || d < lo || d > hi)
-        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not a number in %g..%g",
-                       name, v, lo, hi);
-    *out = d;
-    return AI_OK;
-}
-
-ai_status_t ai_env_int(const char *name, int fallback, int lo, int hi, int *out)
-{
-    const char *v = ai_env_str(name, NULL);
-    long l;
-    if (!v) {
-        *out = fallback;
-        return AI_OK;
-    }
-    if (ai_parse_long(v, &l) != AI_OK || l < lo || l > hi)
-        return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not an integer in %d..%d",
-                       name, v, lo, hi);
-    *out = (int)l;
-    return AI_OK;
-}
-
-ai_status_t ai_env_size(const char *name, size_t fallback, size_t lo, size_t hi, size_t *out)
-{
-    const char *v = ai_env_str(name, NULL);
-    size_t z;
-    if (!v) {
-        *out = fallback;
-        return AI_OK;
-    }
-    if (ai_parse_size(v, &z) != AI_OK || z < lo || z > hi)
-        return ai_fail(AI_ERR_INVALID,
-                       "environment variable %s='%s' is not a size in %zu..%zu bytes (K, M, G: "
-                       "powers of two)", name, v, lo, hi);
-    *out = z;
-    return AI_OK;
-}
-
-ai_status_t ai_env_choice(const char *name, int fallback, const char *const *names, int n,
-                          int *out)
-{
-    const char *v = ai_env_str(name, NULL);
-    if (!v) {
-        *out = fallback;
-        return AI_OK;
-    }
-    char list[256] = "";
-    for (int i = 0; i < n; i++) {
-        if (!strcasecmp(v, names[i])) {
-            *out = i;
-            return AI_OK;
-        }
-        size_t len = strlen(list);
-        snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", names[i]);
-    }
-    const char *near = ai_nearest_name(v, names, n);
-    return ai_fail(AI_ERR_INVALID, "environment variable %s='%s' is not one of %s%s%s%s", name, v,
-                   list, near ? " (did you mean '" : "", near ? near : "", near ? "'?)" : "");
 }
 
 /* Levenshtein distance, case-insensitive, of two short words (longer

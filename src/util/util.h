@@ -6,6 +6,7 @@
 #define AI_UTIL_H
 
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -27,18 +28,61 @@ void ai_log(ai_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void ai_log_set_rank(int rank);
 
-/* Environment helpers: value or fallback when unset or empty. */
-const char *ai_env_str(const char *name, const char *fallback);
-/* The checked parser of each kind of variable: fallback when unset or
- * empty, else the whole value parsed and within lo..hi; AI_ERR_INVALID
- * naming the variable, its value and the accepted range otherwise. */
-ai_status_t ai_env_double(const char *name, double fallback, double lo, double hi, double *out);
-ai_status_t ai_env_int(const char *name, int fallback, int lo, int hi, int *out);
-ai_status_t ai_env_size(const char *name, size_t fallback, size_t lo, size_t hi, size_t *out);
-/* One of n names (case-insensitive), its index in *out; the error lists
- * them and suggests the nearest. */
-ai_status_t ai_env_choice(const char *name, int fallback, const char *const *names, int n,
-                          int *out);
+/* The table of settings (param.c, docs/runtime.md "Settings"): every
+ * AUTOINFRA_* variable, declared once with its type, default, range and
+ * doc. Layers read settings only through these, never getenv. */
+typedef enum util_param_id {
+    UTIL_PARAM_LOG, UTIL_PARAM_RANK, UTIL_PARAM_SIZE, UTIL_PARAM_ADDR, UTIL_PARAM_TOKEN,
+    UTIL_PARAM_HOST, UTIL_PARAM_JOIN_ADDR, UTIL_PARAM_JOIN_DOOR, UTIL_PARAM_TIMEOUT, UTIL_PARAM_CHANNELS,
+    UTIL_PARAM_NO_SHM, UTIL_PARAM_SPIN_US, UTIL_PARAM_YIELD_US, UTIL_PARAM_SHM_RING,
+    UTIL_PARAM_PROBE_BYTES, UTIL_PARAM_TUNE, UTIL_PARAM_TUNE_MIN, UTIL_PARAM_TUNE_BUDGET,
+    UTIL_PARAM_TUNE_REFINE, UTIL_PARAM_TUNE_BOUND, UTIL_PARAM_TUNE_SAVE_S, UTIL_PARAM_KB,
+    UTIL_PARAM_COUNT
+} util_param_id;
+
+typedef enum util_param_type {
+    UTIL_PARAM_T_STR, UTIL_PARAM_T_INT, UTIL_PARAM_T_DOUBLE, UTIL_PARAM_T_SIZE, UTIL_PARAM_T_CHOICE
+} util_param_type;
+
+typedef struct util_param_info {
+    const char *name;
+    util_param_type type;
+    const char *def;            /* as the environment would spell it; NULL: none */
+    double lo, hi;              /* accepted range (int, double, size) */
+    size_t step;                /* size: a multiple of this (0: any) */
+    const char *const *choices; /* choice: the names, value = index */
+    int nchoices;
+    const char *doc;
+} util_param_info;
+
+const util_param_info *util_param_info_of(util_param_id id);
+/* The value in effect: the environment's, else the default. A value the
+ * table refuses gives AI_ERR_INVALID naming the variable, its text and
+ * what is accepted (every call, at whichever layer asks). int serves
+ * int and choice settings. */
+ai_status_t util_param_int(util_param_id id, int *out);
+ai_status_t util_param_double(util_param_id id, double *out);
+ai_status_t util_param_size(util_param_id id, size_t *out);
+/* The value, or fallback when the environment's is refused; no error
+ * recorded (for the logger, whose messages may be the last error). */
+int util_param_int_or(util_param_id id, int fallback);
+/* A string setting's value, NULL when unset; valid for the process's life. */
+const char *util_param_str(util_param_id id);
+/* The table's default of a number, size or choice (0 when it has none). */
+double util_param_default(util_param_id id);
+/* 1 when the value came from the environment. */
+int util_param_is_set(util_param_id id);
+/* Read the environment again (public calls that start from configuration
+ * do, once each: communicator creation, join, ai_kb_default_path). */
+void util_param_refresh(void);
+/* A copy of s kept for the life of the process (one per distinct text),
+ * for configuration strings handed to callers; NULL when out of memory. */
+const char *util_param_intern(const char *s);
+/* A variable the launcher or the system sets (OMPI_COMM_WORLD_RANK,
+ * SLURM_JOB_ID, HOME, ...), from the short list param.c declares; NULL
+ * when unset or empty. */
+const char *util_env_outside(const char *name);
+
 /* The level AUTOINFRA_LOG asks for; AI_ERR_INVALID for an unknown name. */
 ai_status_t ai_log_level_env(ai_log_level *out);
 
@@ -47,7 +91,7 @@ ai_status_t ai_log_level_env(ai_log_level *out);
  * letters, at least 1, differ); NULL otherwise. */
 const char *ai_nearest_name(const char *word, const char *const *names, int n);
 
-/* ai_parse_size (sizes: "64K", "4MiB", ...) is public: autoinfra.h. */
+/* ai_parse_size (sizes: "64K", "4MiB", ...): autoinfra/introspect.h. */
 /* Strict integer / double parsing of a whole string. */
 ai_status_t ai_parse_long(const char *text, long *out);
 ai_status_t ai_parse_double(const char *text, double *out);

@@ -77,6 +77,7 @@ static void child_main(int rank, int n, int port, const ranks_opts *o,
         .timeout_s = o->timeout_s > 0 ? o->timeout_s : 10.0,
         .channels = o->channels,
         .no_shm = o->no_shm,
+        .kb_path = o->kb_path,
     };
     ai_comm *c = NULL;
     ai_status_t st = ai_comm_create(&cfg, &c);

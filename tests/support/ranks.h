@@ -21,6 +21,7 @@
 #define TESTS_RANKS_H
 
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 /* Decoded per-rank outcome (ranks_opts.status). */
 #define RANKS_KILLED 1000     /* killed by the harness (deadline / peer failed) */
@@ -35,6 +36,7 @@ typedef struct ranks_opts {
     double deadline_s;    /* whole run; 0: 60 s */
     int channels;         /* 0: communicator default */
     int no_shm;           /* ai_comm_config.no_shm */
+    const char *kb_path;  /* ai_comm_config.kb_path */
     int keep_going;       /* don't kill the others when one child fails */
     /* Optional per-rank hooks, called in the child. */
     void (*before_create)(int rank, void *hook_arg); /* e.g. arm a stall */

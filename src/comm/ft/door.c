@@ -63,7 +63,7 @@ void comm_door_free(comm_door *d)
  * can bind (the others are other hosts', or taken). */
 static void door_open(ai_comm *c, comm_door *d)
 {
-    const char *list = ai_env_str(DOOR_ENV, NULL);
+    const char *list = util_param_str(UTIL_PARAM_JOIN_DOOR);
     if (!list || !*list || d->fd >= 0 || c->rank != 0 || ai_now() < d->next_open)
         return;
     d->next_open = ai_now() + DOOR_RETRY_S;
@@ -234,7 +234,7 @@ void comm_door_move(ai_comm *from, ai_comm *to)
 
 ai_status_t comm_door_addr(const ai_comm *c, char *buf, size_t len)
 {
-    const char *list = ai_env_str(DOOR_ENV, NULL);
+    const char *list = util_param_str(UTIL_PARAM_JOIN_DOOR);
     if (list && *list) {
         if ((size_t)snprintf(buf, len, "%s", list) >= len)
             return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short "

@@ -31,8 +31,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define DEFAULT_JOIN_TIMEOUT_S 30.0
-#define DEFAULT_JOIN_CHANNELS 2
 
 static comm_params params_of(const ai_comm *c)
 {
@@ -247,7 +245,7 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
     if (joiners > COMM_DOOR_LOBBY_MAX)
         return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; at most %d wait at the join door "
                        "at once", joiners, COMM_DOOR_LOBBY_MAX);
-    if (c->size == 1 && c->tp->listen_fd < 0 && !ai_env_str("AUTOINFRA_JOIN_DOOR", NULL))
+    if (c->size == 1 && c->tp->listen_fd < 0 && !util_param_str(UTIL_PARAM_JOIN_DOOR))
         return ai_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
                        "no join door (create it with size > 1, shrink into it, or set "
                        "AUTOINFRA_JOIN_DOOR)");
@@ -393,7 +391,7 @@ static ai_status_t joined_parse(void *arg, const unsigned char *b, size_t len, s
 ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out)
 {
     ai_status_t st;
-    const char *where = job_addr ? job_addr : ai_env_str("AUTOINFRA_JOIN_ADDR", NULL);
+    const char *where = job_addr ? job_addr : util_param_str(UTIL_PARAM_JOIN_ADDR);
     if (!cfg)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: no configuration");
     if (!where)
@@ -422,13 +420,13 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (nd == 0)
         return ai_fail(AI_ERR_INVALID, "ai_comm_join: an empty job address");
     double timeout = cfg->timeout_s;
-    if (timeout <= 0 &&
-        (st = ai_env_double("AUTOINFRA_TIMEOUT", DEFAULT_JOIN_TIMEOUT_S, 0, COMM_MAX_TIMEOUT_S,
-                            &timeout)) != AI_OK)
+    if (timeout <= 0 && (st = util_param_double(UTIL_PARAM_TIMEOUT, &timeout)) != AI_OK)
         return st;
     if (timeout <= 0)
-        timeout = DEFAULT_JOIN_TIMEOUT_S;
-    const char *token = cfg->token ? cfg->token : ai_env_str("AUTOINFRA_TOKEN", "");
+        timeout = util_param_default(UTIL_PARAM_TIMEOUT);
+    const char *token = cfg->token ? cfg->token : util_param_str(UTIL_PARAM_TOKEN);
+    if (!token)
+        token = "";
     unsigned char job_key[COMM_KEY_BYTES];
     if ((st = ai_crypto_init()) != AI_OK)
         return st;
@@ -442,7 +440,7 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return st;
     comm_rank_info self = {.addr = mine, .port = lport, .pid = (int32_t)getpid(),
                            .machine = comm_machine_id()};
-    const char *hid = cfg->host_id ? cfg->host_id : ai_env_str("AUTOINFRA_HOST", NULL);
+    const char *hid = cfg->host_id ? cfg->host_id : util_param_str(UTIL_PARAM_HOST);
     if (hid)
         snprintf(self.host, sizeof self.host, "%s", hid);
     else if (gethostname(self.host, sizeof self.host - 1) != 0)

@@ -24,7 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define PROBE_BYTES_DEFAULT (1u << 20)
 #define PROBE_LAT_REPS 5
 #define PROBE_BW_REPS 2
 
@@ -152,8 +151,8 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     l->host_Bps = l->lat_s + (size_t)H * H;
     l->host_lat_s = l->host_Bps + H;
     l->weighted_frac = l->host_lat_s + H;
-    size_t bytes = PROBE_BYTES_DEFAULT;
-    ai_status_t st = ai_env_size("AUTOINFRA_PROBE_BYTES", bytes, 4096, (size_t)1 << 30, &bytes);
+    size_t bytes;
+    ai_status_t st = util_param_size(UTIL_PARAM_PROBE_BYTES, &bytes);
     comm_group leaders = group_leaders(c, -1);
     if (st == AI_OK && H > 1 && leaders.me >= 0 && (st = measure(c, &leaders, l, bytes)) == AI_OK)
         st = share(c, &leaders, l);

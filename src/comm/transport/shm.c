@@ -22,9 +22,6 @@
 
 #define SHM_MAGIC 0x4d48534941ull /* "AISHM" */
 #define SHM_HEADER_BYTES 4096
-/* Default ring per direction: large enough that a sender rarely waits for
- * the receiver on large messages, small enough for 8 ranks (56 rings). */
-#define SHM_RING_DEFAULT (512 * 1024)
 
 static size_t ring_stride(uint64_t ring_bytes) { return sizeof(shm_ring) + (size_t)ring_bytes; }
 
@@ -46,12 +43,11 @@ static void shm_name(const ai_comm *c, char *name, size_t n)
 
 static ai_status_t ring_size(uint64_t *out)
 {
-    const char *v = ai_env_str("AUTOINFRA_SHM_RING", NULL);
-    size_t bytes = SHM_RING_DEFAULT;
-    if (v && (ai_parse_size(v, &bytes) != AI_OK || bytes < 4096 || bytes % 4096 || bytes > (1u << 30)))
-        return ai_fail(AI_ERR_INVALID, "AUTOINFRA_SHM_RING='%s': want a multiple of 4K between 4K and 1G", v);
-    *out = bytes;
-    return AI_OK;
+    size_t bytes;
+    ai_status_t st = util_param_size(UTIL_PARAM_SHM_RING, &bytes);
+    if (st == AI_OK)
+        *out = bytes;
+    return st;
 }
 
 static ai_status_t map_create(ai_comm *c, const char *name, size_t bytes, uint64_t rb)
