@@ -464,7 +464,7 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
         stage_time st[MODEL_MAX_STAGES];
         int stage = 0;
         int block = pl->tp * pl->cp * s->dp;
-        double tmax = 0, tsum = 0;
+        double tmax = 0, tot_s[MODEL_MAX_STAGES];
         int crit = 0;
         double opt_max = 0;
         for (int j = 0; j < s->nsegs; j++) {
@@ -493,7 +493,7 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
                     tmax = tot;
                     crit = stage;
                 }
-                tsum += tot;
+                tot_s[stage] = tot;
 
                 double pbytes, abytes;
                 model_stage_memory(ctx, pl, stage, s->micro_batches, &pbytes, &abytes);
@@ -517,7 +517,7 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
             }
         }
         double mb = s->micro_batches;
-        double pipe = mb * tmax + (tsum - tmax) / pl->interleave;
+        double pipe = model_1f1b_time(s->micro_batches, stage, tot_s, pl->interleave, NULL);
 
         /* Data-parallel traffic per stage and what hides it. Gradients of
          * the last micro-batch are reduced during its backward (bucketed,

@@ -231,14 +231,14 @@ static int balance_layers(search *s, model_plan *pl, int set)
     int cap[MODEL_MAX_STAGES];
     double c[MODEL_MAX_STAGES], ex[MODEL_MAX_STAGES];
     int m = pl->sets[set].micro_batches;
-    double inv = 0;
+    if (pp < 1 || pp > MODEL_MAX_STAGES)
+        return 0;
     for (int i = 0; i < pp; i++) {
         int pool = stage_pool_of(pl, set, i);
         c[i] = s->layer_s[pool];
         ex[i] = i == pp - 1 ? s->extra_s[pool] : 0;
-        inv += 1 / c[i];
     }
-    if (bound_prunes(s, m * L / inv))
+    if (bound_prunes(s, model_1f1b_bound(m, L, pp, c)))
         return 0;
     for (int i = 0; i < pp; i++)
         pl->layers[i] = 1;
@@ -491,7 +491,7 @@ static int layout_data_split(search *s, model_plan *pl, void *arg)
         long cap = 0;
         for (int g = 0; g < np; g++)
             if (dpg[g])
-                cap += (long)dpg[g] * (long)AI_MAX(0, floor(tau / tg[g]) - (pp - 1));
+                cap += (long)dpg[g] * model_1f1b_micro_within(tau, tg[g], pp);
         if (cap >= M)
             hi = tau;
         else
@@ -499,7 +499,7 @@ static int layout_data_split(search *s, model_plan *pl, void *arg)
     }
     int share[MODEL_MAX_SETS], left = M;
     for (int g = 0; g < np; g++) {
-        long cap = dpg[g] ? (long)dpg[g] * (long)AI_MAX(0, floor(hi / tg[g]) - (pp - 1)) : 0;
+        long cap = dpg[g] ? (long)dpg[g] * model_1f1b_micro_within(hi, tg[g], pp) : 0;
         share[g] = (int)AI_MIN(cap, (long)left);
         left -= share[g];
     }
