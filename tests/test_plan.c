@@ -418,6 +418,98 @@ static void test_cli(void **state)
     json_decref(doc);
 }
 
+
+/* What the search records to explain its choice agrees with the choice:
+ * for every field the chosen value's fastest plan is the best plan, no
+ * value's is faster; the runner-up is no faster; the pools the best plan
+ * uses have it as their fastest. */
+static void test_why_agrees(void **state)
+{
+    (void)state;
+    scenario s;
+    scenario_load(&s, "h1");
+    plan_fix f;
+    plan_fix_init(&f);
+    plan_candidate *best = NULL;
+    int n = 0;
+    plan_stats st;
+    assert_int_equal(plan_search(&s.ctx, &f, 1, &best, &n, &st), AI_OK);
+    double t0 = best[0].res.step_s;
+    const plan_why *w = &st.why;
+    assert_true(w->first_s == t0);
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++) {
+        int v0 = plan_why_value(&best[0].plan, d);
+        assert_true(w->best_s[d][v0] == t0);
+        for (int v = 0; v < PLAN_WHY_VALUES; v++)
+            assert_true(w->best_s[d][v] >= t0);
+    }
+    assert_true(w->has_second);
+    assert_true(w->second.res.step_s >= t0);
+    assert_true(w->second.res.feasible);
+    for (int k = 0; k < best[0].plan.nsets; k++)
+        for (int j = 0; j < best[0].plan.sets[k].nsegs; j++)
+            assert_true(w->pool_best_s[best[0].plan.sets[k].seg_pool[j]] == t0);
+    free(best);
+    topo_cluster_free(s.c);
+}
+
+/* The output explains itself: every field has a rule, a runner-up is no
+ * faster than the best, and a node group left idle says why (fp8 on H1:
+ * the A100s have no fp8 peak). */
+static void test_cli_why(void **state)
+{
+    (void)state;
+    static char out[1 << 20];
+    char tr[64] = "/tmp/ai-plan-fp8-XXXXXX", p[600];
+    int fd = mkstemp(tr);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(p, sizeof p, "%s/examples/h1/training.json", src_dir());
+    json_error_t err;
+    json_t *t = json_load_file(p, 0, &err);
+    assert_non_null(t);
+    json_object_set_new(t, "precision", json_string("fp8"));
+    assert_int_equal(json_dump_file(t, tr, 0), 0);
+    json_decref(t);
+    char args[256];
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s --json", tr);
+    int rc = run_cli(args, out, sizeof out);
+    if (rc < 0) {
+        unlink(tr);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    json_t *doc = json_loads(out, 0, &err);
+    assert_non_null(doc);
+    double t0 = json_number_value(json_object_get(doc, "step_time_s"));
+    json_t *why = json_object_get(doc, "why");
+    assert_non_null(why);
+    assert_non_null(strstr(json_string_value(json_object_get(why, "rule")), "fastest"));
+    assert_true(json_number_value(json_object_get(why, "runner_up_vs_chosen")) >= 0);
+    json_t *ch = json_object_get(why, "choices"), *v;
+    size_t i;
+    assert_int_equal(json_array_size(ch), PLAN_WHY_NDIMS);
+    json_array_foreach(ch, i, v)
+    {
+        assert_non_null(json_string_value(json_object_get(v, "rule")));
+        if (json_object_get(v, "runner_up"))
+            assert_true(json_number_value(json_object_get(v, "runner_up_step_time_s")) >= t0 - 1e-4);
+    }
+    json_t *idle = json_object_get(why, "idle_node_groups");
+    assert_int_equal(json_array_size(idle), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(idle, 0), "node_group")), "a100");
+    assert_non_null(strstr(json_string_value(json_object_get(json_array_get(idle, 0), "reason")),
+                           "no fp8 peak"));
+    json_decref(doc);
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s", tr);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_non_null(strstr(out, "idle node group a100 (128 devices): its devices"));
+    assert_non_null(strstr(out, "\n  micro_batch "));
+    unlink(tr);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +523,8 @@ int main(void)
         cmocka_unit_test(test_data_split_plans),
         cmocka_unit_test(test_best_beats_published_configs),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_why_agrees),
+        cmocka_unit_test(test_cli_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

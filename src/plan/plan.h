@@ -28,6 +28,37 @@ typedef struct plan_candidate {
     model_result res;
 } plan_candidate;
 
+/* What the search saw of each choice, to explain the one it made: per
+ * field and value the fastest feasible plan evaluated with it and how
+ * many with it did not fit; per pool the same over plans that use it; the
+ * fastest evaluated plan other than the best. */
+enum {
+    PLAN_WHY_TP,
+    PLAN_WHY_PP,
+    PLAN_WHY_CP,
+    PLAN_WHY_MB,
+    PLAN_WHY_VP,
+    PLAN_WHY_RC,
+    PLAN_WHY_ZERO,
+    PLAN_WHY_LAYOUT, /* 0: one pool, 1: split by stage, 2: split by data */
+    PLAN_WHY_NDIMS
+};
+#define PLAN_WHY_VALUES (MODEL_MAX_STAGES + 1)
+#define PLAN_WHY_POOLS 64
+
+typedef struct plan_why {
+    double best_s[PLAN_WHY_NDIMS][PLAN_WHY_VALUES]; /* INFINITY: none feasible */
+    int unfit[PLAN_WHY_NDIMS][PLAN_WHY_VALUES];
+    double pool_best_s[PLAN_WHY_POOLS];
+    long pool_unfit[PLAN_WHY_POOLS];
+    double first_s;
+    int has_second;
+    plan_candidate second;
+} plan_why;
+
+/* The value of field `dim` in a plan (PLAN_WHY_*), and the layout kind. */
+int plan_why_value(const model_plan *pl, int dim);
+
 typedef struct plan_stats {
     long evaluated;        /* plans the step model evaluated */
     long pruned_memory;    /* of those, rejected because they do not fit */
@@ -36,6 +67,7 @@ typedef struct plan_stats {
     /* When nothing fits: the plan that came closest (res.feasible = 0). */
     int has_closest;
     plan_candidate closest;
+    plan_why why;
 } plan_stats;
 
 /*

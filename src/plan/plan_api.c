@@ -112,6 +112,138 @@ static void json_merge(json_t *dst, json_t *src)
     json_decref(src);
 }
 
+/* ---- why the best plan: runner-ups and the rules that decided ---- */
+
+static const char *const why_field[PLAN_WHY_NDIMS] = {"tp", "pp", "cp", "micro_batch", "interleave",
+                                                      "recompute", "zero", "layout"};
+static const char *const layout_name[3] = {"one node group", "split by stage", "split by data"};
+
+static json_t *why_value(int dim, int v)
+{
+    if (dim == PLAN_WHY_RC)
+        return json_string(model_recompute_name((model_recompute)v));
+    if (dim == PLAN_WHY_LAYOUT)
+        return json_string(layout_name[v]);
+    return json_integer(v);
+}
+
+static int fix_of(const plan_fix *f, int dim)
+{
+    switch (dim) {
+    case PLAN_WHY_TP: return f->tp;
+    case PLAN_WHY_PP: return f->pp;
+    case PLAN_WHY_CP: return f->cp;
+    case PLAN_WHY_MB: return f->micro_batch;
+    case PLAN_WHY_VP: return f->interleave;
+    case PLAN_WHY_RC: return f->recompute;
+    case PLAN_WHY_ZERO: return f->zero;
+    default: return -1;
+    }
+}
+
+#define PLAN_TIE_RULE                                                                              \
+    "a tie on the predicted step: the plan found first is kept (tp from large to small, then cp, "  \
+    "micro-batch, pp from small to large)"
+
+static double rel(double a, double b) { return round((a / b - 1) * 1e4) / 1e4; }
+
+/* Why no other value of a field came second: pinned, a dominance rule of
+ * the search, memory, or nothing else applied. */
+static void why_alone(char *buf, size_t len, const model_ctx *ctx, const plan_fix *f,
+                      const plan_why *w, int dim, int v0)
+{
+    long unfit = 0;
+    for (int v = 0; v < PLAN_WHY_VALUES; v++)
+        if (v != v0)
+            unfit += w->unfit[dim][v];
+    if (fix_of(f, dim) >= 0)
+        snprintf(buf, len, "pinned by --fix");
+    else if (dim == PLAN_WHY_RC && !unfit)
+        snprintf(buf, len, "a costlier recompute mode only adds time, so none is tried once a"
+                           " cheaper one fits%s", ctx->train->flash_attention
+                               ? " (selective equals none with flash attention)" : "");
+    else if (dim == PLAN_WHY_ZERO && v0 <= 1 && !unfit)
+        snprintf(buf, len, "ZeRO 2 and 3 only add traffic over ZeRO 1: tried only when 0 and 1"
+                           " do not fit");
+    else if (unfit)
+        snprintf(buf, len, "the %ld plans evaluated with another value did not fit in memory",
+                 unfit);
+    else
+        snprintf(buf, len, "no other value applies (divisibility, devices per node, layers), or"
+                           " its layouts were cut by the lower bound (never faster than this)");
+}
+
+static json_t *why_json(const model_ctx *ctx, const plan_fix *f, const plan_stats *st,
+                        const plan_candidate *best)
+{
+    const plan_why *w = &st->why;
+    const topo_cluster *c = ctx->cluster;
+    double t0 = best->res.step_s;
+    char rule[512];
+    snprintf(rule, sizeof rule, "the fastest predicted step of the plans that fit in memory (%ld"
+             " evaluated, %ld did not fit; %ld layouts cut because their lower bound was already"
+             " slower than the plans kept)", st->evaluated, st->pruned_memory, st->pruned_bound);
+    json_t *o = json_pack("{s:s}", "rule", rule);
+    if (w->has_second) {
+        json_t *ru = plan_candidate_json(c, &w->second);
+        json_object_set_new(o, "runner_up", ru);
+        json_object_set_new(o, "runner_up_vs_chosen", json_real(rel(w->second.res.step_s, t0)));
+        if (!(w->second.res.step_s > t0))
+            json_object_set_new(o, "tie", json_string(PLAN_TIE_RULE));
+    }
+    json_t *ch = json_array();
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++) {
+        int v0 = plan_why_value(&best->plan, d), ru = -1;
+        for (int v = 0; v < PLAN_WHY_VALUES; v++)
+            if (v != v0 && isfinite(w->best_s[d][v]) && (ru < 0 || w->best_s[d][v] < w->best_s[d][ru]))
+                ru = v;
+        json_t *e = json_pack("{s:s, s:o}", "field", why_field[d], "chosen", why_value(d, v0));
+        if (ru >= 0) {
+            json_object_set_new(e, "runner_up", why_value(d, ru));
+            json_object_set_new(e, "runner_up_step_time_s", json_real(round(w->best_s[d][ru] * 1e4) / 1e4));
+            json_object_set_new(e, "runner_up_vs_chosen", json_real(rel(w->best_s[d][ru], t0)));
+            json_object_set_new(e, "rule", json_string(w->best_s[d][ru] > t0
+                                                           ? "the fastest predicted step"
+                                                           : PLAN_TIE_RULE));
+        } else {
+            why_alone(rule, sizeof rule, ctx, f, w, d, v0);
+            json_object_set_new(e, "rule", json_string(rule));
+        }
+        json_array_append_new(ch, e);
+    }
+    json_object_set_new(o, "choices", ch);
+    /* node groups the best plan leaves idle */
+    unsigned long long used = 0;
+    for (int k = 0; k < best->plan.nsets; k++)
+        for (int j = 0; j < best->plan.sets[k].nsegs; j++)
+            used |= 1ULL << (best->plan.sets[k].seg_pool[j] & 63);
+    json_t *idle = json_array();
+    for (int g = 0; g < c->npools && g < PLAN_WHY_POOLS; g++) {
+        if (used >> g & 1)
+            continue;
+        const topo_pool *po = &c->pools[g];
+        if (po->device.peak_tflops[ctx->train->precision] <= 0)
+            snprintf(rule, sizeof rule, "its devices (%s) have no %s peak: no plan can use them",
+                     po->device.name, topo_precision_name(ctx->train->precision));
+        else if (isfinite(w->pool_best_s[g]))
+            snprintf(rule, sizeof rule, "the fastest plan using it predicts %.4g s, %.1f%% slower",
+                     w->pool_best_s[g], 100 * (w->pool_best_s[g] / t0 - 1));
+        else if (w->pool_unfit[g])
+            snprintf(rule, sizeof rule, "the %ld plans using it did not fit in memory",
+                     w->pool_unfit[g]);
+        else
+            snprintf(rule, sizeof rule, "no plan using it was evaluated: cut by the lower bound"
+                                        " (never faster than this) or no layout applies");
+        json_t *e = json_pack("{s:s, s:i, s:s}", "node_group", po->name, "devices",
+                              po->nodes * po->devices_per_node, "reason", rule);
+        if (isfinite(w->pool_best_s[g]))
+            json_object_set_new(e, "best_step_time_s_using_it", json_real(round(w->pool_best_s[g] * 1e4) / 1e4));
+        json_array_append_new(idle, e);
+    }
+    json_object_set_new(o, "idle_node_groups", idle);
+    return o;
+}
+
 ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const ai_training *training,
                     const ai_plan_options *opts, ai_plan_report **out)
 {
@@ -188,6 +320,8 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
             rep->sum[i].speedup_vs_baseline = base.res.step_s / best[i].res.step_s;
         }
     }
+    if (best[0].res.feasible)
+        json_object_set_new(rep->doc, "why", why_json(&ctx, &fix, &stats, &best[0]));
     json_object_set_new(rep->doc, "search",
                         json_pack("{s:I, s:I, s:I, s:f}", "evaluated", (json_int_t)stats.evaluated,
                                   "pruned_memory", (json_int_t)stats.pruned_memory, "pruned_bound",
@@ -346,6 +480,51 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
     if (base) {
         text_plan(&b, "manual baseline (every device taken as the slowest)", base);
         sb_printf(&b, "speedup vs baseline: %.2fx\n", num(d, "speedup_vs_baseline"));
+    }
+    json_t *why = json_object_get(d, "why");
+    if (why) {
+        sb_printf(&b, "why: %s\n", json_string_value(json_object_get(why, "rule")));
+        json_t *ru = json_object_get(why, "runner_up");
+        if (ru) {
+            json_t *p = json_object_get(ru, "plan");
+            sb_printf(&b, "  runner-up plan tp=%d pp=%d dp=%d cp=%d micro_batch=%d interleave=%d"
+                          " recompute=%s zero=%d: %.4g s (%+.2f%%)\n",
+                      (int)num(p, "tp"), (int)num(p, "pp"), (int)num(p, "dp"), (int)num(p, "cp"),
+                      (int)num(p, "micro_batch"), (int)num(p, "interleave"),
+                      json_string_value(json_object_get(p, "recompute")), (int)num(p, "zero"),
+                      num(ru, "step_time_s"), 100 * num(why, "runner_up_vs_chosen"));
+            if (json_object_get(why, "tie"))
+                sb_printf(&b, "  %s\n", json_string_value(json_object_get(why, "tie")));
+        }
+        json_t *ch = json_object_get(why, "choices");
+        for (size_t i = 0; i < json_array_size(ch); i++) {
+            json_t *e = json_array_get(ch, i), *v = json_object_get(e, "chosen");
+            char val[64], rv[64];
+            if (json_is_string(v))
+                snprintf(val, sizeof val, "%s", json_string_value(v));
+            else
+                snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
+            sb_printf(&b, "  %-17s %-15s", json_string_value(json_object_get(e, "field")), val);
+            json_t *r = json_object_get(e, "runner_up");
+            if (r) {
+                if (json_is_string(r))
+                    snprintf(rv, sizeof rv, "%s", json_string_value(r));
+                else
+                    snprintf(rv, sizeof rv, "%lld", (long long)json_integer_value(r));
+                sb_printf(&b, " runner-up %s: %.4g s (%+.2f%%); ", rv,
+                          num(e, "runner_up_step_time_s"), 100 * num(e, "runner_up_vs_chosen"));
+            } else {
+                sb_printf(&b, " ");
+            }
+            sb_printf(&b, "%s\n", json_string_value(json_object_get(e, "rule")));
+        }
+        json_t *idle = json_object_get(why, "idle_node_groups");
+        for (size_t i = 0; i < json_array_size(idle); i++) {
+            json_t *e = json_array_get(idle, i);
+            sb_printf(&b, "  idle node group %s (%d devices): %s\n",
+                      json_string_value(json_object_get(e, "node_group")), (int)num(e, "devices"),
+                      json_string_value(json_object_get(e, "reason")));
+        }
     }
     json_t *s = json_object_get(d, "search");
     sb_printf(&b, "search: %lld plans evaluated, %lld did not fit in memory, %lld layouts cut by the "

@@ -110,6 +110,62 @@ typedef struct search {
 
 static int pinned(int fixv, int v) { return fixv < 0 || fixv == v; }
 
+int plan_why_value(const model_plan *pl, int dim)
+{
+    switch (dim) {
+    case PLAN_WHY_TP: return pl->tp;
+    case PLAN_WHY_PP: return pl->pp;
+    case PLAN_WHY_CP: return pl->cp;
+    case PLAN_WHY_MB: return pl->micro_batch;
+    case PLAN_WHY_VP: return pl->interleave;
+    case PLAN_WHY_RC: return (int)pl->recompute;
+    case PLAN_WHY_ZERO: return pl->zero;
+    default: return pl->nsets > 1 ? 2 : pl->sets[0].nsegs > 1 ? 1 : 0;
+    }
+}
+
+/* Record a plan the step model evaluated for the explanation. */
+static void why_note(search *s, const model_plan *pl, int fits, const model_result *r)
+{
+    plan_why *w = &s->st.why;
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++) {
+        int v = plan_why_value(pl, d);
+        if (v < 0 || v >= PLAN_WHY_VALUES)
+            continue;
+        if (!fits)
+            w->unfit[d][v]++;
+        else if (r->step_s < w->best_s[d][v])
+            w->best_s[d][v] = r->step_s;
+    }
+    unsigned long long used = 0;
+    for (int k = 0; k < pl->nsets; k++)
+        for (int j = 0; j < pl->sets[k].nsegs; j++)
+            if (pl->sets[k].seg_pool[j] < PLAN_WHY_POOLS)
+                used |= 1ULL << pl->sets[k].seg_pool[j];
+    for (int g = 0; g < PLAN_WHY_POOLS && used >> g; g++) {
+        if (!(used >> g & 1))
+            continue;
+        if (!fits)
+            w->pool_unfit[g]++;
+        else if (r->step_s < w->pool_best_s[g])
+            w->pool_best_s[g] = r->step_s;
+    }
+    if (!fits)
+        return;
+    if (r->step_s < w->first_s) {
+        /* the old best becomes the runner-up */
+        if (s->nbest > 0) {
+            w->second = s->best[0];
+            w->has_second = 1;
+        }
+        w->first_s = r->step_s;
+    } else if (!w->has_second || r->step_s < w->second.res.step_s) {
+        w->second.plan = *pl;
+        w->second.res = *r;
+        w->has_second = 1;
+    }
+}
+
 /* Evaluate; keep if feasible and among the best. Returns feasibility. */
 static int consider(search *s, const model_plan *pl)
 {
@@ -122,6 +178,7 @@ static int consider(search *s, const model_plan *pl)
     double ratio;
     if (!model_plan_fits(s->ctx, pl, &ratio)) {
         s->st.pruned_memory++;
+        why_note(s, pl, 0, NULL);
         if (ratio < s->closest_ratio) {
             model_plan_eval(s->ctx, pl, &r);
             s->closest_ratio = ratio;
@@ -131,6 +188,7 @@ static int consider(search *s, const model_plan *pl)
         return 0;
     }
     model_plan_eval(s->ctx, pl, &r);
+    why_note(s, pl, 1, &r);
     if (s->nbest == s->top && r.step_s >= s->best[s->nbest - 1].res.step_s)
         return 1;
     int i = s->nbest < s->top ? s->nbest++ : s->nbest - 1;
@@ -615,6 +673,12 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
     s.fix = fix;
     s.top = AI_MAX(1, top);
     s.closest_ratio = INFINITY;
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++)
+        for (int v = 0; v < PLAN_WHY_VALUES; v++)
+            s.st.why.best_s[d][v] = INFINITY;
+    for (int g = 0; g < PLAN_WHY_POOLS; g++)
+        s.st.why.pool_best_s[g] = INFINITY;
+    s.st.why.first_s = INFINITY;
     s.best = calloc((size_t)s.top, sizeof *s.best);
     model_plan *pl = calloc(1, sizeof *pl);
     if (!s.best || !pl) {

@@ -111,8 +111,20 @@ typedef struct {
     int nterms, capterms;
 } train_eval;
 
+/* One choice the planner made: what won, the runner-up, by how much, and
+ * the rule that decided. */
+typedef struct {
+    char what[32], chosen[64], runner[96];
+    double chosen_s, runner_s; /* runner_s NAN: no runner-up */
+    char rule[320];
+} decision;
+
+#define TRAIN_MAX_DECISIONS 8
+
 struct ai_train_plan {
     char fp[17], preset[32];
+    decision dec[TRAIN_MAX_DECISIONS];
+    int ndec;
     int R, B;
     train_eval best;
     train_eval best_dp;  /* the best data-parallel plan (for the pipeline's explanation) */
@@ -806,6 +818,26 @@ out:
     return st;
 }
 
+static void decide(ai_train_plan *p, const char *what, const char *chosen, double chosen_s,
+                   const char *runner, double runner_s, const char *rule, ...)
+    __attribute__((format(printf, 7, 8)));
+static void decide(ai_train_plan *p, const char *what, const char *chosen, double chosen_s,
+                   const char *runner, double runner_s, const char *rule, ...)
+{
+    if (p->ndec >= TRAIN_MAX_DECISIONS)
+        return;
+    decision *d = &p->dec[p->ndec++];
+    snprintf(d->what, sizeof d->what, "%s", what);
+    snprintf(d->chosen, sizeof d->chosen, "%s", chosen);
+    snprintf(d->runner, sizeof d->runner, "%s", runner ? runner : "");
+    d->chosen_s = chosen_s;
+    d->runner_s = runner ? runner_s : NAN;
+    va_list ap;
+    va_start(ap, rule);
+    vsnprintf(d->rule, sizeof d->rule, rule, ap);
+    va_end(ap);
+}
+
 static ai_status_t eval_alloc(train_eval *e, int R)
 {
     memset(e, 0, sizeof *e);
@@ -829,6 +861,113 @@ void ai_train_plan_destroy(ai_train_plan *p)
     eval_free(&p->best_pipe);
     free(p->notes);
     free(p);
+}
+
+/* The decisions behind p->best: data parallel or a pipeline, the
+ * micro-batch, the bucket cap and the shares, each with its runner-up
+ * (what it predicted, from the candidates evaluated) and the rule. */
+static ai_status_t explain_choices(ai_train_plan *p, const train_ctx *x, const train_fix *fix,
+                                   train_eval *e, int B, int ntried, const int *tried_mb,
+                                   const double *tried_s, const double *tried_cap,
+                                   const double *caps, int ncaps,
+                                   double (*cap_s)[9])
+{
+    char a[96], b[96];
+    const train_eval *w = &p->best;
+    int R = p->R;
+    /* pipeline or data parallel */
+    if (p->has_pipe && isfinite(p->best_dp.step)) {
+        int pipe = w->pp > 1;
+        const train_eval *o = pipe ? &p->best_dp : &p->best_pipe;
+        snprintf(a, sizeof a, pipe ? "pipeline of %d stages" : "data parallel", w->pp);
+        snprintf(b, sizeof b, pipe ? "data parallel" : "pipeline of %d stages", o->pp);
+        decide(p, "layout", a, w->step, b, o->step, "the fastest predicted step (data parallel on"
+               " a tie)");
+    } else if (w->pp > 1) {
+        snprintf(a, sizeof a, "pipeline of %d stages", w->pp);
+        decide(p, "layout", a, w->step, NULL, 0, "pinned by --fix pipeline=%d", w->pp);
+    } else {
+        decide(p, "layout", "data parallel", w->step, NULL, 0, "%s",
+               fix->shares_n ? "--fix shares excludes a pipeline"
+               : fix->pp == 1 ? "pinned by --fix pipeline=1"
+               : x->L < 2     ? "the model has one layer: no pipeline"
+                              : "no pipeline stage count divides the ranks");
+    }
+    if (w->pp > 1) {
+        snprintf(a, sizeof a, "%d", w->mb);
+        decide(p, "micro_batch", a, w->step, NULL, 0, "the fastest predicted pipeline step of"
+               " the candidate micro-batches");
+        return AI_OK;
+    }
+    /* micro-batch: the chosen one against the fastest other */
+    int ru = -1;
+    for (int i = 0; i < ntried; i++)
+        if (tried_mb[i] != w->mb && (ru < 0 || tried_s[i] < tried_s[ru]))
+            ru = i;
+    snprintf(a, sizeof a, "%d", w->mb);
+    if (fix->mb) {
+        decide(p, "micro_batch", a, w->step, NULL, 0, "pinned by --fix micro_batch=%d", fix->mb);
+    } else if (ru < 0) {
+        decide(p, "micro_batch", a, w->step, NULL, 0, "the only candidate (every share is at most"
+               " %d samples)", w->mb);
+    } else {
+        snprintf(b, sizeof b, "%d", tried_mb[ru]);
+        if (tried_s[ru] < w->step)
+            decide(p, "micro_batch", a, w->step, b, tried_s[ru],
+                   "a smaller micro-batch is taken only if it predicts at least %.0f%% less than"
+                   " the best larger one; micro-batch %d predicts %.1f%% less (a rank's profile"
+                   " points scatter by up to about 10%% around their line, and each micro-batch"
+                   " costs a pass)", 100 * TRAIN_MB_MARGIN, tried_mb[ru],
+                   100 * (1 - tried_s[ru] / w->step));
+        else
+            decide(p, "micro_batch", a, w->step, b, tried_s[ru], "the fastest predicted step");
+    }
+    /* bucket cap at the chosen micro-batch */
+    int at = -1;
+    for (int i = 0; i < ntried; i++)
+        if (tried_mb[i] == w->mb && tried_cap[i] == w->cap_mb)
+            at = i;
+    snprintf(a, sizeof a, "%g MiB", w->cap_mb);
+    if (fix->cap_mb > 0) {
+        decide(p, "bucket_cap_mb", a, w->step, NULL, 0, "pinned by --fix bucket_cap_mb=%g",
+               w->cap_mb);
+    } else if (at < 0 || ncaps < 2) {
+        decide(p, "bucket_cap_mb", a, w->step, NULL, 0, "the only candidate");
+    } else {
+        int rc = -1;
+        for (int c = 0; c < ncaps; c++)
+            if (caps[c] != w->cap_mb && (rc < 0 || cap_s[at][c] < cap_s[at][rc]))
+                rc = c;
+        snprintf(b, sizeof b, "%g MiB", caps[rc]);
+        decide(p, "bucket_cap_mb", a, w->step, b, cap_s[at][rc], "the fastest predicted step"
+               " (the smallest cap on a tie)");
+    }
+    /* shares: against even ones at the same micro-batch and cap */
+    shares_str(w->shares, R, a, sizeof a);
+    if (fix->shares_n) {
+        decide(p, "shares", a, w->step, NULL, 0, "pinned by --fix shares");
+    } else if (R > 1) {
+        int even = 1;
+        for (int i = 0; i < R; i++) {
+            e->shares[i] = B / R + (i < B % R);
+            even &= e->shares[i] == w->shares[i];
+        }
+        if (even) {
+            decide(p, "shares", a, w->step, NULL, 0, "the ranks are equally fast: even shares"
+                   " minimise the slowest compute");
+        } else {
+            e->mb = w->mb;
+            e->cap_mb = w->cap_mb;
+            ai_status_t st = eval_dp(x, e);
+            if (st != AI_OK)
+                return st;
+            shares_str(e->shares, R, b, sizeof b);
+            decide(p, "shares", a, w->step, b, e->step, "samples one at a time to the rank that"
+                   " would finish its compute first with it: the slowest compute is the"
+                   " smallest possible");
+        }
+    }
+    return AI_OK;
 }
 
 ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
@@ -936,6 +1075,11 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     }
     char sbuf[256];
     int ncaps = fix.cap_mb > 0 ? 1 : (int)(sizeof caps / sizeof caps[0]);
+    /* what each candidate predicted, for the decisions: per micro-batch
+     * its best step and cap, and every cap's step */
+    int tried_mb[AI_PROFILE_POINTS + 2], ntried = 0;
+    double tried_s[AI_PROFILE_POINTS + 2], tried_cap[AI_PROFILE_POINTS + 2];
+    double cap_s[AI_PROFILE_POINTS + 2][sizeof caps / sizeof caps[0]];
     for (int mi = 0; mi < nmb && fix.pp <= 1; mi++) {
         e.mb = mbs[mi];
         if (fix.shares_n)
@@ -958,12 +1102,16 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
                 mb_best = e.step;
                 mb_cap = e.cap_mb;
             }
+            cap_s[ntried][ci] = e.step;
             double need = e.mb < p->best_dp.mb ? 1 - TRAIN_MB_MARGIN : 1;
             if (e.step < need * p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
                 goto fail;
         }
         note(p, "data parallel, micro-batch %d (shares %s): best bucket cap %g MiB, %.4f s",
              e.mb, shares_str(e.shares, R, sbuf, sizeof sbuf), mb_cap, mb_best);
+        tried_mb[ntried] = e.mb;
+        tried_s[ntried] = mb_best;
+        tried_cap[ntried++] = mb_cap;
     }
     /* pipelines of 2+ stages, R divisible */
     for (int P = 2; P <= R && P <= x.L && (fix.pp == 0 || fix.pp > 1) && !fix.shares_n; P++) {
@@ -1003,6 +1151,9 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
         goto fail;
     }
     if ((st = eval_copy(&p->best, win, R)) != AI_OK)
+        goto fail;
+    if ((st = explain_choices(p, &x, &fix, &e, B, ntried, tried_mb, tried_s, tried_cap, caps,
+                              ncaps, cap_s)) != AI_OK)
         goto fail;
     eval_free(&e);
     free(x.rk);
@@ -1052,11 +1203,25 @@ static json_t *plan_json(const ai_train_plan *p)
         }
         pipe = json_pack("{s:o, s:i}", "stages", stages, "micro_batches", e->micro_batches);
     }
-    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:i, s:f, s:o, s:f, s:o}", "kind",
+    json_t *dec = json_array();
+    for (int i = 0; i < p->ndec; i++) {
+        const decision *d = &p->dec[i];
+        json_t *o = json_pack("{s:s, s:s, s:f}", "choice", d->what, "chosen", d->chosen,
+                              "step_time_s", d->chosen_s);
+        if (!isnan(d->runner_s)) {
+            json_object_set_new(o, "runner_up", json_string(d->runner));
+            json_object_set_new(o, "runner_up_step_time_s", json_real(d->runner_s));
+            json_object_set_new(o, "runner_up_vs_chosen",
+                                json_real(d->runner_s / d->chosen_s - 1));
+        }
+        json_object_set_new(o, "rule", json_string(d->rule));
+        json_array_append_new(dec, o);
+    }
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:i, s:f, s:o, s:f, s:o, s:o}", "kind",
                      "train-plan", "version", 1, "fingerprint", p->fp, "ranks", p->R,
                      "global_batch", p->B, "shares", shares, "micro_batch", e->mb,
                      "bucket_cap_mb", e->cap_mb, "pipeline", pipe, "predicted_step_time_s",
-                     e->step, "explain", explain);
+                     e->step, "explain", explain, "decisions", dec);
 }
 
 ai_status_t ai_train_plan_json(const ai_train_plan *p, char **out)
@@ -1105,6 +1270,16 @@ ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
         for (int i = 0; i < e->nterms; i++)
             fprintf(f, "  %+10.4f s  %-58s %s\n", e->terms[i].s, e->terms[i].term,
                     e->terms[i].src);
+        fprintf(f, "\nwhy:\n");
+        for (int i = 0; i < p->ndec; i++) {
+            const decision *d = &p->dec[i];
+            fprintf(f, "  %s %s (%.4f s)", d->what, d->chosen, d->chosen_s);
+            if (!isnan(d->runner_s))
+                fprintf(f, " over %s (%.4f s, %.1f%% %s)", d->runner, d->runner_s,
+                        100 * fabs(d->runner_s / d->chosen_s - 1),
+                        d->runner_s < d->chosen_s ? "less" : "more");
+            fprintf(f, ": %s\n", d->rule);
+        }
         fprintf(f, "\nconsidered:\n");
         const char *n = p->notes ? p->notes : "";
         while (*n) {
