@@ -419,6 +419,56 @@ static void test_cli(void **state)
 }
 
 
+/* The search's cache (model_cache_bind) changes no figure: the best plans
+ * of H1 and H3 evaluate to the same bits with and without it, twice over
+ * (the second time from the cache), and the memory probe is the memory
+ * at 1 and 2 layers. */
+static void test_cache_is_exact(void **state)
+{
+    (void)state;
+    const char *names[] = {"h1", "h3"};
+    for (int k = 0; k < 2; k++) {
+        scenario s;
+        scenario_load(&s, names[k]);
+        plan_fix f;
+        plan_fix_init(&f);
+        plan_candidate *best = NULL;
+        int n = 0;
+        plan_stats st;
+        assert_int_equal(plan_search(&s.ctx, &f, 8, &best, &n, &st), AI_OK);
+        model_cache *mc = model_cache_new();
+        assert_non_null(mc);
+        for (int i = 0; i < n; i++) {
+            model_result a, b, c;
+            model_plan_eval(&s.ctx, &best[i].plan, &a);
+            model_cache_bind(&s.ctx, mc);
+            model_plan_eval(&s.ctx, &best[i].plan, &b);
+            model_plan_eval(&s.ctx, &best[i].plan, &c);
+            double m1, m2, p, act;
+            model_stage_memory_probe(&s.ctx, &best[i].plan, 0, best[i].plan.sets[0].micro_batches,
+                                     &m1, &m2);
+            model_cache_bind(NULL, NULL);
+            model_plan t = best[i].plan;
+            t.layers[0] = 2;
+            model_stage_memory(&s.ctx, &t, 0, t.sets[0].micro_batches, &p, &act);
+            assert_true(m2 == p + act);
+            t.layers[0] = 1;
+            model_stage_memory(&s.ctx, &t, 0, t.sets[0].micro_batches, &p, &act);
+            assert_true(m1 == p + act);
+            const model_result *r[2] = {&b, &c};
+            for (int j = 0; j < 2; j++) {
+                assert_true(r[j]->step_s == a.step_s && r[j]->step_s == best[i].res.step_s);
+                assert_true(r[j]->memory_GB == a.memory_GB && r[j]->dp_comm_s == a.dp_comm_s &&
+                            r[j]->optimizer_s == a.optimizer_s && r[j]->bubble_s == a.bubble_s &&
+                            r[j]->compute_s == a.compute_s && r[j]->mfu == a.mfu);
+            }
+        }
+        model_cache_free(mc);
+        free(best);
+        topo_cluster_free(s.c);
+    }
+}
+
 /* What the search records to explain its choice agrees with the choice:
  * for every field the chosen value's fastest plan is the best plan, no
  * value's is faster; the runner-up is no faster; the pools the best plan
@@ -524,6 +574,7 @@ int main(void)
         cmocka_unit_test(test_best_beats_published_configs),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_why_agrees),
+        cmocka_unit_test(test_cache_is_exact),
         cmocka_unit_test(test_cli_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -15,6 +15,8 @@
 
 #include "topo/topo.h"
 
+#include <math.h>
+
 /* ------------------------------------------------------------ params */
 
 /*
@@ -146,6 +148,17 @@ typedef struct model_ctx {
     model_params params;
 } model_ctx;
 
+/* Scratch a caller that evaluates many plans on one context may bind to it
+ * (model_cache_bind): what depends only on the model, or per pool on (tp,
+ * cp, micro-batch, sp, recompute), kept between calls. Results are
+ * bit-identical with and without it. The binding holds for calls on this
+ * thread with that context (the same pointer, not modified meanwhile)
+ * until model_cache_bind(NULL, NULL). */
+typedef struct model_cache model_cache;
+model_cache *model_cache_new(void);
+void model_cache_free(model_cache *c);
+void model_cache_bind(const model_ctx *ctx, model_cache *c);
+
 /* Check plan structure against model, training and cluster (divisibility,
  * device counts, batch); AI_ERR_INVALID naming the offending field. */
 ai_status_t model_plan_check(const model_ctx *ctx, const model_plan *plan);
@@ -159,6 +172,10 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *plan, model_result 
  * parameter state and activations. */
 void model_stage_memory(const model_ctx *ctx, const model_plan *plan, int stage, int micro_batches,
                         double *params_bytes, double *act_bytes);
+/* The stage's total bytes with 1 and with 2 layers instead of
+ * plan->layers[stage] (memory is linear in them: the two give the line). */
+void model_stage_memory_probe(const model_ctx *ctx, const model_plan *plan, int stage,
+                              int micro_batches, double *mem1, double *mem2);
 
 /* Time of one transformer layer for one micro-batch (forward, backward,
  * recompute, exposed TP/CP traffic) on a pool, and the last stage's extra
@@ -196,7 +213,11 @@ double model_1f1b_p2p_time(int M, int nstages, double msg_s);
 /* Micro-batches per replica that a pipeline of pp equal stages of stage_s
  * each finishes by time tau: floor(tau / stage_s) - (pp - 1), at least 0
  * (the inverse of model_1f1b_time on equal stages). */
-long model_1f1b_micro_within(double tau, double stage_s, int pp);
+static inline long model_1f1b_micro_within(double tau, double stage_s, int pp)
+{
+    double k = floor(tau / stage_s) - (pp - 1);
+    return (long)(k > 0 ? k : 0);
+}
 /* Lower bound of the step of M micro-batches of L layers over stages of
  * per-layer times c_i: M L / sum_i (1 / c_i), the critical stage of the
  * balanced continuous split. */

@@ -32,11 +32,6 @@ double model_1f1b_p2p_time(int M, int nstages, double msg_s)
     return nstages > 1 ? 2.0 * (M + nstages - 2) * msg_s : 0;
 }
 
-long model_1f1b_micro_within(double tau, double stage_s, int pp)
-{
-    return (long)AI_MAX(0, floor(tau / stage_s) - (pp - 1));
-}
-
 double model_1f1b_bound(int M, int L, int nstages, const double *per_layer_s)
 {
     double inv = 0;

@@ -106,6 +106,11 @@ typedef struct search {
     model_plan closest_plan;
     /* per-pool layer times for the current (tp, cp, mb, sp, rc) */
     double layer_s[64], extra_s[64];
+    long layer_gen; /* bumped when they change */
+    /* the data split does not depend on the ZeRO stage: computed once per
+     * layer_gen, its plan kept in the search's plan between the stages */
+    long split_gen;
+    int split_ret;
 } search;
 
 static int pinned(int fixv, int v) { return fixv < 0 || fixv == v; }
@@ -205,6 +210,7 @@ static int consider(search *s, const model_plan *pl)
  * the layer balancer and the lower bound; refreshed per recompute mode. */
 static void refresh_layer_times(search *s, const model_plan *pl)
 {
+    s->layer_gen++;
     for (int g = 0; g < s->ctx->cluster->npools && g < 64; g++)
         model_pool_layer_time(s->ctx, pl, g, &s->layer_s[g], &s->extra_s[g]);
 }
@@ -275,6 +281,20 @@ static int bound_prunes(search *s, double lower_bound)
     return 1;
 }
 
+typedef struct stage_run {
+    double c, ex;
+    int cap, n;
+} stage_run;
+
+/* Do the stages hold L layers when each takes min(cap, (tau - ex) / c)? */
+static int covers(const stage_run *r, int nruns, double tau, int L)
+{
+    long sum = 0;
+    for (int k = 0; k < nruns && sum < L; k++)
+        sum += (long)r[k].n * AI_MIN(r[k].cap, (int)AI_MAX(0, floor((tau - r[k].ex) / r[k].c)));
+    return sum >= L;
+}
+
 /*
  * Uneven layer split for one set's stages: the smallest time target tau
  * such that stages can hold all layers when stage i takes
@@ -302,12 +322,9 @@ static int balance_layers(search *s, model_plan *pl, int set)
         pl->layers[i] = 1;
     for (int i = 0; i < pp; i++) {
         int pool = stage_pool_of(pl, set, i);
-        double p1, a1, p2, a2;
-        model_stage_memory(ctx, pl, i, m, &p1, &a1);
-        pl->layers[i] = 2;
-        model_stage_memory(ctx, pl, i, m, &p2, &a2);
-        pl->layers[i] = 1;
-        double slope = (p2 + a2) - (p1 + a1), base = (p1 + a1) - slope;
+        double m1, m2;
+        model_stage_memory_probe(ctx, pl, i, m, &m1, &m2);
+        double slope = m2 - m1, base = m1 - slope;
         double mem = ctx->cluster->pools[pool].device.memory_GB * 1e9 * MODEL_MEM_USABLE;
         double k = slope > 0 ? floor((mem - base) / slope) : L;
         if (k < 1)
@@ -328,20 +345,26 @@ static int balance_layers(search *s, model_plan *pl, int set)
         E += ex[i] / c[i];
         wide = AI_MAX(wide, ex[i] + c[i] * cap[i]);
     }
+    /* Runs of consecutive stages alike (same per-layer time, extra and
+     * cap: the same pool away from the pipeline's ends) count once. */
+    stage_run runs[MODEL_MAX_STAGES];
+    int nruns = 0;
+    for (int i = 0; i < pp; i++) {
+        if (nruns && runs[nruns - 1].c == c[i] && runs[nruns - 1].ex == ex[i] &&
+            runs[nruns - 1].cap == cap[i]) {
+            runs[nruns - 1].n++;
+        } else {
+            runs[nruns++] = (stage_run){c[i], ex[i], cap[i], 1};
+        }
+    }
     double lo = (L + E) / S, hi = (L + pp + E) / S;
-    long at_hi = 0;
-    for (int i = 0; i < pp; i++)
-        at_hi += AI_MIN(cap[i], (int)AI_MAX(0, floor((hi - ex[i]) / c[i])));
-    if (at_hi < L) {
+    if (!covers(runs, nruns, hi, L)) {
         lo = hi;
         hi = wide;
     }
     for (int it = 0; it < 30; it++) {
         double tau = 0.5 * (lo + hi);
-        long sum = 0;
-        for (int i = 0; i < pp; i++)
-            sum += AI_MIN(cap[i], (int)AI_MAX(0, floor((tau - ex[i]) / c[i])));
-        if (sum >= L)
+        if (covers(runs, nruns, tau, L))
             hi = tau;
         else
             lo = tau;
@@ -518,9 +541,20 @@ static void search_stage_split(search *s, model_plan *pl, const int *order, int 
  * floor(tau / t_g) - (pp - 1) micro-batches per replica by time tau
  * (1F1B); the smallest tau that covers the batch decides the split.
  */
+static int layout_data_split_once(search *s, model_plan *pl);
+
 static int layout_data_split(search *s, model_plan *pl, void *arg)
 {
     (void)arg;
+    if (s->split_gen != s->layer_gen) {
+        s->split_ret = layout_data_split_once(s, pl);
+        s->split_gen = s->layer_gen;
+    }
+    return s->split_ret;
+}
+
+static int layout_data_split_once(search *s, model_plan *pl)
+{
     const model_ctx *ctx = s->ctx;
     const topo_cluster *c = ctx->cluster;
     int L = ctx->model->layers, gb = ctx->train->global_batch;
@@ -716,6 +750,9 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
         mbs[0] = fix->micro_batch;
         nmb = 1;
     }
+    /* per-pool layer costs and per-layer figures kept across the plans */
+    model_cache *mc = model_cache_new();
+    model_cache_bind(ctx, mc);
     /* Large tp first: it usually fits, so good plans are found early and
      * the lower bound cuts more of the rest. */
     for (int tp = AI_MAX(maxdpn, fix->tp); tp >= 1; tp--) {
@@ -743,6 +780,8 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
             }
         }
     }
+    model_cache_bind(NULL, NULL);
+    model_cache_free(mc);
     s.st.seconds = ai_now() - t0;
     free(pl);
     if (s.nbest == 0 && s.closest_ratio < INFINITY) {
