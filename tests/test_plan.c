@@ -560,6 +560,69 @@ static void test_cli_why(void **state)
     unlink(tr);
 }
 
+/* --baseline all: the manual, homogeneous and two expert baselines, each
+ * with its speedup and where it comes from (the step terms it loses sum
+ * to its step minus the best's); the expert follows published practice;
+ * an unknown baseline is a usage error. */
+static void test_cli_baselines(void **state)
+{
+    (void)state;
+    static char out[1 << 20];
+    int rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                     "--training examples/h1/training.json --baseline all --json",
+                     out, sizeof out);
+    if (rc < 0)
+        skip();
+    assert_int_equal(rc, 0);
+    json_error_t err;
+    json_t *doc = json_loads(out, 0, &err);
+    assert_non_null(doc);
+    assert_non_null(json_object_get(doc, "baseline")); /* the manual one, as before */
+    double t0 = json_number_value(json_object_get(doc, "step_time_s"));
+    json_t *bl = json_object_get(doc, "baselines"), *e;
+    const char *names[] = {"manual", "homogeneous", "expert (fastest node group)",
+                           "expert (whole cluster)"};
+    assert_int_equal(json_array_size(bl), 4);
+    size_t i;
+    json_array_foreach(bl, i, e)
+    {
+        assert_string_equal(json_string_value(json_object_get(e, "name")), names[i]);
+        assert_null(json_object_get(e, "error"));
+        double tb = json_number_value(json_object_get(e, "step_time_s"));
+        assert_true(json_number_value(json_object_get(e, "speedup")) >= 1);
+        assert_true(fabs(json_number_value(json_object_get(e, "speedup")) - tb / t0) < 1e-3);
+        double saved = 0;
+        json_t *f;
+        size_t k;
+        json_array_foreach(json_object_get(e, "from"), k, f)
+            saved += json_number_value(json_object_get(f, "saved_s"));
+        assert_true(fabs(saved - (tb - t0)) < 1e-3);
+        assert_true(json_array_size(json_object_get(e, "plan_changes")) > 0);
+    }
+    json_t *fast = json_object_get(json_array_get(bl, 2), "plan");
+    assert_int_equal(json_integer_value(json_object_get(fast, "tp")), 8);
+    assert_string_equal(json_string_value(json_object_get(fast, "recompute")), "selective");
+    assert_true(json_is_true(json_object_get(fast, "sequence_parallel")));
+    assert_int_equal(json_integer_value(json_object_get(fast, "zero")), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(fast, "stages"), 0), "node_group")),
+                        "h100-only");
+    assert_true(json_integer_value(json_object_get(json_array_get(bl, 2), "devices")) <= 128);
+    json_decref(doc);
+    rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                 "--training examples/h1/training.json --baseline homogeneous,expert",
+                 out, sizeof out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "speedup vs homogeneous baseline: "));
+    assert_non_null(strstr(out, "speedup vs expert (whole cluster) baseline: "));
+    assert_null(strstr(out, "manual baseline"));
+    rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                 "--training examples/h1/training.json --baseline experts",
+                 out, sizeof out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "--baseline 'experts'"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -576,6 +639,7 @@ int main(void)
         cmocka_unit_test(test_why_agrees),
         cmocka_unit_test(test_cache_is_exact),
         cmocka_unit_test(test_cli_why),
+        cmocka_unit_test(test_cli_baselines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,26 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
  */
 ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo_cluster **slow_out);
 
+/*
+ * The homogeneous baseline: this planner's own search on the all-slowest
+ * cluster of the manual baseline (what the search gains from using the
+ * faster devices as they are). *slow_out as for the manual one.
+ */
+ai_status_t plan_homogeneous_baseline(const model_ctx *ctx, plan_candidate *out,
+                                      topo_cluster **slow_out);
+
+/*
+ * The expert baseline (published practice, docs/planner.md): tp = devices
+ * per node, selective recompute with sequence parallelism, ZeRO-1, the
+ * smallest power-of-two pp that fits, at it the interleave that predicts
+ * fastest, each with the largest micro-batch (8, 4, 2, 1) that fits; dp
+ * the rest. fastest_only: on the fastest node group alone (highest peak
+ * at the training precision); else on the whole cluster taken as its
+ * slowest device. *cl_out gets the cluster it was evaluated on.
+ */
+ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_candidate *out,
+                                 topo_cluster **cl_out);
+
 /* JSON of one candidate (formats.md plan fields + results). */
 json_t *plan_candidate_json(const topo_cluster *c, const plan_candidate *pc);
 

@@ -244,6 +244,142 @@ static json_t *why_json(const model_ctx *ctx, const plan_fix *f, const plan_stat
     return o;
 }
 
+/* ---- baselines: the speedup against each and where it comes from ---- */
+
+static const char *const bd_keys[] = {"compute_s", "recompute_s", "tp_comm_s", "cp_comm_s",
+                                      "pp_comm_s", "dp_comm_s", "bubble_s", "optimizer_s"};
+
+static void bd_values(const model_result *r, double v[8])
+{
+    v[0] = r->compute_s;
+    v[1] = r->recompute_s;
+    v[2] = r->tp_comm_s;
+    v[3] = r->cp_comm_s;
+    v[4] = r->pp_comm_s;
+    v[5] = r->dp_comm_s;
+    v[6] = r->bubble_s;
+    v[7] = r->optimizer_s;
+}
+
+/* One baseline's entry: its candidate, the speedup of the best plan over
+ * it, the step-time terms it loses (baseline minus best, largest first:
+ * they sum to the difference) and the plan fields that differ. */
+static json_t *baseline_entry(const char *name, const char *assumes, const topo_cluster *c,
+                              const plan_candidate *b, const plan_candidate *best)
+{
+    json_t *e = plan_candidate_json(c, b);
+    if (!e)
+        return NULL;
+    json_t *head = json_pack("{s:s, s:s, s:f}", "name", name, "assumes", assumes, "speedup",
+                             round(b->res.step_s / best->res.step_s * 1e4) / 1e4);
+    json_object_update(head, e);
+    json_decref(e);
+    double vb[8], vs[8], d[8];
+    int ord[8];
+    bd_values(&b->res, vb);
+    bd_values(&best->res, vs);
+    for (int k = 0; k < 8; k++) {
+        d[k] = vb[k] - vs[k];
+        ord[k] = k;
+    }
+    for (int i = 1; i < 8; i++) /* by |difference|, largest first */
+        for (int j = i; j > 0 && fabs(d[ord[j]]) > fabs(d[ord[j - 1]]); j--) {
+            int t = ord[j];
+            ord[j] = ord[j - 1];
+            ord[j - 1] = t;
+        }
+    json_t *from = json_array();
+    for (int i = 0; i < 8; i++)
+        if (fabs(d[ord[i]]) >= 5e-5)
+            json_array_append_new(from, json_pack("{s:s, s:f, s:f, s:f}", "term", bd_keys[ord[i]],
+                                                  "baseline_s", round(vb[ord[i]] * 1e4) / 1e4,
+                                                  "best_s", round(vs[ord[i]] * 1e4) / 1e4,
+                                                  "saved_s", round(d[ord[i]] * 1e4) / 1e4));
+    json_object_set_new(head, "from", from);
+    const model_plan *pb = &b->plan, *ps = &best->plan;
+    int dpb = 0, dps = 0;
+    for (int k = 0; k < pb->nsets; k++)
+        dpb += pb->sets[k].dp;
+    for (int k = 0; k < ps->nsets; k++)
+        dps += ps->sets[k].dp;
+    json_t *ch = json_array();
+    char buf[96];
+    const char *fn[] = {"tp", "pp", "dp", "cp", "micro_batch", "interleave", "zero", "devices"};
+    int fb[] = {pb->tp, pb->pp, dpb, pb->cp, pb->micro_batch, pb->interleave, pb->zero, b->res.devices};
+    int fs[] = {ps->tp, ps->pp, dps, ps->cp, ps->micro_batch, ps->interleave, ps->zero,
+                best->res.devices};
+    for (int k = 0; k < 8; k++)
+        if (fb[k] != fs[k]) {
+            snprintf(buf, sizeof buf, "%s %d -> %d", fn[k], fb[k], fs[k]);
+            json_array_append_new(ch, json_string(buf));
+        }
+    if (pb->recompute != ps->recompute) {
+        snprintf(buf, sizeof buf, "recompute %s -> %s", model_recompute_name(pb->recompute),
+                 model_recompute_name(ps->recompute));
+        json_array_append_new(ch, json_string(buf));
+    }
+    if ((pb->nsets > 1 || pb->sets[0].nsegs > 1) != (ps->nsets > 1 || ps->sets[0].nsegs > 1) ||
+        ps->nsets > 1) {
+        snprintf(buf, sizeof buf, "layout: %s", ps->nsets > 1 ? "micro-batches split by data"
+                                                : ps->sets[0].nsegs > 1 ? "stages split by node group"
+                                                                        : "one node group");
+        json_array_append_new(ch, json_string(buf));
+    }
+    json_object_set_new(head, "plan_changes", ch);
+    return head;
+}
+
+static json_t *baseline_failed(const char *name, const char *assumes)
+{
+    return json_pack("{s:s, s:s, s:s}", "name", name, "assumes", assumes, "error", ai_last_error());
+}
+
+static json_t *baselines_json(const model_ctx *ctx, int which, const topo_cluster *c,
+                              const plan_candidate *best, const plan_candidate *manual,
+                              const topo_cluster *manual_cl)
+{
+    json_t *arr = json_array();
+    if (!arr)
+        return NULL;
+    static const char *const a_manual = "rule of thumb (tp = node, smallest power-of-two pp with"
+                                        " full recompute, micro-batch 1, ZeRO-1), every device"
+                                        " the slowest present";
+    static const char *const a_homo = "this planner's search with every device the slowest"
+                                      " present";
+    static const char *const a_fast = "published practice (tp = node, selective recompute + sequence"
+                                      " parallelism, ZeRO-1, interleaved pipeline, largest"
+                                      " micro-batch that fits) on the fastest node group alone";
+    static const char *const a_whole = "published practice (as above) on the whole cluster, every"
+                                       " device the slowest present";
+    if (manual)
+        json_array_append_new(arr, baseline_entry("manual", a_manual, manual_cl, manual, best));
+    plan_candidate b;
+    topo_cluster *cl = NULL;
+    if (which & AI_PLAN_BASELINE_HOMOGENEOUS) {
+        if (plan_homogeneous_baseline(ctx, &b, &cl) == AI_OK)
+            json_array_append_new(arr, baseline_entry("homogeneous", a_homo, cl, &b, best));
+        else
+            json_array_append_new(arr, baseline_failed("homogeneous", a_homo));
+        topo_cluster_free(cl);
+        cl = NULL;
+        ai_clear_error();
+    }
+    if (which & AI_PLAN_BASELINE_EXPERT) {
+        for (int whole = 0; whole < 2; whole++) {
+            const char *nm = whole ? "expert (whole cluster)" : "expert (fastest node group)";
+            const char *as = whole ? a_whole : a_fast;
+            if (plan_expert_baseline(ctx, !whole, &b, &cl) == AI_OK)
+                json_array_append_new(arr, baseline_entry(nm, as, cl, &b, best));
+            else
+                json_array_append_new(arr, baseline_failed(nm, as));
+            topo_cluster_free(cl);
+            cl = NULL;
+            ai_clear_error();
+        }
+    }
+    return arr;
+}
+
 ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const ai_training *training,
                     const ai_plan_options *opts, ai_plan_report **out)
 {
@@ -281,7 +417,8 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     }
     if (st != AI_OK)
         goto err;
-    if (o.baseline_manual && (st = plan_manual_baseline(&ctx, &base, &slow)) != AI_OK)
+    if ((o.baseline_manual & AI_PLAN_BASELINE_MANUAL) &&
+        (st = plan_manual_baseline(&ctx, &base, &slow)) != AI_OK)
         goto err;
     rep->n = n;
     rep->sum = calloc((size_t)n, sizeof *rep->sum);
@@ -322,6 +459,24 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     }
     if (best[0].res.feasible)
         json_object_set_new(rep->doc, "why", why_json(&ctx, &fix, &stats, &best[0]));
+    if (o.baseline_manual & ~AI_PLAN_BASELINE_MANUAL) {
+        json_t *bl = baselines_json(&ctx, o.baseline_manual, cluster->c, &best[0],
+                                    slow ? &base : NULL, slow);
+        if (!bl) {
+            st = ai_fail(AI_ERR_NOMEM, "plan report");
+            goto err;
+        }
+        json_object_set_new(rep->doc, "baselines", bl);
+        /* the summary's baseline: the manual one, else the first evaluated */
+        json_t *first = json_array_get(bl, 0);
+        if (!slow && json_object_get(first, "step_time_s"))
+            for (int i = 0; i < n; i++) {
+                rep->sum[i].baseline_step_time_s =
+                    json_number_value(json_object_get(first, "step_time_s"));
+                rep->sum[i].speedup_vs_baseline =
+                    rep->sum[i].baseline_step_time_s / best[i].res.step_s;
+            }
+    }
     json_object_set_new(rep->doc, "search",
                         json_pack("{s:I, s:I, s:I, s:f}", "evaluated", (json_int_t)stats.evaluated,
                                   "pruned_memory", (json_int_t)stats.pruned_memory, "pruned_bound",
@@ -480,6 +635,44 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
     if (base) {
         text_plan(&b, "manual baseline (every device taken as the slowest)", base);
         sb_printf(&b, "speedup vs baseline: %.2fx\n", num(d, "speedup_vs_baseline"));
+    }
+    json_t *bls = json_object_get(d, "baselines");
+    for (size_t i = 0; i < json_array_size(bls); i++) {
+        json_t *e = json_array_get(bls, i);
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        if (!strcmp(nm, "manual"))
+            continue; /* printed above */
+        char t2[512];
+        snprintf(t2, sizeof t2, "%s baseline: %s", nm,
+                 json_string_value(json_object_get(e, "assumes")));
+        if (json_object_get(e, "error")) {
+            sb_printf(&b, "%s\n  not evaluated: %s\n", t2,
+                      json_string_value(json_object_get(e, "error")));
+            continue;
+        }
+        text_plan(&b, t2, e);
+    }
+    for (size_t i = 0; i < json_array_size(bls); i++) {
+        json_t *e = json_array_get(bls, i);
+        if (json_object_get(e, "error"))
+            continue;
+        sb_printf(&b, "speedup vs %s baseline: %.2fx; from (baseline - best):",
+                  json_string_value(json_object_get(e, "name")), num(e, "speedup"));
+        json_t *from = json_object_get(e, "from");
+        for (size_t k = 0; k < json_array_size(from); k++) {
+            json_t *f = json_array_get(from, k);
+            char name[32];
+            snprintf(name, sizeof name, "%s", json_string_value(json_object_get(f, "term")));
+            char *u = strstr(name, "_s");
+            if (u)
+                *u = '\0';
+            sb_printf(&b, "%s %s %+.3g s", k ? "," : "", name, num(f, "saved_s"));
+        }
+        json_t *ch = json_object_get(e, "plan_changes");
+        sb_printf(&b, "; plan:");
+        for (size_t k = 0; k < json_array_size(ch); k++)
+            sb_printf(&b, "%s %s", k ? "," : "", json_string_value(json_array_get(ch, k)));
+        sb_printf(&b, "\n");
     }
     json_t *why = json_object_get(d, "why");
     if (why) {
