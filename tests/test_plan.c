@@ -539,7 +539,7 @@ static void test_cli_why(void **state)
     assert_true(json_number_value(json_object_get(why, "runner_up_vs_chosen")) >= 0);
     json_t *ch = json_object_get(why, "choices"), *v;
     size_t i;
-    assert_int_equal(json_array_size(ch), PLAN_WHY_NDIMS);
+    assert_int_equal(json_array_size(ch), PLAN_WHY_NDIMS + 2); /* and dp, sequence_parallel */
     json_array_foreach(ch, i, v)
     {
         assert_non_null(json_string_value(json_object_get(v, "rule")));

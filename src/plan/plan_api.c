@@ -211,6 +211,30 @@ static json_t *why_json(const model_ctx *ctx, const plan_fix *f, const plan_stat
         }
         json_array_append_new(ch, e);
     }
+    /* the two fields the search derives rather than compares */
+    const model_plan *bp = &best->plan;
+    int dp = 0;
+    for (int k = 0; k < bp->nsets; k++)
+        dp += bp->sets[k].dp;
+    json_array_append_new(
+        ch, json_pack("{s:s, s:i, s:s}", "field", "dp", "chosen", dp, "rule",
+                      f->dp > 0 ? "pinned by --fix"
+                      : bp->nsets > 1
+                          ? "per node group the replicas its devices hold (tp x cp x pp each);"
+                            " micro-batches split between them by finishing time"
+                      : bp->sets[0].nsegs > 1
+                          ? "every dp dividing the global batch into micro-batches was tried,"
+                            " each node group hosting the stages its devices hold: the fastest"
+                          : "the largest that the devices left by tp x cp x pp hold, that"
+                            " divides the global batch into micro-batches and tiles the nodes"));
+    int sp = bp->sequence_parallel && bp->tp > 1;
+    json_array_append_new(
+        ch, json_pack("{s:s, s:b, s:s}", "field", "sequence_parallel", "chosen", sp, "rule",
+                      f->sequence_parallel >= 0 ? "pinned by --fix"
+                      : bp->tp == 1 ? "tp = 1: nothing to split"
+                                    : "never costs time in the model (the same traffic, less"
+                                      " memory and elementwise work): on with tp > 1 unless"
+                                      " pinned off"));
     json_object_set_new(o, "choices", ch);
     /* node groups the best plan leaves idle */
     unsigned long long used = 0;
@@ -695,6 +719,8 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
             char val[64], rv[64];
             if (json_is_string(v))
                 snprintf(val, sizeof val, "%s", json_string_value(v));
+            else if (json_is_boolean(v))
+                snprintf(val, sizeof val, "%s", json_is_true(v) ? "true" : "false");
             else
                 snprintf(val, sizeof val, "%lld", (long long)json_integer_value(v));
             sb_printf(&b, "  %-17s %-15s", json_string_value(json_object_get(e, "field")), val);
