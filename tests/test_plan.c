@@ -556,6 +556,14 @@ static void test_cli_why(void **state)
                                 " --training %s", tr);
     assert_int_equal(run_cli(args, out, sizeof out), 0);
     assert_non_null(strstr(out, "idle node group a100 (128 devices): its devices"));
+    /* among other baselines, one that cannot run (no fp8 peak on the A100s)
+     * is reported, the others still are */
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s --baseline all", tr);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_non_null(strstr(out, "manual baseline: "));
+    assert_non_null(strstr(out, "not evaluated: baseline: some device has no fp8 peak"));
+    assert_non_null(strstr(out, "speedup vs expert (fastest node group) baseline: "));
     assert_non_null(strstr(out, "\n  micro_batch "));
     unlink(tr);
 }

@@ -360,7 +360,7 @@ static json_t *baseline_failed(const char *name, const char *assumes)
 
 static json_t *baselines_json(const model_ctx *ctx, int which, const topo_cluster *c,
                               const plan_candidate *best, const plan_candidate *manual,
-                              const topo_cluster *manual_cl)
+                              const topo_cluster *manual_cl, const char *manual_err)
 {
     json_t *arr = json_array();
     if (!arr)
@@ -377,6 +377,9 @@ static json_t *baselines_json(const model_ctx *ctx, int which, const topo_cluste
                                        " device the slowest present";
     if (manual)
         json_array_append_new(arr, baseline_entry("manual", a_manual, manual_cl, manual, best));
+    else if (manual_err[0])
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "name", "manual", "assumes",
+                                             a_manual, "error", manual_err));
     plan_candidate b;
     topo_cluster *cl = NULL;
     if (which & AI_PLAN_BASELINE_HOMOGENEOUS) {
@@ -441,9 +444,18 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     }
     if (st != AI_OK)
         goto err;
+    /* the manual baseline alone fails the command when it cannot be
+     * evaluated (as it always has); among others it is reported as such */
+    char manual_err[256] = "";
     if ((o.baseline_manual & AI_PLAN_BASELINE_MANUAL) &&
-        (st = plan_manual_baseline(&ctx, &base, &slow)) != AI_OK)
-        goto err;
+        (st = plan_manual_baseline(&ctx, &base, &slow)) != AI_OK) {
+        if (o.baseline_manual == AI_PLAN_BASELINE_MANUAL)
+            goto err;
+        snprintf(manual_err, sizeof manual_err, "%s", ai_last_error());
+        ai_clear_error();
+        slow = NULL;
+        st = AI_OK;
+    }
     rep->n = n;
     rep->sum = calloc((size_t)n, sizeof *rep->sum);
     rep->doc = json_pack("{s:s, s:s, s:i}", "cluster", cluster->c->name, "model", model->m.name, "devices",
@@ -485,7 +497,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
         json_object_set_new(rep->doc, "why", why_json(&ctx, &fix, &stats, &best[0]));
     if (o.baseline_manual & ~AI_PLAN_BASELINE_MANUAL) {
         json_t *bl = baselines_json(&ctx, o.baseline_manual, cluster->c, &best[0],
-                                    slow ? &base : NULL, slow);
+                                    slow ? &base : NULL, slow, manual_err);
         if (!bl) {
             st = ai_fail(AI_ERR_NOMEM, "plan report");
             goto err;
@@ -664,7 +676,7 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
     for (size_t i = 0; i < json_array_size(bls); i++) {
         json_t *e = json_array_get(bls, i);
         const char *nm = json_string_value(json_object_get(e, "name"));
-        if (!strcmp(nm, "manual"))
+        if (!strcmp(nm, "manual") && !json_object_get(e, "error"))
             continue; /* printed above */
         char t2[512];
         snprintf(t2, sizeof t2, "%s baseline: %s", nm,
