@@ -44,6 +44,8 @@ static void test_1f1b(void **state)
      * 4 x 12 / (1 + 1/2) = 32 */
     const double c[] = {1.0, 2.0};
     assert_close(model_1f1b_bound(4, 12, 2, c), 32.0, 1e-15);
+    /* uniform: 10 layers over 4 stages, the critical one holds 3 */
+    assert_close(model_1f1b_uniform_bound(4, 10, 4, 0.5), 6.0, 1e-15);
 }
 
 /* A rank's measured points: linear between them, the least-squares line

@@ -222,6 +222,9 @@ static inline long model_1f1b_micro_within(double tau, double stage_s, int pp)
  * per-layer times c_i: M L / sum_i (1 / c_i), the critical stage of the
  * balanced continuous split. */
 double model_1f1b_bound(int M, int L, int nstages, const double *per_layer_s);
+/* The critical stage of a uniform split of L layers over pp stages of
+ * per-layer time c: M ceil(L / pp) c. */
+double model_1f1b_uniform_bound(int M, int L, int pp, double per_layer_s);
 
 /* ------------------------------------------- the step of a measured job */
 

@@ -40,6 +40,11 @@ double model_1f1b_bound(int M, int L, int nstages, const double *per_layer_s)
     return M * L / inv;
 }
 
+double model_1f1b_uniform_bound(int M, int L, int pp, double per_layer_s)
+{
+    return (double)M * ((L + pp - 1) / pp) * per_layer_s;
+}
+
 /* ------------------------------------------------- measured compute */
 
 void model_job_rank_fit(model_job_rank *r)

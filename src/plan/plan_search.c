@@ -411,7 +411,8 @@ static int layout_single(search *s, model_plan *pl, void *arg)
     const uni_arg *a = arg;
     if (!a->balanced) {
         int L = s->ctx->model->layers;
-        if (bound_prunes(s, (double)pl->sets[0].micro_batches * ((L + pl->pp - 1) / pl->pp) * s->layer_s[0]))
+        if (bound_prunes(s, model_1f1b_uniform_bound(pl->sets[0].micro_batches, L, pl->pp,
+                                                     s->layer_s[0])))
             return 0;
         uniform_layers(pl, L);
         return 1;
