@@ -78,6 +78,8 @@ typedef struct plan_stats {
  */
 ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan_candidate **out,
                         int *nout, plan_stats *stats);
+/* (It binds a model_cache of its own to ctx while it runs and unbinds it
+ * on return.) */
 
 /*
  * The manual baseline (docs/planner.md): tp = devices per node (largest
