@@ -74,6 +74,21 @@ static void test_job_rank(void **state)
     assert_close(q.c, 0.5 / 3, 1e-12);
 }
 
+/* A stage's share, the activations across a boundary, one message from
+ * a pair allreduce. */
+static void test_job_pipeline_terms(void **state)
+{
+    (void)state;
+    assert_close(model_job_stage_share(2.0, 3, 4), 1.5, 1e-15);
+    /* 2 samples x 32 positions x 320 wide in fp32 */
+    assert_close(model_job_act_bytes(2, 32, 320), 81920.0, 1e-15);
+    /* a 2-rank ring allreduce of 2n: 2 alpha + 2n beta; one message alpha + n beta */
+    double a = 50e-6, b = 1e-9, n = 1e6;
+    assert_close(model_p2p_from_pair_allreduce(
+                     model_coll_time(AI_ALLREDUCE, MODEL_ALGO_RING, 2, 2 * n, a, b)),
+                 a + n * b, 1e-14);
+}
+
 /* The ring behind a fitted allreduce line, and the line's fit: a ring of
  * alpha 50 us, beta 1 ns/B on 4 ranks measured at 4 sizes fits
  * A = 2(p-1) alpha, B = 2(p-1)/p beta, and maps back to the same ring. */
@@ -155,6 +170,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_1f1b),
         cmocka_unit_test(test_job_rank),
+        cmocka_unit_test(test_job_pipeline_terms),
         cmocka_unit_test(test_ring_fit),
         cmocka_unit_test(test_ddp_buckets),
         cmocka_unit_test(test_ddp_reduction),

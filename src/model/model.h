@@ -257,6 +257,17 @@ double model_job_compute(const model_job_rank *r, int b, int m);
  * m (MODEL_BWD_FRACTION of its pass): what the last buckets wait for. */
 double model_job_last_backward(const model_job_rank *r, int b, int m);
 
+/* A pipeline stage of `layers` of the model's L: its share of a whole-model
+ * figure (seconds of a pass, per-sample cost, optimizer step, gradient
+ * bytes), x layers / L. */
+double model_job_stage_share(double whole, int layers, int L);
+/* Bytes of the activations one micro-batch of m samples sends across a
+ * stage boundary: m x ctx x dim fp32 values. */
+double model_job_act_bytes(int m, int ctx, int dim);
+/* One message of n bytes between two ranks from the time of a 2-rank ring
+ * allreduce of 2n bytes (2 alpha + 2n beta): half of it, alpha + n beta. */
+double model_p2p_from_pair_allreduce(double pair_allreduce_2n_s);
+
 /* t = A + B x by least squares on relative error (weights 1/t^2); 0 when
  * there are fewer than two distinct x or B comes out not positive (A is
  * clamped at 0). */

@@ -90,7 +90,13 @@ double model_job_last_backward(const model_job_rank *r, int b, int m)
     return MODEL_BWD_FRACTION * model_job_fwd_bwd(r, last);
 }
 
+double model_job_stage_share(double whole, int layers, int L) { return whole * layers / L; }
+
+double model_job_act_bytes(int m, int ctx, int dim) { return (double)m * ctx * dim * 4; }
+
 /* ------------------------------------------------- measured allreduce */
+
+double model_p2p_from_pair_allreduce(double t2) { return t2 / 2; }
 
 int model_fit_line_rel(int n, const double *x, const double *t, double *A, double *B)
 {

@@ -266,14 +266,13 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
 /* One message of `bytes` between two ranks: the ring's alpha and beta. */
 static double p2p_time(const ar_model *ar, double bytes, char src[TRAIN_SRC])
 {
-    /* an allreduce over 2 ranks moves each byte once each way in 2 alphas */
     char tmp[TRAIN_SRC];
     double t2 = ar_time(ar, 2 * bytes, 2, tmp);
     snprintf(src, TRAIN_SRC, "%s", tmp);
     char *p = strstr(src, ", on 2 of");
     if (p)
         snprintf(p, TRAIN_SRC - (size_t)(p - src), ", one message)");
-    return t2 / 2;
+    return model_p2p_from_pair_allreduce(t2);
 }
 
 /* ------------------------------------------------------------- terms */
@@ -506,7 +505,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     for (int j = 0; j < k; j++) {
         double worst = 0;
         for (int s = 0; s < P; s++)
-            worst = fmax(worst, x->rk[order[s * k + j]].fit.c * e->stage_layers[s] / x->L);
+            worst = fmax(worst, model_job_stage_share(x->rk[order[s * k + j]].fit.c, e->stage_layers[s], x->L));
         rthr[j] = 1 / worst;
     }
     if ((st = ai_shares_split(k, rthr, B, rb)) != AI_OK)
@@ -525,7 +524,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
      * activations forward and gradients back (model_1f1b_p2p_time). The
      * step waits for the slowest replica; a
      * replica of fewer micro-batches is not charged the largest count. */
-    double act = (double)m * x->ctx * x->dim * 4;
+    double act = model_job_act_bytes(m, x->ctx, x->dim);
     double tp2p = p2p_time(&x->ar, act, src), compute = 0, worst = 0, sum = 0, p2p = 0;
     int wslow = order[0], wstage = 0, wrep = 0, wM = 1;
     e->micro_batches = 0; /* the plan's: the most of any replica */
@@ -537,7 +536,8 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         double ts[TRAIN_MAX_RANKS], pass = 0;
         int at = 0;
         for (int s = 0; s < P; s++) {
-            ts[s] = fwd_bwd(&x->rk[order[s * k + j]], m) * e->stage_layers[s] / x->L;
+            ts[s] = model_job_stage_share(fwd_bwd(&x->rk[order[s * k + j]], m), e->stage_layers[s],
+                                          x->L);
             pass += ts[s];
         }
         double span = model_1f1b_time(Mj, P, ts, 1, &at);
@@ -567,7 +567,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double comm = 0;
     for (int s = 0; s < P; s++) {
         char s2[TRAIN_SRC];
-        double t = ar_time(&x->ar, x->G * e->stage_layers[s] / x->L, k, s2);
+        double t = ar_time(&x->ar, model_job_stage_share(x->G, e->stage_layers[s], x->L), k, s2);
         if (t > comm) {
             comm = t;
             snprintf(src, sizeof src, "%s", s2);
@@ -577,7 +577,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double omax = 0;
     int oslow = 0;
     for (int i = 0; i < R; i++) {
-        double o = x->rk[i].opt_s * e->stage_layers[e->stage_of[i]] / x->L;
+        double o = model_job_stage_share(x->rk[i].opt_s, e->stage_layers[e->stage_of[i]], x->L);
         if (o > omax) {
             omax = o;
             oslow = i;
