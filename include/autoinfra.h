@@ -362,6 +362,12 @@ typedef struct ai_plan_options {
     int top;             /* how many plans to keep, fastest first (< 1: 1) */
     int baseline_manual; /* also evaluate the manual baseline (docs/planner.md) */
 } ai_plan_options;
+/* Baselines to evaluate, or-ed into ai_plan_options.baseline_manual (1, the
+ * manual one, keeps its meaning): */
+#define AI_PLAN_BASELINE_MANUAL 1
+#define AI_PLAN_BASELINE_HOMOGENEOUS 2 /* this search on the all-slowest cluster */
+#define AI_PLAN_BASELINE_EXPERT 4      /* published practice, fastest group and whole cluster */
+#define AI_PLAN_BASELINE_ALL 7
 
 /* Key figures of one plan (index 0 = best), for programs that do not want
  * to parse JSON. recompute: 0 none, 1 selective, 2 full. */

@@ -418,6 +418,219 @@ static void test_cli(void **state)
     json_decref(doc);
 }
 
+
+/* The search's cache (model_cache_bind) changes no figure: the best plans
+ * of H1 and H3 evaluate to the same bits with and without it, twice over
+ * (the second time from the cache), and the memory probe is the memory
+ * at 1 and 2 layers. */
+static void test_cache_is_exact(void **state)
+{
+    (void)state;
+    const char *names[] = {"h1", "h3"};
+    for (int k = 0; k < 2; k++) {
+        scenario s;
+        scenario_load(&s, names[k]);
+        plan_fix f;
+        plan_fix_init(&f);
+        plan_candidate *best = NULL;
+        int n = 0;
+        plan_stats st;
+        assert_int_equal(plan_search(&s.ctx, &f, 8, &best, &n, &st), AI_OK);
+        model_cache *mc = model_cache_new();
+        assert_non_null(mc);
+        for (int i = 0; i < n; i++) {
+            model_result a, b, c;
+            model_plan_eval(&s.ctx, &best[i].plan, &a);
+            model_cache_bind(&s.ctx, mc);
+            model_plan_eval(&s.ctx, &best[i].plan, &b);
+            model_plan_eval(&s.ctx, &best[i].plan, &c);
+            double m1, m2, p, act;
+            model_stage_memory_probe(&s.ctx, &best[i].plan, 0, best[i].plan.sets[0].micro_batches,
+                                     &m1, &m2);
+            model_cache_bind(NULL, NULL);
+            model_plan t = best[i].plan;
+            t.layers[0] = 2;
+            model_stage_memory(&s.ctx, &t, 0, t.sets[0].micro_batches, &p, &act);
+            assert_true(m2 == p + act);
+            t.layers[0] = 1;
+            model_stage_memory(&s.ctx, &t, 0, t.sets[0].micro_batches, &p, &act);
+            assert_true(m1 == p + act);
+            const model_result *r[2] = {&b, &c};
+            for (int j = 0; j < 2; j++) {
+                assert_true(r[j]->step_s == a.step_s && r[j]->step_s == best[i].res.step_s);
+                assert_true(r[j]->memory_GB == a.memory_GB && r[j]->dp_comm_s == a.dp_comm_s &&
+                            r[j]->optimizer_s == a.optimizer_s && r[j]->bubble_s == a.bubble_s &&
+                            r[j]->compute_s == a.compute_s && r[j]->mfu == a.mfu);
+            }
+        }
+        model_cache_free(mc);
+        free(best);
+        topo_cluster_free(s.c);
+    }
+}
+
+/* What the search records to explain its choice agrees with the choice:
+ * for every field the chosen value's fastest plan is the best plan, no
+ * value's is faster; the runner-up is no faster; the pools the best plan
+ * uses have it as their fastest. */
+static void test_why_agrees(void **state)
+{
+    (void)state;
+    scenario s;
+    scenario_load(&s, "h1");
+    plan_fix f;
+    plan_fix_init(&f);
+    plan_candidate *best = NULL;
+    int n = 0;
+    plan_stats st;
+    assert_int_equal(plan_search(&s.ctx, &f, 1, &best, &n, &st), AI_OK);
+    double t0 = best[0].res.step_s;
+    const plan_why *w = &st.why;
+    assert_true(w->first_s == t0);
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++) {
+        int v0 = plan_why_value(&best[0].plan, d);
+        assert_true(w->best_s[d][v0] == t0);
+        for (int v = 0; v < PLAN_WHY_VALUES; v++)
+            assert_true(w->best_s[d][v] >= t0);
+    }
+    assert_true(w->has_second);
+    assert_true(w->second.res.step_s >= t0);
+    assert_true(w->second.res.feasible);
+    for (int k = 0; k < best[0].plan.nsets; k++)
+        for (int j = 0; j < best[0].plan.sets[k].nsegs; j++)
+            assert_true(w->pool_best_s[best[0].plan.sets[k].seg_pool[j]] == t0);
+    free(best);
+    topo_cluster_free(s.c);
+}
+
+/* The output explains itself: every field has a rule, a runner-up is no
+ * faster than the best, and a node group left idle says why (fp8 on H1:
+ * the A100s have no fp8 peak). */
+static void test_cli_why(void **state)
+{
+    (void)state;
+    static char out[1 << 20];
+    char tr[64] = "/tmp/ai-plan-fp8-XXXXXX", p[600];
+    int fd = mkstemp(tr);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(p, sizeof p, "%s/examples/h1/training.json", src_dir());
+    json_error_t err;
+    json_t *t = json_load_file(p, 0, &err);
+    assert_non_null(t);
+    json_object_set_new(t, "precision", json_string("fp8"));
+    assert_int_equal(json_dump_file(t, tr, 0), 0);
+    json_decref(t);
+    char args[256];
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s --json", tr);
+    int rc = run_cli(args, out, sizeof out);
+    if (rc < 0) {
+        unlink(tr);
+        skip();
+    }
+    assert_int_equal(rc, 0);
+    json_t *doc = json_loads(out, 0, &err);
+    assert_non_null(doc);
+    double t0 = json_number_value(json_object_get(doc, "step_time_s"));
+    json_t *why = json_object_get(doc, "why");
+    assert_non_null(why);
+    assert_non_null(strstr(json_string_value(json_object_get(why, "rule")), "fastest"));
+    assert_true(json_number_value(json_object_get(why, "runner_up_vs_chosen")) >= 0);
+    json_t *ch = json_object_get(why, "choices"), *v;
+    size_t i;
+    assert_int_equal(json_array_size(ch), PLAN_WHY_NDIMS + 2); /* and dp, sequence_parallel */
+    json_array_foreach(ch, i, v)
+    {
+        assert_non_null(json_string_value(json_object_get(v, "rule")));
+        if (json_object_get(v, "runner_up"))
+            assert_true(json_number_value(json_object_get(v, "runner_up_step_time_s")) >= t0 - 1e-4);
+    }
+    json_t *idle = json_object_get(why, "idle_node_groups");
+    assert_int_equal(json_array_size(idle), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(idle, 0), "node_group")), "a100");
+    assert_non_null(strstr(json_string_value(json_object_get(json_array_get(idle, 0), "reason")),
+                           "no fp8 peak"));
+    json_decref(doc);
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s", tr);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_non_null(strstr(out, "idle node group a100 (128 devices): its devices"));
+    /* among other baselines, one that cannot run (no fp8 peak on the A100s)
+     * is reported, the others still are */
+    snprintf(args, sizeof args, "--cluster examples/h1/cluster.json --model examples/h1/model.json"
+                                " --training %s --baseline all", tr);
+    assert_int_equal(run_cli(args, out, sizeof out), 0);
+    assert_non_null(strstr(out, "manual baseline: "));
+    assert_non_null(strstr(out, "not evaluated: baseline: some device has no fp8 peak"));
+    assert_non_null(strstr(out, "speedup vs expert (fastest node group) baseline: "));
+    assert_non_null(strstr(out, "\n  micro_batch "));
+    unlink(tr);
+}
+
+/* --baseline all: the manual, homogeneous and two expert baselines, each
+ * with its speedup and where it comes from (the step terms it loses sum
+ * to its step minus the best's); the expert follows published practice;
+ * an unknown baseline is a usage error. */
+static void test_cli_baselines(void **state)
+{
+    (void)state;
+    static char out[1 << 20];
+    int rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                     "--training examples/h1/training.json --baseline all --json",
+                     out, sizeof out);
+    if (rc < 0)
+        skip();
+    assert_int_equal(rc, 0);
+    json_error_t err;
+    json_t *doc = json_loads(out, 0, &err);
+    assert_non_null(doc);
+    assert_non_null(json_object_get(doc, "baseline")); /* the manual one, as before */
+    double t0 = json_number_value(json_object_get(doc, "step_time_s"));
+    json_t *bl = json_object_get(doc, "baselines"), *e;
+    const char *names[] = {"manual", "homogeneous", "expert (fastest node group)",
+                           "expert (whole cluster)"};
+    assert_int_equal(json_array_size(bl), 4);
+    size_t i;
+    json_array_foreach(bl, i, e)
+    {
+        assert_string_equal(json_string_value(json_object_get(e, "name")), names[i]);
+        assert_null(json_object_get(e, "error"));
+        double tb = json_number_value(json_object_get(e, "step_time_s"));
+        assert_true(json_number_value(json_object_get(e, "speedup")) >= 1);
+        assert_true(fabs(json_number_value(json_object_get(e, "speedup")) - tb / t0) < 1e-3);
+        double saved = 0;
+        json_t *f;
+        size_t k;
+        json_array_foreach(json_object_get(e, "from"), k, f)
+            saved += json_number_value(json_object_get(f, "saved_s"));
+        assert_true(fabs(saved - (tb - t0)) < 1e-3);
+        assert_true(json_array_size(json_object_get(e, "plan_changes")) > 0);
+    }
+    json_t *fast = json_object_get(json_array_get(bl, 2), "plan");
+    assert_int_equal(json_integer_value(json_object_get(fast, "tp")), 8);
+    assert_string_equal(json_string_value(json_object_get(fast, "recompute")), "selective");
+    assert_true(json_is_true(json_object_get(fast, "sequence_parallel")));
+    assert_int_equal(json_integer_value(json_object_get(fast, "zero")), 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(fast, "stages"), 0), "node_group")),
+                        "h100-only");
+    assert_true(json_integer_value(json_object_get(json_array_get(bl, 2), "devices")) <= 128);
+    json_decref(doc);
+    rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                 "--training examples/h1/training.json --baseline homogeneous,expert",
+                 out, sizeof out);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "speedup vs homogeneous baseline: "));
+    assert_non_null(strstr(out, "speedup vs expert (whole cluster) baseline: "));
+    assert_null(strstr(out, "manual baseline"));
+    rc = run_cli("--cluster examples/h1/cluster.json --model examples/h1/model.json "
+                 "--training examples/h1/training.json --baseline experts",
+                 out, sizeof out);
+    assert_int_equal(rc, 2);
+    assert_non_null(strstr(out, "--baseline 'experts'"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -431,6 +644,10 @@ int main(void)
         cmocka_unit_test(test_data_split_plans),
         cmocka_unit_test(test_best_beats_published_configs),
         cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_why_agrees),
+        cmocka_unit_test(test_cache_is_exact),
+        cmocka_unit_test(test_cli_why),
+        cmocka_unit_test(test_cli_baselines),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -586,6 +586,85 @@ static void test_plan_micro_batch(void **state)
     ai_kb_close(kb);
 }
 
+
+/* The decision of field `what` in a plan's JSON (fails if absent). */
+static json_t *decision_of(json_t *root, const char *what)
+{
+    json_t *d = json_object_get(root, "decisions"), *v;
+    size_t i;
+    json_array_foreach(d, i, v)
+    {
+        if (!strcmp(json_string_value(json_object_get(v, "choice")), what))
+            return v;
+    }
+    fail_msg("no decision '%s' in the plan", what);
+    return NULL;
+}
+
+/* Every choice comes with its runner-up, by how much, and the rule: a
+ * micro-batch that loses to a smaller one's prediction names the margin
+ * rule; uneven shares name even ones as the runner-up; the text of
+ * --explain says the same. */
+static void test_plan_decisions(void **state)
+{
+    (void)state;
+    const double sp[] = {1, 1, 1, 1};
+    const double line[] = {0.4, 0.7, 1.3 * 0.92, 2.5, 4.9};
+    prof_t = line;
+    ai_kb *kb = new_kb(sp, 4);
+    prof_t = pts_t;
+    import_arms(kb, 16, 24);
+    plan_out o, acc;
+    plan(kb, 64, "bucket_cap_mb=4", &o);
+    plan(kb, 64, "bucket_cap_mb=4,micro_batch=4", &acc);
+    assert_int_equal(o.mb, 16);
+    json_t *d = decision_of(o.root, "micro_batch");
+    assert_string_equal(json_string_value(json_object_get(d, "chosen")), "16");
+    assert_string_equal(json_string_value(json_object_get(d, "runner_up")), "4");
+    double ru = json_number_value(json_object_get(d, "runner_up_step_time_s"));
+    assert_true(fabs(ru - acc.step) < 1e-9);
+    assert_true(ru < o.step);
+    assert_true(fabs(json_number_value(json_object_get(d, "runner_up_vs_chosen")) -
+                     (acc.step / o.step - 1)) < 1e-9);
+    assert_non_null(strstr(json_string_value(json_object_get(d, "rule")), "at least 10% less"));
+    d = decision_of(o.root, "bucket_cap_mb");
+    assert_null(json_object_get(d, "runner_up"));
+    assert_non_null(strstr(json_string_value(json_object_get(d, "rule")), "--fix"));
+    d = decision_of(o.root, "shares");
+    assert_non_null(strstr(json_string_value(json_object_get(d, "rule")), "equally fast"));
+    d = decision_of(o.root, "layout");
+    assert_string_equal(json_string_value(json_object_get(d, "chosen")), "data parallel");
+    assert_true(json_number_value(json_object_get(d, "runner_up_step_time_s")) >= o.step);
+    json_decref(o.root);
+    json_decref(acc.root);
+    /* the text of --explain */
+    ai_train_plan_options opt = {.global_batch = 64, .fix = "bucket_cap_mb=4"};
+    ai_train_plan *p = NULL;
+    assert_int_equal(ai_plan_train(kb, &opt, &p), AI_OK);
+    char *txt = NULL;
+    assert_int_equal(ai_train_plan_text(p, 1, &txt), AI_OK);
+    assert_non_null(strstr(txt, "\nwhy:\n"));
+    assert_non_null(strstr(txt, "micro_batch 16 ("));
+    assert_non_null(strstr(txt, "over 4 ("));
+    free(txt);
+    ai_train_plan_destroy(p);
+    ai_kb_close(kb);
+    /* half-speed ranks: the balanced shares against even ones, which
+     * predict more; the free bucket cap against the next best cap */
+    const double half[] = {1, 1, 0.5, 0.5};
+    kb = new_kb(half, 4);
+    import_arms(kb, 10, 24);
+    plan(kb, 24, NULL, &o);
+    d = decision_of(o.root, "shares");
+    assert_string_equal(json_string_value(json_object_get(d, "runner_up")), "6/6/6/6");
+    assert_true(json_number_value(json_object_get(d, "runner_up_step_time_s")) > o.step);
+    d = decision_of(o.root, "bucket_cap_mb");
+    assert_non_null(json_object_get(d, "runner_up"));
+    assert_true(json_number_value(json_object_get(d, "runner_up_step_time_s")) >= o.step);
+    json_decref(o.root);
+    ai_kb_close(kb);
+}
+
 static void test_plan_shares(void **state)
 {
     (void)state;
@@ -777,6 +856,7 @@ int main(void)
         cmocka_unit_test(test_plan_sources_edges),
         cmocka_unit_test(test_plan_step_terms),
         cmocka_unit_test(test_plan_micro_batch),
+        cmocka_unit_test(test_plan_decisions),
         cmocka_unit_test(test_plan_shares),
         cmocka_unit_test_setup_teardown(test_cli, cmdtest_setup, cmdtest_teardown),
     };

@@ -2,7 +2,8 @@
  * autoinfra plan: the job-level planner (docs/planner.md).
  *
  *   autoinfra plan --cluster C.json --model M.json --training T.json
- *                  [--fix key=value,...] [--baseline manual] [--top N] [--json]
+ *                  [--fix key=value,...] [--baseline manual|homogeneous|expert|all]
+ *                  [--top N] [--json]
  *   autoinfra plan fidelity [--data DIR] [--json]   model vs published tables
  *   autoinfra plan fit [--data DIR] [--holdout SRC] [--json]  refit the parameters
  *   autoinfra plan train --kb KB --global-batch B ...  the training job from the KB
@@ -19,14 +20,18 @@ static void plan_usage(FILE *out)
 {
     fprintf(out,
             "usage: autoinfra plan --cluster C.json --model M.json --training T.json\n"
-            "                      [--fix key=value,...] [--baseline manual] [--top N] [--json]\n"
+            "                      [--fix key=value,...] [--baseline manual|homogeneous|expert|all]\n"
+            "                      [--top N] [--json]\n"
             "       autoinfra plan fidelity [--data DIR] [--json]\n"
             "       autoinfra plan fit [--data DIR] [--holdout SOURCE] [--json]\n"
             "       autoinfra plan train --kb KB --global-batch B ... (plan train --help)\n"
             "\n"
             "  --fix        pin plan fields: tp pp dp cp micro_batch interleave recompute\n"
             "               (none|selective|full) sequence_parallel (true|false) zero (0..3)\n"
-            "  --baseline   'manual': also evaluate the rule-of-thumb plan and the speedup\n"
+            "  --baseline   also evaluate baselines and the speedup over each, with where it\n"
+            "               comes from (comma-separated): manual (rule of thumb), homogeneous\n"
+            "               (this search, every device the slowest), expert (published\n"
+            "               practice: fastest node group alone and whole cluster), all\n"
             "  --top N      also show the next N-1 best plans\n"
             "  --json       machine-readable output\n"
             "  fidelity     predicted vs published on data/calibration (default DIR)\n"
@@ -97,11 +102,25 @@ int cli_plan_main(int argc, char **argv)
         } else if (!strcmp(a, "--fix") && has_val) {
             opts.fix = argv[++i];
         } else if (!strcmp(a, "--baseline") && has_val) {
-            if (strcmp(argv[++i], "manual") != 0) {
-                fprintf(stderr, "autoinfra plan: --baseline '%s': only 'manual' exists\n", argv[i]);
-                return 2;
+            /* a comma-separated list: manual, homogeneous, expert, all */
+            char list[128];
+            snprintf(list, sizeof list, "%s", argv[++i]);
+            char *save = NULL;
+            for (char *w = strtok_r(list, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+                if (!strcmp(w, "manual"))
+                    opts.baseline_manual |= AI_PLAN_BASELINE_MANUAL;
+                else if (!strcmp(w, "homogeneous"))
+                    opts.baseline_manual |= AI_PLAN_BASELINE_HOMOGENEOUS;
+                else if (!strcmp(w, "expert"))
+                    opts.baseline_manual |= AI_PLAN_BASELINE_EXPERT;
+                else if (!strcmp(w, "all"))
+                    opts.baseline_manual |= AI_PLAN_BASELINE_ALL;
+                else {
+                    fprintf(stderr, "autoinfra plan: --baseline '%s': expected manual, homogeneous,"
+                                    " expert or all (comma-separated)\n", w);
+                    return 2;
+                }
             }
-            opts.baseline_manual = 1;
         } else if (!strcmp(a, "--top") && has_val) {
             char *end;
             long n = strtol(argv[++i], &end, 10);

@@ -15,6 +15,8 @@
 
 #include "topo/topo.h"
 
+#include <math.h>
+
 /* ------------------------------------------------------------ params */
 
 /*
@@ -146,6 +148,17 @@ typedef struct model_ctx {
     model_params params;
 } model_ctx;
 
+/* Scratch a caller that evaluates many plans on one context may bind to it
+ * (model_cache_bind): what depends only on the model, or per pool on (tp,
+ * cp, micro-batch, sp, recompute), kept between calls. Results are
+ * bit-identical with and without it. The binding holds for calls on this
+ * thread with that context (the same pointer, not modified meanwhile)
+ * until model_cache_bind(NULL, NULL). */
+typedef struct model_cache model_cache;
+model_cache *model_cache_new(void);
+void model_cache_free(model_cache *c);
+void model_cache_bind(const model_ctx *ctx, model_cache *c);
+
 /* Check plan structure against model, training and cluster (divisibility,
  * device counts, batch); AI_ERR_INVALID naming the offending field. */
 ai_status_t model_plan_check(const model_ctx *ctx, const model_plan *plan);
@@ -159,6 +172,10 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *plan, model_result 
  * parameter state and activations. */
 void model_stage_memory(const model_ctx *ctx, const model_plan *plan, int stage, int micro_batches,
                         double *params_bytes, double *act_bytes);
+/* The stage's total bytes with 1 and with 2 layers instead of
+ * plan->layers[stage] (memory is linear in them: the two give the line). */
+void model_stage_memory_probe(const model_ctx *ctx, const model_plan *plan, int stage,
+                              int micro_batches, double *mem1, double *mem2);
 
 /* Time of one transformer layer for one micro-batch (forward, backward,
  * recompute, exposed TP/CP traffic) on a pool, and the last stage's extra
@@ -176,6 +193,111 @@ double model_layer_fwd_flops_per_token(const topo_model *m, int seq_len);
  * device (Korthikanti et al. 2022, generalized to GQA and SwiGLU). */
 double model_layer_act_bytes(const topo_model *m, const topo_training *t, int tp, int cp,
                              int micro_batch, model_recompute rc, int sp);
+
+
+/* ------------------------------------------------------ pipelines (1F1B) */
+
+/*
+ * Step span of a 1F1B pipeline of `nstages` stages over M micro-batches,
+ * stage i taking stage_s[i] per micro-batch (forward + backward) and v
+ * virtual stages per device: M t_crit + (sum_i t_i - t_crit) / v (Narayanan
+ * et al., SC'21; with uneven stages the critical stage runs all M, the
+ * others' fill and drain form the bubble). *crit (may be NULL) gets the
+ * critical stage (the first of equal ones).
+ */
+double model_1f1b_time(int M, int nstages, const double *stage_s, int v, int *crit);
+/* Messages on the busiest boundary's critical path when sends are not in
+ * stage_s: the first micro-batch crosses the P-1 boundaries forward and
+ * back, every later one adds one crossing each way: 2 (M + P - 2) msg_s. */
+double model_1f1b_p2p_time(int M, int nstages, double msg_s);
+/* Micro-batches per replica that a pipeline of pp equal stages of stage_s
+ * each finishes by time tau: floor(tau / stage_s) - (pp - 1), at least 0
+ * (the inverse of model_1f1b_time on equal stages). */
+static inline long model_1f1b_micro_within(double tau, double stage_s, int pp)
+{
+    double k = floor(tau / stage_s) - (pp - 1);
+    return (long)(k > 0 ? k : 0);
+}
+/* Lower bound of the step of M micro-batches of L layers over stages of
+ * per-layer times c_i: M L / sum_i (1 / c_i), the critical stage of the
+ * balanced continuous split. */
+double model_1f1b_bound(int M, int L, int nstages, const double *per_layer_s);
+/* The critical stage of a uniform split of L layers over pp stages of
+ * per-layer time c: M ceil(L / pp) c. */
+double model_1f1b_uniform_bound(int M, int L, int pp, double per_layer_s);
+
+/* ------------------------------------------- the step of a measured job */
+
+/*
+ * A data-parallel (DDP) or pipelined job whose pieces were measured
+ * (plan train, docs/planner.md): these are its cost models; the planner
+ * only gathers the measurements and names their sources.
+ */
+
+/* Backward's share of a forward+backward pass: twice the forward's FLOPs
+ * (Narayanan et al., SC'21, the 3x forward rule). */
+#define MODEL_BWD_FRACTION (2.0 / 3.0)
+/* torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). */
+#define MODEL_DDP_FIRST_BUCKET (1024.0 * 1024.0)
+
+/* One rank's forward+backward seconds of a micro-batch of b samples from
+ * measured points (batch sizes ascending): joined linearly between them,
+ * the least-squares line t = a + c b outside (through the origin when the
+ * line comes out with a < 0 or c <= 0). */
+typedef struct model_job_rank {
+    int n, b[AI_PROFILE_POINTS];
+    double t[AI_PROFILE_POINTS];
+    double a, c; /* set by model_job_rank_fit */
+} model_job_rank;
+void model_job_rank_fit(model_job_rank *r);
+double model_job_fwd_bwd(const model_job_rank *r, int m);
+/* b samples in micro-batches of m: floor(b/m) f(m) + f(b mod m). */
+double model_job_compute(const model_job_rank *r, int b, int m);
+/* The backward of the last micro-batch of a share of b in micro-batches of
+ * m (MODEL_BWD_FRACTION of its pass): what the last buckets wait for. */
+double model_job_last_backward(const model_job_rank *r, int b, int m);
+
+/* A pipeline stage of `layers` of the model's L: its share of a whole-model
+ * figure (seconds of a pass, per-sample cost, optimizer step, gradient
+ * bytes), x layers / L. */
+double model_job_stage_share(double whole, int layers, int L);
+/* Bytes of the activations one micro-batch of m samples sends across a
+ * stage boundary: m x ctx x dim fp32 values. */
+double model_job_act_bytes(int m, int ctx, int dim);
+/* One message of n bytes between two ranks from the time of a 2-rank ring
+ * allreduce of 2n bytes (2 alpha + 2n beta): half of it, alpha + n beta. */
+double model_p2p_from_pair_allreduce(double pair_allreduce_2n_s);
+
+/* t = A + B x by least squares on relative error (weights 1/t^2); 0 when
+ * there are fewer than two distinct x or B comes out not positive (A is
+ * clamped at 0). */
+int model_fit_line_rel(int n, const double *x, const double *t, double *A, double *B);
+/* The ring's alpha and beta behind a fitted allreduce line t = A + B n of
+ * p ranks: A = 2(p-1) alpha, B = 2(p-1)/p beta. */
+void model_ring_from_line(double A, double B, int p, double *alpha, double *beta);
+
+/* DDP's buckets in backward order: the first MODEL_DDP_FIRST_BUCKET, then
+ * cap_bytes each, of grad_bytes; at most max; returns the count. */
+int model_ddp_buckets(double grad_bytes, double cap_bytes, double *sizes, int max);
+/* Bytes of the last bucket (reduced after the backward ends). */
+double model_ddp_last_bucket(double grad_bytes, double cap_bytes);
+/* Fraction of the gradients in the buckets reduced while the backward
+ * still runs (all but the last). */
+double model_ddp_beside_fraction(double grad_bytes, double cap_bytes);
+
+typedef struct model_ddp_rank {
+    double compute_s;  /* its share's forward+backward */
+    double last_bwd_s; /* the last micro-batch's backward */
+    double lost_s;     /* compute lost to the buckets reduced beside it */
+} model_ddp_rank;
+/* When the last bucket's reduction ends: bucket k (sizes in backward
+ * order, secs its allreduce) starts once every rank's backward has
+ * produced it, compute_s - (1 - q_k) last_bwd_s plus the part of lost_s
+ * spent by then (q_k the fraction of grad_bytes in buckets 0..k), and
+ * after bucket k-1 ends. The exposed reduction is that end minus the
+ * slowest rank's compute_s + lost_s, at least 0. */
+double model_ddp_reduction_end(int nranks, const model_ddp_rank *r, double beside, int nbuckets,
+                               const double *sizes, const double *secs, double grad_bytes);
 
 /* ---------------------------------------------------------- fitting */
 

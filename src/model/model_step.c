@@ -21,6 +21,7 @@
 #include "model/model.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -127,8 +128,8 @@ static double gemm_time(const model_params *p, double peak, double membw, double
     return AI_MAX(compute, memory);
 }
 
-static void pool_layer_cost(const model_ctx *ctx, const model_plan *pl, const topo_pool *pool,
-                            layer_cost *lc)
+static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, const topo_pool *pool,
+                                layer_cost *lc)
 {
     const topo_model *m = ctx->model;
     const topo_training *t = ctx->train;
@@ -235,17 +236,115 @@ static void pool_layer_cost(const model_ctx *ctx, const model_plan *pl, const to
                     pbytes / (pool->node_net_GBps * 1e9 / pool->devices_per_node * p->link_eff);
 }
 
+/* ------------------------------------------------------------ cache */
+
+#define CACHE_POOLS 64
+
+struct model_cache {
+    double layer_params; /* 0: not yet */
+    struct {
+        int valid, tp, cp, mb, sp, rc;
+        double act, act_none; /* model_layer_act_bytes at rc and at none */
+    } act;
+    struct {
+        int valid, tp, cp, mb, sp, rc;
+        layer_cost lc;
+    } pool[CACHE_POOLS];
+};
+
+model_cache *model_cache_new(void) { return calloc(1, sizeof(model_cache)); }
+
+void model_cache_free(model_cache *c) { free(c); }
+
+static _Thread_local const model_ctx *bound_ctx;
+static _Thread_local model_cache *bound_cache;
+
+void model_cache_bind(const model_ctx *ctx, model_cache *c)
+{
+    bound_ctx = c ? ctx : NULL;
+    bound_cache = ctx ? c : NULL;
+}
+
+static model_cache *cache_of(const model_ctx *ctx) { return ctx == bound_ctx ? bound_cache : NULL; }
+
+static double layer_params(const model_ctx *ctx, model_cache *c)
+{
+    if (!c)
+        return topo_model_layer_params(ctx->model);
+    if (c->layer_params == 0)
+        c->layer_params = topo_model_layer_params(ctx->model);
+    return c->layer_params;
+}
+
+/* Activation bytes per layer at the plan's recompute mode and, for full
+ * recompute's working layer, at none. */
+static void layer_act(const model_ctx *ctx, model_cache *c, const model_plan *pl, int sp,
+                      double *act, double *act_none)
+{
+    int full = pl->recompute == MODEL_RC_FULL;
+    if (c && c->act.valid && c->act.tp == pl->tp && c->act.cp == pl->cp &&
+        c->act.mb == pl->micro_batch && c->act.sp == sp && c->act.rc == (int)pl->recompute) {
+        *act = c->act.act;
+        *act_none = c->act.act_none;
+        return;
+    }
+    const topo_model *m = ctx->model;
+    const topo_training *t = ctx->train;
+    *act = model_layer_act_bytes(m, t, pl->tp, pl->cp, pl->micro_batch, pl->recompute, sp);
+    *act_none = full ? model_layer_act_bytes(m, t, pl->tp, pl->cp, pl->micro_batch, MODEL_RC_NONE, sp)
+                     : 0;
+    if (c) {
+        c->act.valid = 1;
+        c->act.tp = pl->tp;
+        c->act.cp = pl->cp;
+        c->act.mb = pl->micro_batch;
+        c->act.sp = sp;
+        c->act.rc = (int)pl->recompute;
+        c->act.act = *act;
+        c->act.act_none = *act_none;
+    }
+}
+
+static void pool_layer_cost(const model_ctx *ctx, model_cache *c, const model_plan *pl, int pool,
+                            layer_cost *lc)
+{
+    int sp = pl->sequence_parallel && pl->tp > 1;
+    if (!c || pool >= CACHE_POOLS) {
+        pool_layer_cost_raw(ctx, pl, &ctx->cluster->pools[pool], lc);
+        return;
+    }
+    if (!(c->pool[pool].valid && c->pool[pool].tp == pl->tp && c->pool[pool].cp == pl->cp &&
+          c->pool[pool].mb == pl->micro_batch && c->pool[pool].sp == sp &&
+          c->pool[pool].rc == (int)pl->recompute)) {
+        pool_layer_cost_raw(ctx, pl, &ctx->cluster->pools[pool], &c->pool[pool].lc);
+        c->pool[pool].valid = 1;
+        c->pool[pool].tp = pl->tp;
+        c->pool[pool].cp = pl->cp;
+        c->pool[pool].mb = pl->micro_batch;
+        c->pool[pool].sp = sp;
+        c->pool[pool].rc = (int)pl->recompute;
+    }
+    *lc = c->pool[pool].lc;
+}
+
 /* ----------------------------------------------------------- memory */
 
-static double stage_params(const topo_model *m, const model_plan *pl, int stage)
+static inline double stage_params_n(const model_ctx *ctx, model_cache *c, const model_plan *pl,
+                                    int stage, int layers)
 {
-    double n = pl->layers[stage] * topo_model_layer_params(m);
+    const topo_model *m = ctx->model;
+    double n = layers * layer_params(ctx, c);
     double emb = (double)m->vocab * m->hidden;
     if (stage == 0)
         n += emb;
     if (stage == pl->pp - 1 && (!m->tied_embeddings || pl->pp > 1))
         n += emb;
     return n / pl->tp;
+}
+
+static double stage_params(const model_ctx *ctx, model_cache *c, const model_plan *pl, int stage)
+{
+    return stage_params_n(ctx, c, pl, stage, pl->layers[stage]);
 }
 
 static int plan_total_dp(const model_plan *pl)
@@ -256,12 +355,13 @@ static int plan_total_dp(const model_plan *pl)
     return dp;
 }
 
-void model_stage_memory(const model_ctx *ctx, const model_plan *pl, int stage, int micro_batches,
-                        double *params_bytes, double *act_bytes)
+static inline void stage_memory(const model_ctx *ctx, model_cache *c, const model_plan *pl,
+                                int stage, int layers, int micro_batches, double *params_bytes,
+                                double *act_bytes)
 {
     const topo_model *m = ctx->model;
     const topo_training *t = ctx->train;
-    double P = stage_params(m, pl, stage);
+    double P = stage_params_n(ctx, c, pl, stage, layers);
     /* Mixed precision (Micikevicius et al. 2018) as Megatron runs it: 16-bit
      * weights, fp32 main gradients, fp32 master weights + two Adam moments
      * = 2 + 4 + 12 bytes per parameter. fp32 training keeps no master copy. */
@@ -278,7 +378,7 @@ void model_stage_memory(const model_ctx *ctx, const model_plan *pl, int stage, i
         /* Fully sharded, plus the gathered weights of the layers in use
          * (prefetch keeps about two). */
         pb = P * (wb + gb + ob) / D +
-             2 * topo_model_layer_params(m) / pl->tp * wb * (pl->layers[stage] > 1 ? 1 : 0.5);
+             2 * layer_params(ctx, c) / pl->tp * wb * (layers > 1 ? 1 : 0.5);
         break;
     }
     int sp = pl->sequence_parallel && pl->tp > 1;
@@ -288,16 +388,36 @@ void model_stage_memory(const model_ctx *ctx, const model_plan *pl, int stage, i
      * schedule; Korthikanti et al. eq. for the first stage). */
     double chunks = v == 1 ? AI_MIN(pp - stage, micro_batches)
                            : AI_MIN(2.0 * (pp - stage - 1) + (v - 1) * pp + 1, (double)micro_batches * v);
-    double layers_live = chunks * pl->layers[stage] / v;
-    double per_layer = model_layer_act_bytes(m, t, pl->tp, pl->cp, pl->micro_batch, pl->recompute, sp);
+    double layers_live = chunks * layers / v;
+    double per_layer, per_layer_none;
+    layer_act(ctx, c, pl, sp, &per_layer, &per_layer_none);
     double act = layers_live * per_layer;
     if (pl->recompute == MODEL_RC_FULL) /* one layer rebuilt at a time */
-        act += model_layer_act_bytes(m, t, pl->tp, pl->cp, pl->micro_batch, MODEL_RC_NONE, sp);
+        act += per_layer_none;
     if (stage == pp - 1) /* fp32 logits for the loss */
         act += 4.0 * pl->micro_batch * t->seq_len / pl->cp * m->vocab / pl->tp;
     *params_bytes = pb;
     *act_bytes = act;
 }
+
+void model_stage_memory(const model_ctx *ctx, const model_plan *pl, int stage, int micro_batches,
+                        double *params_bytes, double *act_bytes)
+{
+    stage_memory(ctx, cache_of(ctx), pl, stage, pl->layers[stage], micro_batches, params_bytes,
+                 act_bytes);
+}
+
+void model_stage_memory_probe(const model_ctx *ctx, const model_plan *pl, int stage,
+                              int micro_batches, double *mem1, double *mem2)
+{
+    model_cache *c = cache_of(ctx);
+    double pb, ab;
+    stage_memory(ctx, c, pl, stage, 1, micro_batches, &pb, &ab);
+    *mem1 = pb + ab;
+    stage_memory(ctx, c, pl, stage, 2, micro_batches, &pb, &ab);
+    *mem2 = pb + ab;
+}
+
 
 /* ------------------------------------------------------------- check */
 
@@ -390,6 +510,7 @@ ai_status_t model_plan_check(const model_ctx *ctx, const model_plan *pl)
 
 int model_plan_fits(const model_ctx *ctx, const model_plan *pl, double *worst_ratio)
 {
+    model_cache *mc = cache_of(ctx);
     double worst = 0;
     for (int k = 0; k < pl->nsets; k++) {
         const model_set *s = &pl->sets[k];
@@ -397,7 +518,7 @@ int model_plan_fits(const model_ctx *ctx, const model_plan *pl, double *worst_ra
             double cap = ctx->cluster->pools[s->seg_pool[j]].device.memory_GB * 1e9 * MODEL_MEM_USABLE;
             for (int q = 0; q < s->seg_stages[j]; q++, stage++) {
                 double pb, ab;
-                model_stage_memory(ctx, pl, stage, s->micro_batches, &pb, &ab);
+                stage_memory(ctx, mc, pl, stage, pl->layers[stage], s->micro_batches, &pb, &ab);
                 worst = AI_MAX(worst, (pb + ab) / cap);
             }
         }
@@ -440,6 +561,7 @@ typedef struct stage_time {
 
 void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *out)
 {
+    model_cache *mc = cache_of(ctx);
     const topo_cluster *c = ctx->cluster;
     const topo_model *m = ctx->model;
     const topo_training *t = ctx->train;
@@ -464,14 +586,15 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
         stage_time st[MODEL_MAX_STAGES];
         int stage = 0;
         int block = pl->tp * pl->cp * s->dp;
-        double tmax = 0, tsum = 0;
+        double tmax = 0, tot_s[MODEL_MAX_STAGES];
         int crit = 0;
-        double opt_max = 0;
+        double opt_max = 0, opt_P = -1, opt_t = 0;
+        int opt_pool = -1;
         for (int j = 0; j < s->nsegs; j++) {
             int pool = s->seg_pool[j];
             const topo_pool *po = &c->pools[pool];
             if (!have[pool]) {
-                pool_layer_cost(ctx, pl, po, &lcs[pool]);
+                pool_layer_cost(ctx, mc, pl, pool, &lcs[pool]);
                 have[pool] = 1;
             }
             const layer_cost *lc = &lcs[pool];
@@ -493,10 +616,11 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
                     tmax = tot;
                     crit = stage;
                 }
-                tsum += tot;
+                tot_s[stage] = tot;
 
                 double pbytes, abytes;
-                model_stage_memory(ctx, pl, stage, s->micro_batches, &pbytes, &abytes);
+                stage_memory(ctx, mc, pl, stage, pl->layers[stage], s->micro_batches, &pbytes,
+                             &abytes);
                 double cap = po->device.memory_GB * 1e9 * MODEL_MEM_USABLE;
                 double mem = pbytes + abytes;
                 if (mem > cap)
@@ -510,14 +634,20 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
                     r.worst_set = k;
                     r.worst_stage = stage;
                 }
-                /* Adam step over this device's shard: memory bound. */
-                double shard = stage_params(m, pl, stage) / (pl->zero >= 1 ? D : 1);
-                opt_max = AI_MAX(opt_max, shard * opt_bytes /
-                                              (po->device.memory_bw_GBps * 1e9 * p->mem_eff));
+                /* Adam step over this device's shard: memory bound (the
+                 * same as the stage before when its size and pool are) */
+                double P = stage_params(ctx, mc, pl, stage);
+                if (P != opt_P || pool != opt_pool) {
+                    double shard = P / (pl->zero >= 1 ? D : 1);
+                    opt_t = shard * opt_bytes / (po->device.memory_bw_GBps * 1e9 * p->mem_eff);
+                    opt_P = P;
+                    opt_pool = pool;
+                }
+                opt_max = AI_MAX(opt_max, opt_t);
             }
         }
         double mb = s->micro_batches;
-        double pipe = mb * tmax + (tsum - tmax) / pl->interleave;
+        double pipe = model_1f1b_time(s->micro_batches, stage, tot_s, pl->interleave, NULL);
 
         /* Data-parallel traffic per stage and what hides it. Gradients of
          * the last micro-batch are reduced during its backward (bucketed,
@@ -526,18 +656,40 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
          * distributed optimizer's parameter all-gather overlaps the next
          * step's first forward the same way. */
         double exp_b = 0, exp_f = 0, slack_b = 0, slack_f = 0;
+        /* consecutive stages of the same size on the same group (one pool's
+         * run) share their collective times */
+        double prevP = -1, rs = 0, ag = 0, ar = 0;
+        model_group prevg = {0}, gdp = {0};
+        /* the group changes only where a set's pool does: never when every
+         * set is one pool, at segment edges when there is one set */
+        int one_seg = 1, gpool = -2;
+        for (int q = 0; q < pl->nsets; q++)
+            one_seg &= pl->sets[q].nsegs == 1;
         for (int i = 0; i < pl->pp && D > 1; i++) {
-            double P = stage_params(m, pl, i);
+            double P = stage_params(ctx, mc, pl, i);
             double win_b = p->dp_overlap * st[i].b + slack_b;
             double win_f = p->dp_overlap * st[i].f + slack_f;
             double e_b = 0, e_f = 0;
-            model_group gdp;
-            stage_dp_group(ctx, pl, i, D, &gdp);
-            double rs = model_group_coll_time(AI_REDUCE_SCATTER, &gdp, P * gb, p->link_eff);
-            double ag = model_group_coll_time(AI_ALLGATHER, &gdp, P * wb, p->link_eff);
+            int key = one_seg ? -1 : pl->nsets == 1 ? set_stage_pool(&pl->sets[0], i) : -3 - i;
+            if (key != gpool) {
+                stage_dp_group(ctx, pl, i, D, &gdp);
+                gpool = key;
+            }
+            if (P != prevP || gdp.ranks != prevg.ranks || gdp.per_node != prevg.per_node ||
+                gdp.intra_Bps != prevg.intra_Bps || gdp.intra_alpha_s != prevg.intra_alpha_s ||
+                gdp.inter_Bps != prevg.inter_Bps || gdp.inter_alpha_s != prevg.inter_alpha_s) {
+                if (pl->zero == 0) {
+                    ar = model_group_coll_time(AI_ALLREDUCE, &gdp, P * gb, p->link_eff);
+                } else {
+                    rs = model_group_coll_time(AI_REDUCE_SCATTER, &gdp, P * gb, p->link_eff);
+                    ag = model_group_coll_time(AI_ALLGATHER, &gdp, P * wb, p->link_eff);
+                }
+                prevP = P;
+                prevg = gdp;
+            }
             switch (pl->zero) {
             case 0:
-                e_b = AI_MAX(0, model_group_coll_time(AI_ALLREDUCE, &gdp, P * gb, p->link_eff) - win_b);
+                e_b = AI_MAX(0, ar - win_b);
                 break;
             case 1:
                 e_b = AI_MAX(0, rs - win_b);
@@ -589,7 +741,7 @@ void model_pool_layer_time(const model_ctx *ctx, const model_plan *pl, int pool,
                            double *last_extra_s)
 {
     layer_cost lc;
-    pool_layer_cost(ctx, pl, &ctx->cluster->pools[pool], &lc);
+    pool_layer_cost(ctx, cache_of(ctx), pl, pool, &lc);
     *per_layer_s = lc.f + lc.b + lc.rc + lc.f_tp + lc.b_tp + lc.rc_tp + lc.cp;
     *last_extra_s = lc.logits_f + lc.logits_b;
 }

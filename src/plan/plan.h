@@ -28,6 +28,37 @@ typedef struct plan_candidate {
     model_result res;
 } plan_candidate;
 
+/* What the search saw of each choice, to explain the one it made: per
+ * field and value the fastest feasible plan evaluated with it and how
+ * many with it did not fit; per pool the same over plans that use it; the
+ * fastest evaluated plan other than the best. */
+enum {
+    PLAN_WHY_TP,
+    PLAN_WHY_PP,
+    PLAN_WHY_CP,
+    PLAN_WHY_MB,
+    PLAN_WHY_VP,
+    PLAN_WHY_RC,
+    PLAN_WHY_ZERO,
+    PLAN_WHY_LAYOUT, /* 0: one pool, 1: split by stage, 2: split by data */
+    PLAN_WHY_NDIMS
+};
+#define PLAN_WHY_VALUES (MODEL_MAX_STAGES + 1)
+#define PLAN_WHY_POOLS 64
+
+typedef struct plan_why {
+    double best_s[PLAN_WHY_NDIMS][PLAN_WHY_VALUES]; /* INFINITY: none feasible */
+    int unfit[PLAN_WHY_NDIMS][PLAN_WHY_VALUES];
+    double pool_best_s[PLAN_WHY_POOLS];
+    long pool_unfit[PLAN_WHY_POOLS];
+    double first_s;
+    int has_second;
+    plan_candidate second;
+} plan_why;
+
+/* The value of field `dim` in a plan (PLAN_WHY_*), and the layout kind. */
+int plan_why_value(const model_plan *pl, int dim);
+
 typedef struct plan_stats {
     long evaluated;        /* plans the step model evaluated */
     long pruned_memory;    /* of those, rejected because they do not fit */
@@ -36,6 +67,7 @@ typedef struct plan_stats {
     /* When nothing fits: the plan that came closest (res.feasible = 0). */
     int has_closest;
     plan_candidate closest;
+    plan_why why;
 } plan_stats;
 
 /*
@@ -46,6 +78,8 @@ typedef struct plan_stats {
  */
 ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan_candidate **out,
                         int *nout, plan_stats *stats);
+/* (It binds a model_cache of its own to ctx while it runs and unbinds it
+ * on return.) */
 
 /*
  * The manual baseline (docs/planner.md): tp = devices per node (largest
@@ -56,6 +90,26 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
  * receives (free with topo_cluster_free) so the plan can be reported.
  */
 ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo_cluster **slow_out);
+
+/*
+ * The homogeneous baseline: this planner's own search on the all-slowest
+ * cluster of the manual baseline (what the search gains from using the
+ * faster devices as they are). *slow_out as for the manual one.
+ */
+ai_status_t plan_homogeneous_baseline(const model_ctx *ctx, plan_candidate *out,
+                                      topo_cluster **slow_out);
+
+/*
+ * The expert baseline (published practice, docs/planner.md): tp = devices
+ * per node, selective recompute with sequence parallelism, ZeRO-1, the
+ * smallest power-of-two pp that fits, at it the interleave that predicts
+ * fastest, each with the largest micro-batch (8, 4, 2, 1) that fits; dp
+ * the rest. fastest_only: on the fastest node group alone (highest peak
+ * at the training precision); else on the whole cluster taken as its
+ * slowest device. *cl_out gets the cluster it was evaluated on.
+ */
+ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_candidate *out,
+                                 topo_cluster **cl_out);
 
 /* JSON of one candidate (formats.md plan fields + results). */
 json_t *plan_candidate_json(const topo_cluster *c, const plan_candidate *pc);

@@ -12,7 +12,32 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* A cluster of one pool: `devices` devices of `p`, whose nodes have the
+ * NIC share net_share GB/s per device. */
+static ai_status_t one_pool_cluster(const char *name, const topo_pool *p, int devices,
+                                    double net_share, topo_cluster **out)
+{
+    double net_node = net_share * p->devices_per_node;
+    json_t *doc = json_pack(
+        "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f}, s:i, s:{s:f, s:f}, s:{s:i, s:f, s:f}}]}",
+        "name", name, "node_groups", "name", name, "count", devices / p->devices_per_node, "device",
+        "name", p->device.name, "peak_tflops", "bf16", p->device.peak_tflops[TOPO_BF16], "fp16",
+        p->device.peak_tflops[TOPO_FP16], "fp8", p->device.peak_tflops[TOPO_FP8], "fp32",
+        p->device.peak_tflops[TOPO_FP32], "memory_GB", p->device.memory_GB, "memory_bw_GBps",
+        p->device.memory_bw_GBps, "devices_per_node", p->devices_per_node, "intra", "bw_GBps",
+        p->intra_bw_GBps, "latency_us", p->intra_latency_us, "nic", "count", 1, "bw_Gbps",
+        net_node * 8, "latency_us", p->net_latency_us);
+    if (!doc)
+        return ai_fail(AI_ERR_NOMEM, "baseline cluster");
+    char what[96];
+    snprintf(what, sizeof what, "(%s cluster)", name);
+    ai_status_t st = topo_cluster_from_json(doc, what, out);
+    json_decref(doc);
+    return st;
+}
 
 static ai_status_t slowest_cluster(const topo_cluster *c, const topo_training *t, topo_cluster **out)
 {
@@ -110,6 +135,145 @@ ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo
                        L, closest);
     return ai_fail(AI_ERR_INFEASIBLE, "manual baseline: no power-of-two pp divides %d layers within %d devices",
                    L, N);
+}
+
+/* --------------------------------------------------- homogeneous */
+
+ai_status_t plan_homogeneous_baseline(const model_ctx *ctx, plan_candidate *out,
+                                      topo_cluster **slow_out)
+{
+    topo_cluster *slow;
+    ai_status_t st = slowest_cluster(ctx->cluster, ctx->train, &slow);
+    if (st != AI_OK)
+        return st;
+    model_ctx sctx = *ctx;
+    sctx.cluster = slow;
+    plan_fix f;
+    plan_fix_init(&f);
+    plan_candidate *best = NULL;
+    int n = 0;
+    plan_stats stats;
+    st = plan_search(&sctx, &f, 1, &best, &n, &stats);
+    if (st != AI_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", ai_last_error());
+        topo_cluster_free(slow);
+        return ai_fail(st, "homogeneous baseline: %s", why);
+    }
+    *out = best[0];
+    free(best);
+    *slow_out = slow;
+    return AI_OK;
+}
+
+/* ------------------------------------------------------- expert */
+
+/* The pool of the highest peak at the training precision (more devices on
+ * a tie). */
+static int fastest_pool(const topo_cluster *c, const topo_training *t)
+{
+    int best = 0;
+    for (int g = 1; g < c->npools; g++) {
+        const topo_pool *a = &c->pools[g], *b = &c->pools[best];
+        double pa = a->device.peak_tflops[t->precision], pb = b->device.peak_tflops[t->precision];
+        if (pa > pb || (pa == pb && a->nodes * a->devices_per_node > b->nodes * b->devices_per_node))
+            best = g;
+    }
+    return best;
+}
+
+ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_candidate *out,
+                                 topo_cluster **cl_out)
+{
+    topo_cluster *cl;
+    ai_status_t st;
+    if (fastest_only) {
+        const topo_pool *p = &ctx->cluster->pools[fastest_pool(ctx->cluster, ctx->train)];
+        if (p->device.peak_tflops[ctx->train->precision] <= 0)
+            return ai_fail(AI_ERR_UNSUPPORTED, "expert baseline: no device has a %s peak",
+                           topo_precision_name(ctx->train->precision));
+        char name[TOPO_NAME_MAX * 2 + 16];
+        snprintf(name, sizeof name, "%s-only", p->name);
+        st = one_pool_cluster(name, p, p->nodes * p->devices_per_node,
+                              p->node_net_GBps / p->devices_per_node, &cl);
+    } else {
+        st = slowest_cluster(ctx->cluster, ctx->train, &cl);
+    }
+    if (st != AI_OK)
+        return st;
+    model_ctx ectx = *ctx;
+    ectx.cluster = cl;
+    const topo_model *m = ctx->model;
+    int gb = ctx->train->global_batch, L = m->layers;
+    int N = cl->devices, dpn = cl->pools[0].devices_per_node;
+    int tp = dpn;
+    while (tp > 1 && (m->heads % tp || (m->kv_heads % tp && tp % m->kv_heads)))
+        tp--;
+    static const int vs[] = {1, 2, 3, 4, 6, 8}, mbs[] = {8, 4, 2, 1};
+    double closest = INFINITY;
+    for (int pp = 1; pp <= L && tp * pp <= N; pp *= 2) {
+        if (L % pp)
+            continue;
+        int found = 0;
+        plan_candidate best;
+        memset(&best, 0, sizeof best);
+        best.res.step_s = INFINITY;
+        for (size_t vi = 0; vi < AI_ARRAY_LEN(vs); vi++) {
+            int v = vs[vi];
+            if (v > 1 && (pp < 2 || L % (pp * v)))
+                continue;
+            /* the largest micro-batch that fits at this interleave */
+            for (size_t mi = 0; mi < AI_ARRAY_LEN(mbs); mi++) {
+                int mb = mbs[mi], dp = N / (tp * pp);
+                while (dp > 1 && gb % (dp * mb))
+                    dp--;
+                if (gb % (dp * mb))
+                    continue;
+                plan_candidate pc;
+                memset(&pc, 0, sizeof pc);
+                model_plan *pl = &pc.plan;
+                pl->tp = tp;
+                pl->pp = pp;
+                pl->cp = 1;
+                pl->micro_batch = mb;
+                pl->interleave = v;
+                pl->recompute = MODEL_RC_SELECTIVE;
+                pl->sequence_parallel = tp > 1;
+                pl->zero = 1;
+                pl->nsets = 1;
+                pl->sets[0].dp = dp;
+                pl->sets[0].micro_batches = gb / (dp * mb);
+                pl->sets[0].nsegs = 1;
+                pl->sets[0].seg_stages[0] = pp;
+                for (int i = 0; i < pp; i++)
+                    pl->layers[i] = (short)(L / pp);
+                if (model_plan_check(&ectx, pl) != AI_OK) {
+                    ai_clear_error();
+                    continue;
+                }
+                model_plan_eval(&ectx, pl, &pc.res);
+                if (!pc.res.feasible) {
+                    closest = AI_MIN(closest, pc.res.memory_GB);
+                    continue;
+                }
+                found = 1;
+                if (pc.res.step_s < best.res.step_s)
+                    best = pc;
+                break;
+            }
+        }
+        if (found) {
+            *out = best;
+            *cl_out = cl;
+            return AI_OK;
+        }
+    }
+    topo_cluster_free(cl);
+    if (closest < INFINITY)
+        return ai_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp dividing %d layers"
+                       " fits (best %.1f GB per device)", L, closest);
+    return ai_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp divides %d layers"
+                   " within %d devices", L, N);
 }
 
 /* ---------------------------------------------------------------- JSON */

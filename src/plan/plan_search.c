@@ -106,9 +106,70 @@ typedef struct search {
     model_plan closest_plan;
     /* per-pool layer times for the current (tp, cp, mb, sp, rc) */
     double layer_s[64], extra_s[64];
+    long layer_gen; /* bumped when they change */
+    /* the data split does not depend on the ZeRO stage: computed once per
+     * layer_gen, its plan kept in the search's plan between the stages */
+    long split_gen;
+    int split_ret;
 } search;
 
 static int pinned(int fixv, int v) { return fixv < 0 || fixv == v; }
+
+int plan_why_value(const model_plan *pl, int dim)
+{
+    switch (dim) {
+    case PLAN_WHY_TP: return pl->tp;
+    case PLAN_WHY_PP: return pl->pp;
+    case PLAN_WHY_CP: return pl->cp;
+    case PLAN_WHY_MB: return pl->micro_batch;
+    case PLAN_WHY_VP: return pl->interleave;
+    case PLAN_WHY_RC: return (int)pl->recompute;
+    case PLAN_WHY_ZERO: return pl->zero;
+    default: return pl->nsets > 1 ? 2 : pl->sets[0].nsegs > 1 ? 1 : 0;
+    }
+}
+
+/* Record a plan the step model evaluated for the explanation. */
+static void why_note(search *s, const model_plan *pl, int fits, const model_result *r)
+{
+    plan_why *w = &s->st.why;
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++) {
+        int v = plan_why_value(pl, d);
+        if (v < 0 || v >= PLAN_WHY_VALUES)
+            continue;
+        if (!fits)
+            w->unfit[d][v]++;
+        else if (r->step_s < w->best_s[d][v])
+            w->best_s[d][v] = r->step_s;
+    }
+    unsigned long long used = 0;
+    for (int k = 0; k < pl->nsets; k++)
+        for (int j = 0; j < pl->sets[k].nsegs; j++)
+            if (pl->sets[k].seg_pool[j] < PLAN_WHY_POOLS)
+                used |= 1ULL << pl->sets[k].seg_pool[j];
+    for (int g = 0; g < PLAN_WHY_POOLS && used >> g; g++) {
+        if (!(used >> g & 1))
+            continue;
+        if (!fits)
+            w->pool_unfit[g]++;
+        else if (r->step_s < w->pool_best_s[g])
+            w->pool_best_s[g] = r->step_s;
+    }
+    if (!fits)
+        return;
+    if (r->step_s < w->first_s) {
+        /* the old best becomes the runner-up */
+        if (s->nbest > 0) {
+            w->second = s->best[0];
+            w->has_second = 1;
+        }
+        w->first_s = r->step_s;
+    } else if (!w->has_second || r->step_s < w->second.res.step_s) {
+        w->second.plan = *pl;
+        w->second.res = *r;
+        w->has_second = 1;
+    }
+}
 
 /* Evaluate; keep if feasible and among the best. Returns feasibility. */
 static int consider(search *s, const model_plan *pl)
@@ -122,6 +183,7 @@ static int consider(search *s, const model_plan *pl)
     double ratio;
     if (!model_plan_fits(s->ctx, pl, &ratio)) {
         s->st.pruned_memory++;
+        why_note(s, pl, 0, NULL);
         if (ratio < s->closest_ratio) {
             model_plan_eval(s->ctx, pl, &r);
             s->closest_ratio = ratio;
@@ -131,6 +193,7 @@ static int consider(search *s, const model_plan *pl)
         return 0;
     }
     model_plan_eval(s->ctx, pl, &r);
+    why_note(s, pl, 1, &r);
     if (s->nbest == s->top && r.step_s >= s->best[s->nbest - 1].res.step_s)
         return 1;
     int i = s->nbest < s->top ? s->nbest++ : s->nbest - 1;
@@ -147,6 +210,7 @@ static int consider(search *s, const model_plan *pl)
  * the layer balancer and the lower bound; refreshed per recompute mode. */
 static void refresh_layer_times(search *s, const model_plan *pl)
 {
+    s->layer_gen++;
     for (int g = 0; g < s->ctx->cluster->npools && g < 64; g++)
         model_pool_layer_time(s->ctx, pl, g, &s->layer_s[g], &s->extra_s[g]);
 }
@@ -217,6 +281,20 @@ static int bound_prunes(search *s, double lower_bound)
     return 1;
 }
 
+typedef struct stage_run {
+    double c, ex;
+    int cap, n;
+} stage_run;
+
+/* Do the stages hold L layers when each takes min(cap, (tau - ex) / c)? */
+static int covers(const stage_run *r, int nruns, double tau, int L)
+{
+    long sum = 0;
+    for (int k = 0; k < nruns && sum < L; k++)
+        sum += (long)r[k].n * AI_MIN(r[k].cap, (int)AI_MAX(0, floor((tau - r[k].ex) / r[k].c)));
+    return sum >= L;
+}
+
 /*
  * Uneven layer split for one set's stages: the smallest time target tau
  * such that stages can hold all layers when stage i takes
@@ -231,25 +309,22 @@ static int balance_layers(search *s, model_plan *pl, int set)
     int cap[MODEL_MAX_STAGES];
     double c[MODEL_MAX_STAGES], ex[MODEL_MAX_STAGES];
     int m = pl->sets[set].micro_batches;
-    double inv = 0;
+    if (pp < 1 || pp > MODEL_MAX_STAGES)
+        return 0;
     for (int i = 0; i < pp; i++) {
         int pool = stage_pool_of(pl, set, i);
         c[i] = s->layer_s[pool];
         ex[i] = i == pp - 1 ? s->extra_s[pool] : 0;
-        inv += 1 / c[i];
     }
-    if (bound_prunes(s, m * L / inv))
+    if (bound_prunes(s, model_1f1b_bound(m, L, pp, c)))
         return 0;
     for (int i = 0; i < pp; i++)
         pl->layers[i] = 1;
     for (int i = 0; i < pp; i++) {
         int pool = stage_pool_of(pl, set, i);
-        double p1, a1, p2, a2;
-        model_stage_memory(ctx, pl, i, m, &p1, &a1);
-        pl->layers[i] = 2;
-        model_stage_memory(ctx, pl, i, m, &p2, &a2);
-        pl->layers[i] = 1;
-        double slope = (p2 + a2) - (p1 + a1), base = (p1 + a1) - slope;
+        double m1, m2;
+        model_stage_memory_probe(ctx, pl, i, m, &m1, &m2);
+        double slope = m2 - m1, base = m1 - slope;
         double mem = ctx->cluster->pools[pool].device.memory_GB * 1e9 * MODEL_MEM_USABLE;
         double k = slope > 0 ? floor((mem - base) / slope) : L;
         if (k < 1)
@@ -270,20 +345,26 @@ static int balance_layers(search *s, model_plan *pl, int set)
         E += ex[i] / c[i];
         wide = AI_MAX(wide, ex[i] + c[i] * cap[i]);
     }
+    /* Runs of consecutive stages alike (same per-layer time, extra and
+     * cap: the same pool away from the pipeline's ends) count once. */
+    stage_run runs[MODEL_MAX_STAGES];
+    int nruns = 0;
+    for (int i = 0; i < pp; i++) {
+        if (nruns && runs[nruns - 1].c == c[i] && runs[nruns - 1].ex == ex[i] &&
+            runs[nruns - 1].cap == cap[i]) {
+            runs[nruns - 1].n++;
+        } else {
+            runs[nruns++] = (stage_run){c[i], ex[i], cap[i], 1};
+        }
+    }
     double lo = (L + E) / S, hi = (L + pp + E) / S;
-    long at_hi = 0;
-    for (int i = 0; i < pp; i++)
-        at_hi += AI_MIN(cap[i], (int)AI_MAX(0, floor((hi - ex[i]) / c[i])));
-    if (at_hi < L) {
+    if (!covers(runs, nruns, hi, L)) {
         lo = hi;
         hi = wide;
     }
     for (int it = 0; it < 30; it++) {
         double tau = 0.5 * (lo + hi);
-        long sum = 0;
-        for (int i = 0; i < pp; i++)
-            sum += AI_MIN(cap[i], (int)AI_MAX(0, floor((tau - ex[i]) / c[i])));
-        if (sum >= L)
+        if (covers(runs, nruns, tau, L))
             hi = tau;
         else
             lo = tau;
@@ -330,7 +411,8 @@ static int layout_single(search *s, model_plan *pl, void *arg)
     const uni_arg *a = arg;
     if (!a->balanced) {
         int L = s->ctx->model->layers;
-        if (bound_prunes(s, (double)pl->sets[0].micro_batches * ((L + pl->pp - 1) / pl->pp) * s->layer_s[0]))
+        if (bound_prunes(s, model_1f1b_uniform_bound(pl->sets[0].micro_batches, L, pl->pp,
+                                                     s->layer_s[0])))
             return 0;
         uniform_layers(pl, L);
         return 1;
@@ -460,9 +542,20 @@ static void search_stage_split(search *s, model_plan *pl, const int *order, int 
  * floor(tau / t_g) - (pp - 1) micro-batches per replica by time tau
  * (1F1B); the smallest tau that covers the batch decides the split.
  */
+static int layout_data_split_once(search *s, model_plan *pl);
+
 static int layout_data_split(search *s, model_plan *pl, void *arg)
 {
     (void)arg;
+    if (s->split_gen != s->layer_gen) {
+        s->split_ret = layout_data_split_once(s, pl);
+        s->split_gen = s->layer_gen;
+    }
+    return s->split_ret;
+}
+
+static int layout_data_split_once(search *s, model_plan *pl)
+{
     const model_ctx *ctx = s->ctx;
     const topo_cluster *c = ctx->cluster;
     int L = ctx->model->layers, gb = ctx->train->global_batch;
@@ -491,7 +584,7 @@ static int layout_data_split(search *s, model_plan *pl, void *arg)
         long cap = 0;
         for (int g = 0; g < np; g++)
             if (dpg[g])
-                cap += (long)dpg[g] * (long)AI_MAX(0, floor(tau / tg[g]) - (pp - 1));
+                cap += (long)dpg[g] * model_1f1b_micro_within(tau, tg[g], pp);
         if (cap >= M)
             hi = tau;
         else
@@ -499,7 +592,7 @@ static int layout_data_split(search *s, model_plan *pl, void *arg)
     }
     int share[MODEL_MAX_SETS], left = M;
     for (int g = 0; g < np; g++) {
-        long cap = dpg[g] ? (long)dpg[g] * (long)AI_MAX(0, floor(hi / tg[g]) - (pp - 1)) : 0;
+        long cap = dpg[g] ? (long)dpg[g] * model_1f1b_micro_within(hi, tg[g], pp) : 0;
         share[g] = (int)AI_MIN(cap, (long)left);
         left -= share[g];
     }
@@ -615,6 +708,12 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
     s.fix = fix;
     s.top = AI_MAX(1, top);
     s.closest_ratio = INFINITY;
+    for (int d = 0; d < PLAN_WHY_NDIMS; d++)
+        for (int v = 0; v < PLAN_WHY_VALUES; v++)
+            s.st.why.best_s[d][v] = INFINITY;
+    for (int g = 0; g < PLAN_WHY_POOLS; g++)
+        s.st.why.pool_best_s[g] = INFINITY;
+    s.st.why.first_s = INFINITY;
     s.best = calloc((size_t)s.top, sizeof *s.best);
     model_plan *pl = calloc(1, sizeof *pl);
     if (!s.best || !pl) {
@@ -652,6 +751,9 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
         mbs[0] = fix->micro_batch;
         nmb = 1;
     }
+    /* per-pool layer costs and per-layer figures kept across the plans */
+    model_cache *mc = model_cache_new();
+    model_cache_bind(ctx, mc);
     /* Large tp first: it usually fits, so good plans are found early and
      * the lower bound cuts more of the rest. */
     for (int tp = AI_MAX(maxdpn, fix->tp); tp >= 1; tp--) {
@@ -679,6 +781,8 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
             }
         }
     }
+    model_cache_bind(NULL, NULL);
+    model_cache_free(mc);
     s.st.seconds = ai_now() - t0;
     free(pl);
     if (s.nbest == 0 && s.closest_ratio < INFINITY) {

@@ -12,7 +12,7 @@
  *       t = a_i + c_i b outside them): kb:profile rank i;
  *   the gradient reduction: DDP's buckets (the first 1 MiB, then
  *       bucket_cap_mb each) reduced in order as the last micro-batch's
- *       backward (TRAIN_BWD_FRACTION of its pass) produces them on the
+ *       backward (MODEL_BWD_FRACTION of its pass) produces them on the
  *       slowest rank, one allreduce after the other; each allreduce's
  *       time the learner's best arm at that size (log-log interpolated
  *       between measured buckets: kb:learner), else an alpha-beta ring
@@ -29,6 +29,7 @@
  * only (ai_kb_profile_foreach, ai_kb_foreach).
  */
 #include "autoinfra.h"
+#include "model/model.h"
 #include "util/util.h"
 
 #include <jansson.h>
@@ -38,11 +39,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Backward's share of a forward+backward pass: twice the forward's FLOPs
- * (Narayanan et al., SC'21, the 3x forward rule). */
-#define TRAIN_BWD_FRACTION (2.0 / 3.0)
-/* torch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES). */
-#define TRAIN_FIRST_BUCKET (1024.0 * 1024.0)
 /* Catalogue link when the KB has no allreduce timings: 10 Gbit/s, 50 us. */
 #define TRAIN_CAT_BPS 1.25e9
 #define TRAIN_CAT_ALPHA 50e-6
@@ -58,9 +54,7 @@
 
 /* One rank's compute model. */
 typedef struct {
-    int n, b[AI_PROFILE_POINTS];
-    double t[AI_PROFILE_POINTS];
-    double a, c; /* least-squares line through the points */
+    model_job_rank fit; /* the profile's points and the line through them */
     double opt_s;
     double red_s;  /* compute seconds one allreduce of G beside it takes from
                     * the rank (allreduce_beside_s; 0: not measured) */
@@ -90,6 +84,9 @@ typedef struct {
     double G;
     rank_model *rk;
     ar_model ar;
+    /* scratch of eval_dp: per rank, per bucket */
+    model_ddp_rank *rr;
+    double *bsz, *bsec;
 } train_ctx;
 
 /* One explain term. */
@@ -114,8 +111,20 @@ typedef struct {
     int nterms, capterms;
 } train_eval;
 
+/* One choice the planner made: what won, the runner-up, by how much, and
+ * the rule that decided. */
+typedef struct {
+    char what[32], chosen[64], runner[96];
+    double chosen_s, runner_s; /* runner_s NAN: no runner-up */
+    char rule[320];
+} decision;
+
+#define TRAIN_MAX_DECISIONS 8
+
 struct ai_train_plan {
     char fp[17], preset[32];
+    decision dec[TRAIN_MAX_DECISIONS];
+    int ndec;
     int R, B;
     train_eval best;
     train_eval best_dp;  /* the best data-parallel plan (for the pipeline's explanation) */
@@ -127,40 +136,11 @@ struct ai_train_plan {
 
 /* -------------------------------------------------------- compute model */
 
-static void rank_fit(rank_model *r)
-{
-    double sb = 0, st = 0, sbb = 0, sbt = 0;
-    for (int i = 0; i < r->n; i++) {
-        sb += r->b[i];
-        st += r->t[i];
-        sbb += (double)r->b[i] * r->b[i];
-        sbt += r->b[i] * r->t[i];
-    }
-    double den = r->n * sbb - sb * sb;
-    r->c = r->n > 1 && den > 0 ? (r->n * sbt - sb * st) / den : st / sb;
-    r->a = r->n > 1 && den > 0 ? (st - r->c * sb) / r->n : 0;
-    if (r->c <= 0 || r->a < 0) { /* an unphysical line: through the origin */
-        r->a = 0;
-        r->c = st / sb;
-    }
-}
-
-/* Forward+backward seconds of a micro-batch of m samples. */
-static double fwd_bwd(const rank_model *r, int m)
-{
-    if (m <= 0)
-        return 0;
-    for (int i = 0; i + 1 < r->n; i++)
-        if (m >= r->b[i] && m <= r->b[i + 1])
-            return r->t[i] + (r->t[i + 1] - r->t[i]) * (m - r->b[i]) / (r->b[i + 1] - r->b[i]);
-    if (r->n == 1 && m == r->b[0])
-        return r->t[0];
-    return r->a + r->c * m;
-}
+static double fwd_bwd(const rank_model *r, int m) { return model_job_fwd_bwd(&r->fit, m); }
 
 static double rank_compute(const rank_model *r, int b, int m)
 {
-    return b <= 0 ? 0 : (b / m) * fwd_bwd(r, m) + fwd_bwd(r, b % m);
+    return model_job_compute(&r->fit, b, m);
 }
 
 /* Room for one more of n elements in *arr (capacity *cap); -1 if none. */
@@ -194,28 +174,19 @@ static int collect_arm(const ai_kb_arm *a, void *arg)
     return 0;
 }
 
-/* t = A + B bytes by least squares on relative error (weights 1/t^2) */
+/* t = A + B bytes fitted to the measured sizes (model_fit_line_rel) */
 static void ar_fit(ar_model *ar)
 {
-    double s00 = 0, s01 = 0, s11 = 0, r0 = 0, r1 = 0;
-    for (int i = 0; i < ar->n; i++) {
-        double w = 1 / (ar->pt[i].s * ar->pt[i].s), x = ar->pt[i].bytes;
-        s00 += w;
-        s01 += w * x;
-        s11 += w * x * x;
-        r0 += w * ar->pt[i].s;
-        r1 += w * x * ar->pt[i].s;
-    }
-    double det = s00 * s11 - s01 * s01;
-    ar->fitted = ar->n >= 2 && det > 0;
-    if (!ar->fitted)
+    double *x = malloc((size_t)(ar->n + 1) * 2 * sizeof *x), *t = x ? x + ar->n + 1 : NULL;
+    ar->fitted = 0;
+    if (!x)
         return;
-    ar->A = (r0 * s11 - r1 * s01) / det;
-    ar->B = (s00 * r1 - s01 * r0) / det;
-    if (ar->B <= 0)
-        ar->fitted = 0;
-    else if (ar->A < 0)
-        ar->A = 0;
+    for (int i = 0; i < ar->n; i++) {
+        x[i] = ar->pt[i].bytes;
+        t[i] = ar->pt[i].s;
+    }
+    ar->fitted = model_fit_line_rel(ar->n, x, t, &ar->A, &ar->B);
+    free(x);
 }
 
 static void fmt_size(double bytes, char *buf, size_t len)
@@ -263,12 +234,11 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
                  hi->algo, s2);
         return exp(log(lo->s) + f * (log(hi->s) - log(lo->s)));
     }
-    /* ring: 2(p-1) alpha + 2(p-1)/p bytes beta; the world's fit scaled to k */
+    /* the ring whose world allreduce the fit is, on k ranks */
     double alpha, beta;
     fmt_size(bytes, s1, sizeof s1);
     if (ar->fitted) {
-        alpha = ar->A / (2.0 * (R - 1));
-        beta = ar->B * R / (2.0 * (R - 1));
+        model_ring_from_line(ar->A, ar->B, R, &alpha, &beta);
         if (k == R)
             snprintf(src, TRAIN_SRC, "model (ring fitted to %d kb:learner sizes; %s not measured)",
                      ar->n, s1);
@@ -290,20 +260,19 @@ static double ar_time(const ar_model *ar, double bytes, int k, char src[TRAIN_SR
                      ar->n ? "one size only" : "no allreduce");
         }
     }
-    return 2.0 * (k - 1) * alpha + 2.0 * (k - 1) / k * bytes * beta;
+    return model_coll_time(AI_ALLREDUCE, MODEL_ALGO_RING, k, bytes, alpha, beta);
 }
 
 /* One message of `bytes` between two ranks: the ring's alpha and beta. */
 static double p2p_time(const ar_model *ar, double bytes, char src[TRAIN_SRC])
 {
-    /* an allreduce over 2 ranks moves each byte once each way in 2 alphas */
     char tmp[TRAIN_SRC];
     double t2 = ar_time(ar, 2 * bytes, 2, tmp);
     snprintf(src, TRAIN_SRC, "%s", tmp);
     char *p = strstr(src, ", on 2 of");
     if (p)
         snprintf(p, TRAIN_SRC - (size_t)(p - src), ", one message)");
-    return t2 / 2;
+    return model_p2p_from_pair_allreduce(t2);
 }
 
 /* ------------------------------------------------------------- terms */
@@ -424,15 +393,17 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     /* DDP reduces every bucket but the last while the backward still
      * runs, on the rank's own CPU share: red_s per G of them is compute
      * time lost (kb:profile allreduce_beside_s) */
-    double first = x->G < TRAIN_FIRST_BUCKET ? x->G : TRAIN_FIRST_BUCKET;
-    double rest = x->G - first, capb = e->cap_mb * 1024 * 1024;
-    double last = rest > 0 ? rest - capb * ceil(rest / capb - 1) : first;
-    double beside = (x->G - last) / x->G;
+    double capb = e->cap_mb * 1024 * 1024;
+    double beside = model_ddp_beside_fraction(x->G, capb);
     double cmax = 0, omax = 0, cslow = 0;
     int slow = 0, oslow = 0;
+    model_ddp_rank *rr = x->rr;
     for (int i = 0; i < x->R; i++) {
         double c0 = rank_compute(&x->rk[i], e->shares[i], e->mb);
-        double c = c0 + (e->shares[i] > 0 ? beside * x->rk[i].red_s : 0);
+        rr[i].compute_s = c0;
+        rr[i].last_bwd_s = model_job_last_backward(&x->rk[i].fit, e->shares[i], e->mb);
+        rr[i].lost_s = e->shares[i] > 0 ? beside * x->rk[i].red_s : 0;
+        double c = c0 + rr[i].lost_s;
         if (c > cmax) {
             cmax = c;
             cslow = c0;
@@ -443,11 +414,6 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
             oslow = i;
         }
     }
-    /* buckets in backward order, reduced one after the other as the
-     * slowest rank's last backward produces them */
-    double cap = e->cap_mb * 1024 * 1024, done = 0, end = 0, total = 0, run_sz = 0, run_t = 0;
-    int k = 0, run = 0;
-    char run_src[TRAIN_SRC] = "";
     snprintf(src, sizeof src, "kb:profile rank %d", slow);
     int sb = e->shares[slow], nmb = (sb + e->mb - 1) / e->mb;
     if (add_term(e, cslow, src, "compute: rank %d (slowest), %d samples as %d x %d", slow, sb,
@@ -455,29 +421,21 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
         return ai_fail(AI_ERR_NOMEM, "plan train");
     if (cmax > cslow) {
         char s1[32];
-        fmt_size(x->G - last, s1, sizeof s1);
+        fmt_size(x->G - model_ddp_last_bucket(x->G, capb), s1, sizeof s1);
         snprintf(src, sizeof src, "kb:profile rank %d (allreduce_beside_s)", slow);
         if (add_term(e, cmax - cslow, src, "compute: rank %d's time lost to the %s of buckets"
                                            " reduced beside its backward", slow, s1))
             return ai_fail(AI_ERR_NOMEM, "plan train");
     }
-    while (done < x->G && k < TRAIN_MAX_BUCKETS) {
-        double lim = k == 0 ? TRAIN_FIRST_BUCKET : cap;
-        double sz = fmin(lim, x->G - done);
-        done += sz;
-        double q = done / x->G, ready = 0;
-        for (int i = 0; i < x->R; i++) {
-            int lastm = e->shares[i] % e->mb ? e->shares[i] % e->mb : e->mb;
-            double c = rank_compute(&x->rk[i], e->shares[i], e->mb);
-            double bwd = e->shares[i] > 0 ? TRAIN_BWD_FRACTION * fwd_bwd(&x->rk[i], lastm) : 0;
-            double lost = e->shares[i] > 0 ? beside * x->rk[i].red_s : 0;
-            ready = fmax(ready, c - (1 - q) * bwd + fmin(q, beside) / (beside > 0 ? beside : 1) *
-                                                    lost);
-        }
-        double t = ar_time(&x->ar, sz, x->R, src);
-        end = fmax(end, ready) + t;
+    /* buckets in backward order, each at its measured (or modelled) time;
+     * equal consecutive buckets make one term */
+    double *sizes = x->bsz, *secs = x->bsec;
+    int nb = model_ddp_buckets(x->G, capb, sizes, TRAIN_MAX_BUCKETS), run = 0;
+    double total = 0, run_sz = 0, run_t = 0;
+    char run_src[TRAIN_SRC] = "";
+    for (int k = 0; k < nb; k++) {
+        double sz = sizes[k], t = secs[k] = ar_time(&x->ar, sz, x->R, src);
         total += t;
-        /* equal consecutive buckets make one term */
         if (run && sz == run_sz && !strcmp(src, run_src)) {
             run++;
         } else {
@@ -488,10 +446,10 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
             run_t = t;
             snprintf(run_src, sizeof run_src, "%s", src);
         }
-        k++;
     }
     if (run && bucket_term(e, run, run_sz, run_t, run_src))
         return ai_fail(AI_ERR_NOMEM, "plan train");
+    double end = model_ddp_reduction_end(x->R, rr, beside, nb, sizes, secs, x->G);
     double exposed = fmax(0, end - cmax);
     if (add_term(e, exposed - total, "model (buckets reduced during the last backward)",
                  "overlap: reduction hidden behind the backward") ||
@@ -523,7 +481,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double speed[TRAIN_MAX_RANKS];
     for (int i = 0; i < R; i++) { /* fastest (lowest seconds per sample) first, stable */
         int j = i;
-        while (j > 0 && x->rk[order[j - 1]].c > x->rk[i].c) {
+        while (j > 0 && x->rk[order[j - 1]].fit.c > x->rk[i].fit.c) {
             order[j] = order[j - 1];
             j--;
         }
@@ -534,7 +492,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         for (int j = 0; j < k; j++) {
             e->stage_of[order[s * k + j]] = s;
             e->replica_of[order[s * k + j]] = j;
-            cworst = fmax(cworst, x->rk[order[s * k + j]].c);
+            cworst = fmax(cworst, x->rk[order[s * k + j]].fit.c);
         }
         speed[s] = 1 / cworst;
     }
@@ -547,7 +505,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     for (int j = 0; j < k; j++) {
         double worst = 0;
         for (int s = 0; s < P; s++)
-            worst = fmax(worst, x->rk[order[s * k + j]].c * e->stage_layers[s] / x->L);
+            worst = fmax(worst, model_job_stage_share(x->rk[order[s * k + j]].fit.c, e->stage_layers[s], x->L));
         rthr[j] = 1 / worst;
     }
     if ((st = ai_shares_split(k, rthr, B, rb)) != AI_OK)
@@ -561,12 +519,12 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     for (int s = 0; s < P; s++)
         for (int j = 0; j < k; j++)
             e->shares[order[s * k + j]] = s == 0 ? rb[j] : 0;
-    /* 1F1B, per replica j of M_j micro-batches: (M_j - 1) x its bottleneck
-     * stage + one pass through all its stages, each boundary crossed by
-     * activations forward and gradients back (M_j + P - 2 times each way
-     * on the busiest link). The step waits for the slowest replica; a
+    /* 1F1B, per replica j of M_j micro-batches (model_1f1b_time: M_j x its
+     * bottleneck stage + the other stages once), each boundary crossed by
+     * activations forward and gradients back (model_1f1b_p2p_time). The
+     * step waits for the slowest replica; a
      * replica of fewer micro-batches is not charged the largest count. */
-    double act = (double)m * x->ctx * x->dim * 4;
+    double act = model_job_act_bytes(m, x->ctx, x->dim);
     double tp2p = p2p_time(&x->ar, act, src), compute = 0, worst = 0, sum = 0, p2p = 0;
     int wslow = order[0], wstage = 0, wrep = 0, wM = 1;
     e->micro_batches = 0; /* the plan's: the most of any replica */
@@ -575,24 +533,21 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         e->micro_batches = Mj > e->micro_batches ? Mj : e->micro_batches;
         if (Mj == 0)
             continue;
-        double bott = 0, pass = 0;
-        int who = order[j], at = 0;
+        double ts[TRAIN_MAX_RANKS], pass = 0;
+        int at = 0;
         for (int s = 0; s < P; s++) {
-            double t = fwd_bwd(&x->rk[order[s * k + j]], m) * e->stage_layers[s] / x->L;
-            pass += t;
-            if (t > bott) {
-                bott = t;
-                who = order[s * k + j];
-                at = s;
-            }
+            ts[s] = model_job_stage_share(fwd_bwd(&x->rk[order[s * k + j]], m), e->stage_layers[s],
+                                          x->L);
+            pass += ts[s];
         }
-        double links = 2.0 * (Mj + P - 2) * tp2p;
-        if ((Mj - 1) * bott + pass + links > compute + p2p) {
-            compute = (Mj - 1) * bott + pass;
+        double span = model_1f1b_time(Mj, P, ts, 1, &at);
+        double links = model_1f1b_p2p_time(Mj, P, tp2p);
+        if (span + links > compute + p2p) {
+            compute = span;
             p2p = links;
-            worst = bott;
+            worst = ts[at];
             sum = pass;
-            wslow = who;
+            wslow = order[at * k + j];
             wstage = at;
             wrep = j;
             wM = Mj;
@@ -612,7 +567,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double comm = 0;
     for (int s = 0; s < P; s++) {
         char s2[TRAIN_SRC];
-        double t = ar_time(&x->ar, x->G * e->stage_layers[s] / x->L, k, s2);
+        double t = ar_time(&x->ar, model_job_stage_share(x->G, e->stage_layers[s], x->L), k, s2);
         if (t > comm) {
             comm = t;
             snprintf(src, sizeof src, "%s", s2);
@@ -622,7 +577,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     double omax = 0;
     int oslow = 0;
     for (int i = 0; i < R; i++) {
-        double o = x->rk[i].opt_s * e->stage_layers[e->stage_of[i]] / x->L;
+        double o = model_job_stage_share(x->rk[i].opt_s, e->stage_layers[e->stage_of[i]], x->L);
         if (o > omax) {
             omax = o;
             oslow = i;
@@ -837,16 +792,16 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
         if (strcmp(pr->preset, preset) || pr->rank >= R)
             continue;
         rank_model *r = &x->rk[pr->rank];
-        r->n = pr->npoints;
-        for (int j = 0; j < r->n; j++) {
-            r->b[j] = pr->point[j].batch;
-            r->t[j] = pr->point[j].fwd_bwd_s;
+        r->fit.n = pr->npoints;
+        for (int j = 0; j < r->fit.n; j++) {
+            r->fit.b[j] = pr->point[j].batch;
+            r->fit.t[j] = pr->point[j].fwd_bwd_s;
         }
         r->opt_s = pr->optimizer_s;
         r->red_s = pr->allreduce_beside_s;
         r->over_s = pr->step_overhead_s;
         snprintf(r->host, sizeof r->host, "%s", pr->host);
-        rank_fit(r);
+        model_job_rank_fit(&r->fit);
         got[pr->rank] = 1;
         x->L = pr->layers;
         x->dim = pr->dim;
@@ -861,6 +816,26 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
 out:
     free(c.prof);
     return st;
+}
+
+static void decide(ai_train_plan *p, const char *what, const char *chosen, double chosen_s,
+                   const char *runner, double runner_s, const char *rule, ...)
+    __attribute__((format(printf, 7, 8)));
+static void decide(ai_train_plan *p, const char *what, const char *chosen, double chosen_s,
+                   const char *runner, double runner_s, const char *rule, ...)
+{
+    if (p->ndec >= TRAIN_MAX_DECISIONS)
+        return;
+    decision *d = &p->dec[p->ndec++];
+    snprintf(d->what, sizeof d->what, "%s", what);
+    snprintf(d->chosen, sizeof d->chosen, "%s", chosen);
+    snprintf(d->runner, sizeof d->runner, "%s", runner ? runner : "");
+    d->chosen_s = chosen_s;
+    d->runner_s = runner ? runner_s : NAN;
+    va_list ap;
+    va_start(ap, rule);
+    vsnprintf(d->rule, sizeof d->rule, rule, ap);
+    va_end(ap);
 }
 
 static ai_status_t eval_alloc(train_eval *e, int R)
@@ -888,6 +863,113 @@ void ai_train_plan_destroy(ai_train_plan *p)
     free(p);
 }
 
+/* The decisions behind p->best: data parallel or a pipeline, the
+ * micro-batch, the bucket cap and the shares, each with its runner-up
+ * (what it predicted, from the candidates evaluated) and the rule. */
+static ai_status_t explain_choices(ai_train_plan *p, const train_ctx *x, const train_fix *fix,
+                                   train_eval *e, int B, int ntried, const int *tried_mb,
+                                   const double *tried_s, const double *tried_cap,
+                                   const double *caps, int ncaps,
+                                   double (*cap_s)[9])
+{
+    char a[96], b[96];
+    const train_eval *w = &p->best;
+    int R = p->R;
+    /* pipeline or data parallel */
+    if (p->has_pipe && isfinite(p->best_dp.step)) {
+        int pipe = w->pp > 1;
+        const train_eval *o = pipe ? &p->best_dp : &p->best_pipe;
+        snprintf(a, sizeof a, pipe ? "pipeline of %d stages" : "data parallel", w->pp);
+        snprintf(b, sizeof b, pipe ? "data parallel" : "pipeline of %d stages", o->pp);
+        decide(p, "layout", a, w->step, b, o->step, "the fastest predicted step (data parallel on"
+               " a tie)");
+    } else if (w->pp > 1) {
+        snprintf(a, sizeof a, "pipeline of %d stages", w->pp);
+        decide(p, "layout", a, w->step, NULL, 0, "pinned by --fix pipeline=%d", w->pp);
+    } else {
+        decide(p, "layout", "data parallel", w->step, NULL, 0, "%s",
+               fix->shares_n ? "--fix shares excludes a pipeline"
+               : fix->pp == 1 ? "pinned by --fix pipeline=1"
+               : x->L < 2     ? "the model has one layer: no pipeline"
+                              : "no pipeline stage count divides the ranks");
+    }
+    if (w->pp > 1) {
+        snprintf(a, sizeof a, "%d", w->mb);
+        decide(p, "micro_batch", a, w->step, NULL, 0, "the fastest predicted pipeline step of"
+               " the candidate micro-batches");
+        return AI_OK;
+    }
+    /* micro-batch: the chosen one against the fastest other */
+    int ru = -1;
+    for (int i = 0; i < ntried; i++)
+        if (tried_mb[i] != w->mb && (ru < 0 || tried_s[i] < tried_s[ru]))
+            ru = i;
+    snprintf(a, sizeof a, "%d", w->mb);
+    if (fix->mb) {
+        decide(p, "micro_batch", a, w->step, NULL, 0, "pinned by --fix micro_batch=%d", fix->mb);
+    } else if (ru < 0) {
+        decide(p, "micro_batch", a, w->step, NULL, 0, "the only candidate (every share is at most"
+               " %d samples)", w->mb);
+    } else {
+        snprintf(b, sizeof b, "%d", tried_mb[ru]);
+        if (tried_s[ru] < w->step)
+            decide(p, "micro_batch", a, w->step, b, tried_s[ru],
+                   "a smaller micro-batch is taken only if it predicts at least %.0f%% less than"
+                   " the best larger one; micro-batch %d predicts %.1f%% less (a rank's profile"
+                   " points scatter by up to about 10%% around their line, and each micro-batch"
+                   " costs a pass)", 100 * TRAIN_MB_MARGIN, tried_mb[ru],
+                   100 * (1 - tried_s[ru] / w->step));
+        else
+            decide(p, "micro_batch", a, w->step, b, tried_s[ru], "the fastest predicted step");
+    }
+    /* bucket cap at the chosen micro-batch */
+    int at = -1;
+    for (int i = 0; i < ntried; i++)
+        if (tried_mb[i] == w->mb && tried_cap[i] == w->cap_mb)
+            at = i;
+    snprintf(a, sizeof a, "%g MiB", w->cap_mb);
+    if (fix->cap_mb > 0) {
+        decide(p, "bucket_cap_mb", a, w->step, NULL, 0, "pinned by --fix bucket_cap_mb=%g",
+               w->cap_mb);
+    } else if (at < 0 || ncaps < 2) {
+        decide(p, "bucket_cap_mb", a, w->step, NULL, 0, "the only candidate");
+    } else {
+        int rc = -1;
+        for (int c = 0; c < ncaps; c++)
+            if (caps[c] != w->cap_mb && (rc < 0 || cap_s[at][c] < cap_s[at][rc]))
+                rc = c;
+        snprintf(b, sizeof b, "%g MiB", caps[rc]);
+        decide(p, "bucket_cap_mb", a, w->step, b, cap_s[at][rc], "the fastest predicted step"
+               " (the smallest cap on a tie)");
+    }
+    /* shares: against even ones at the same micro-batch and cap */
+    shares_str(w->shares, R, a, sizeof a);
+    if (fix->shares_n) {
+        decide(p, "shares", a, w->step, NULL, 0, "pinned by --fix shares");
+    } else if (R > 1) {
+        int even = 1;
+        for (int i = 0; i < R; i++) {
+            e->shares[i] = B / R + (i < B % R);
+            even &= e->shares[i] == w->shares[i];
+        }
+        if (even) {
+            decide(p, "shares", a, w->step, NULL, 0, "the ranks are equally fast: even shares"
+                   " minimise the slowest compute");
+        } else {
+            e->mb = w->mb;
+            e->cap_mb = w->cap_mb;
+            ai_status_t st = eval_dp(x, e);
+            if (st != AI_OK)
+                return st;
+            shares_str(e->shares, R, b, sizeof b);
+            decide(p, "shares", a, w->step, b, e->step, "samples one at a time to the rank that"
+                   " would finish its compute first with it: the slowest compute is the"
+                   " smallest possible");
+        }
+    }
+    return AI_OK;
+}
+
 ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
 {
     if (!kb || !o || !out)
@@ -908,6 +990,13 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     if (st != AI_OK)
         goto fail;
     int R = x.R, B = o->global_batch;
+    x.rr = malloc((size_t)R * sizeof *x.rr);
+    x.bsz = malloc(2 * TRAIN_MAX_BUCKETS * sizeof *x.bsz);
+    x.bsec = x.bsz ? x.bsz + TRAIN_MAX_BUCKETS : NULL;
+    if (!x.rr || !x.bsz) {
+        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        goto fail;
+    }
     p->R = R;
     p->B = B;
     if ((st = fix_parse(o->fix, R, &fix)) != AI_OK)
@@ -963,7 +1052,7 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     for (int i = 0; i < R; i++)
         note(p, "rank %d (%s): t(b) = %.4f + %.4f b s fitted to %d points, optimizer %.4f s,"
                 " compute lost per gradient allreduce %.4f s, step overhead %.4f s (kb:profile"
-                " rank %d)", i, x.rk[i].host, x.rk[i].a, x.rk[i].c, x.rk[i].n, x.rk[i].opt_s,
+                " rank %d)", i, x.rk[i].host, x.rk[i].fit.a, x.rk[i].fit.c, x.rk[i].fit.n, x.rk[i].opt_s,
              x.rk[i].red_s, x.rk[i].over_s, i);
     if ((st = eval_alloc(&e, R)) != AI_OK || (st = eval_alloc(&p->best, R)) != AI_OK ||
         (st = eval_alloc(&p->best_dp, R)) != AI_OK || (st = eval_alloc(&p->best_pipe, R)) != AI_OK)
@@ -981,11 +1070,16 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
         mbs[nmb++] = fix.mb;
     } else {
         mbs[nmb++] = B;
-        for (int j = x.rk[0].n - 1; j >= 0; j--)
-            mbs[nmb++] = x.rk[0].b[j];
+        for (int j = x.rk[0].fit.n - 1; j >= 0; j--)
+            mbs[nmb++] = x.rk[0].fit.b[j];
     }
     char sbuf[256];
     int ncaps = fix.cap_mb > 0 ? 1 : (int)(sizeof caps / sizeof caps[0]);
+    /* what each candidate predicted, for the decisions: per micro-batch
+     * its best step and cap, and every cap's step */
+    int tried_mb[AI_PROFILE_POINTS + 2], ntried = 0;
+    double tried_s[AI_PROFILE_POINTS + 2], tried_cap[AI_PROFILE_POINTS + 2];
+    double cap_s[AI_PROFILE_POINTS + 2][sizeof caps / sizeof caps[0]];
     for (int mi = 0; mi < nmb && fix.pp <= 1; mi++) {
         e.mb = mbs[mi];
         if (fix.shares_n)
@@ -1008,12 +1102,16 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
                 mb_best = e.step;
                 mb_cap = e.cap_mb;
             }
+            cap_s[ntried][ci] = e.step;
             double need = e.mb < p->best_dp.mb ? 1 - TRAIN_MB_MARGIN : 1;
             if (e.step < need * p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
                 goto fail;
         }
         note(p, "data parallel, micro-batch %d (shares %s): best bucket cap %g MiB, %.4f s",
              e.mb, shares_str(e.shares, R, sbuf, sizeof sbuf), mb_cap, mb_best);
+        tried_mb[ntried] = e.mb;
+        tried_s[ntried] = mb_best;
+        tried_cap[ntried++] = mb_cap;
     }
     /* pipelines of 2+ stages, R divisible */
     for (int P = 2; P <= R && P <= x.L && (fix.pp == 0 || fix.pp > 1) && !fix.shares_n; P++) {
@@ -1054,15 +1152,22 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     }
     if ((st = eval_copy(&p->best, win, R)) != AI_OK)
         goto fail;
+    if ((st = explain_choices(p, &x, &fix, &e, B, ntried, tried_mb, tried_s, tried_cap, caps,
+                              ncaps, cap_s)) != AI_OK)
+        goto fail;
     eval_free(&e);
     free(x.rk);
     free(x.ar.pt);
+    free(x.rr);
+    free(x.bsz);
     *out = p;
     return AI_OK;
 fail:
     eval_free(&e);
     free(x.rk);
     free(x.ar.pt);
+    free(x.rr);
+    free(x.bsz);
     ai_train_plan_destroy(p);
     return st;
 }
@@ -1098,11 +1203,25 @@ static json_t *plan_json(const ai_train_plan *p)
         }
         pipe = json_pack("{s:o, s:i}", "stages", stages, "micro_batches", e->micro_batches);
     }
-    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:i, s:f, s:o, s:f, s:o}", "kind",
+    json_t *dec = json_array();
+    for (int i = 0; i < p->ndec; i++) {
+        const decision *d = &p->dec[i];
+        json_t *o = json_pack("{s:s, s:s, s:f}", "choice", d->what, "chosen", d->chosen,
+                              "step_time_s", d->chosen_s);
+        if (!isnan(d->runner_s)) {
+            json_object_set_new(o, "runner_up", json_string(d->runner));
+            json_object_set_new(o, "runner_up_step_time_s", json_real(d->runner_s));
+            json_object_set_new(o, "runner_up_vs_chosen",
+                                json_real(d->runner_s / d->chosen_s - 1));
+        }
+        json_object_set_new(o, "rule", json_string(d->rule));
+        json_array_append_new(dec, o);
+    }
+    return json_pack("{s:s, s:i, s:s, s:i, s:i, s:o, s:i, s:f, s:o, s:f, s:o, s:o}", "kind",
                      "train-plan", "version", 1, "fingerprint", p->fp, "ranks", p->R,
                      "global_batch", p->B, "shares", shares, "micro_batch", e->mb,
                      "bucket_cap_mb", e->cap_mb, "pipeline", pipe, "predicted_step_time_s",
-                     e->step, "explain", explain);
+                     e->step, "explain", explain, "decisions", dec);
 }
 
 ai_status_t ai_train_plan_json(const ai_train_plan *p, char **out)
@@ -1151,6 +1270,16 @@ ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
         for (int i = 0; i < e->nterms; i++)
             fprintf(f, "  %+10.4f s  %-58s %s\n", e->terms[i].s, e->terms[i].term,
                     e->terms[i].src);
+        fprintf(f, "\nwhy:\n");
+        for (int i = 0; i < p->ndec; i++) {
+            const decision *d = &p->dec[i];
+            fprintf(f, "  %s %s (%.4f s)", d->what, d->chosen, d->chosen_s);
+            if (!isnan(d->runner_s))
+                fprintf(f, " over %s (%.4f s, %.1f%% %s)", d->runner, d->runner_s,
+                        100 * fabs(d->runner_s / d->chosen_s - 1),
+                        d->runner_s < d->chosen_s ? "less" : "more");
+            fprintf(f, ": %s\n", d->rule);
+        }
         fprintf(f, "\nconsidered:\n");
         const char *n = p->notes ? p->notes : "";
         while (*n) {
