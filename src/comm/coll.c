@@ -152,6 +152,34 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
     }
 }
 
+/* ------------------------------------------------- call descriptions */
+
+const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n)
+{
+    char op[32] = "", root[32] = "";
+    if (s->op != COMM_SIG_NONE)
+        snprintf(op, sizeof op, "%s, ", ai_op_name((ai_op)s->op));
+    if (s->root >= 0)
+        snprintf(root, sizeof root, "root %d, ", (int)s->root);
+    if (s->coll == AI_BARRIER)
+        snprintf(buf, n, "barrier()");
+    else
+        snprintf(buf, n, "%s(%s%s%s, %llu)", ai_coll_name((ai_coll)s->coll), op, root,
+                 ai_dtype_name((ai_dtype)s->dt), (unsigned long long)s->count);
+    return buf;
+}
+
+ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host, uint32_t seq,
+                               const comm_call_sig *theirs, const char *where)
+{
+    char a[96], b[96];
+    return ai_fail(AI_ERR_PROTO,
+                   "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
+                   "%s): ranks issued different collectives or arguments",
+                   peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   comm_call_sig_str(&c->call, b, sizeof b), seq, where);
+}
+
 /* --------------------------------------------------------- validation */
 
 static ai_status_t check_comm(ai_comm *c, ai_coll coll)
@@ -219,6 +247,11 @@ static ai_status_t pick_algo(const ai_comm *c, ai_coll coll, const ai_algo_opts 
     return AI_OK;
 }
 
+static int coll_reduces(ai_coll k)
+{
+    return k == AI_ALLREDUCE || k == AI_REDUCE_SCATTER || k == AI_REDUCE;
+}
+
 /* Common tail: options, sequence number, run, AVG. avg_buf/avg_count: the
  * result this rank divides (NULL: none). `auto` goes to the learner when
  * one is attached and takes the call; otherwise to the model or the fixed
@@ -244,13 +277,23 @@ static ai_status_t coll_run(ai_comm *c, coll_args *a, const ai_algo_opts *opts, 
     c->active_channels = AI_MAX(1, AI_MIN(ch, c->channels));
     a->chunk_bytes = arm.chunk_bytes;
     int avg = a->op == AI_AVG;
+    c->prev_call = c->call;
+    c->call = (comm_call_sig){
+        .count = a->count,
+        .root = a->coll == AI_BROADCAST || a->coll == AI_REDUCE ? a->root : -1,
+        .coll = (uint8_t)a->coll,
+        .dt = a->coll == AI_BARRIER ? 0 : (uint8_t)a->dt,
+        .op = coll_reduces(a->coll) ? (uint8_t)a->op : COMM_SIG_NONE,
+    };
     if (avg)
         a->op = AI_SUM;
     c->call_seq++;
     if (a->count == 0 && a->coll != AI_BARRIER)
         return AI_OK;
     double t0 = learned ? ai_now() : 0;
+    c->in_call = 1;
     st = al->run(c, a);
+    c->in_call = 0;
     if (st != AI_OK)
         return ai_fail_prefix(st, "rank %d: %s/%s (count %zu, %s)", c->rank, ai_coll_name(a->coll),
                               al->name, a->count, ai_dtype_name(a->dt));

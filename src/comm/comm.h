@@ -30,6 +30,22 @@
 
 typedef enum { COMM_REQ_SEND, COMM_REQ_RECV, COMM_REQ_RECV_REDUCE } comm_req_kind;
 
+/* What a collective call is, as every rank taking part must describe it
+ * alike. Every message header and shared-memory slot of the call carries
+ * it, and receivers compare it as 16 bytes, so ranks that called different
+ * collectives (or the same one with a different root, type, op or count)
+ * fail instead of taking each other's data. */
+#define COMM_SIG_NONE 0xff /* root (as -1) or op field a collective has none of */
+typedef struct comm_call_sig {
+    uint64_t count; /* the count argument */
+    int32_t root;   /* broadcast and reduce; -1 for the others */
+    uint8_t coll;   /* ai_coll */
+    uint8_t dt;     /* ai_dtype */
+    uint8_t op;     /* ai_op as passed (AVG is not SUM); COMM_SIG_NONE if not reducing */
+    uint8_t zero;
+} comm_call_sig;
+#define COMM_HDR_MAX 48 /* message header bytes (transport.h: COMM_HDR_BYTES) */
+
 /* One posted operation. Fields below `private` belong to the engine. */
 typedef struct comm_req {
     comm_req_kind kind;
@@ -50,7 +66,7 @@ typedef struct comm_req {
     int nchan;
     size_t chan_off[COMM_MAX_CHANNELS + 1]; /* channel k moves [off[k], off[k+1]) */
     size_t chan_done[COMM_MAX_CHANNELS];     /* stream bytes (header, payload, pad) moved */
-    unsigned char hdr[COMM_MAX_CHANNELS][16];
+    unsigned char hdr[COMM_MAX_CHANNELS][COMM_HDR_MAX];
 } comm_req;
 
 /* Post a send of `bytes` bytes to `peer`; buf must stay valid until done. */
@@ -88,6 +104,14 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
 int comm_shm_direct_ok(const ai_comm *c);
 ai_status_t comm_shm_allreduce(ai_comm *c, const void *in, void *out, size_t count, ai_dtype dt,
                                ai_op op);
+
+/* "broadcast(root 1, float32, 1024)": a call as error messages name it
+ * (coll.c). Returns buf. */
+const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n);
+/* The error of a rank that found `peer` in the same call (seq) with a
+ * different description: names both sides (coll.c). */
+ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host, uint32_t seq,
+                               const comm_call_sig *theirs, const char *where);
 
 /* Local reduction: dst[i] = a[i] op b[i]. dst may equal a or b. op != AVG. */
 void comm_reduce_local(void *dst, const void *a, const void *b, size_t count,
@@ -144,6 +168,10 @@ struct ai_comm {
     int channels;        /* TCP connections per peer pair */
     int active_channels; /* channels the current call may use (<= channels) */
     uint32_t call_seq;   /* collective calls issued, for matching checks */
+    comm_call_sig call;  /* the latest collective call (call_seq's) */
+    comm_call_sig prev_call; /* the one before it, to name a late message's call */
+    int in_call;         /* 1 while a collective's algorithm runs: waits also
+                          * look at peers' pending messages (engine.c) */
 
     ai_status_t state;   /* AI_OK until a failure */
     char failure[512];   /* what broke it */

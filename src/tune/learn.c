@@ -11,10 +11,11 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls all ranks run one 48-byte MAX allreduce carrying each rank's
+ * of calls all ranks run one 56-byte MAX allreduce carrying each rank's
  * mean time over the window (the max is the slowest rank's, the time that
  * counts), each rank's vote for a short next window (its own time looks
- * like a drift strike), and rank 0's orders: the arm for the next calls,
+ * like a drift strike), each rank's wait for a CPU (window_load), and
+ * rank 0's orders: the arm for the next calls,
  * the incumbent (the arm a settled bucket exploits), what the agreement
  * costs against a call, and whether to re-measure the links.
  * Rank 0 decides the next arm from what it knows plus its own time of this
@@ -51,12 +52,14 @@
 #include "comm/select/select.h"
 #include "tune/tune.h"
 
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <unistd.h>
 
 #define TUNE_BUCKETS 64
 #define TUNE_WINDOW 4          /* calls per agreement once settled, at least */
@@ -73,6 +76,8 @@
                                * much faster, log) >= TUNE_REFINE_P */
 #define TUNE_REFINE_P 0.1
 #define TUNE_DRIFT_STRIKES 2
+#define TUNE_LOAD_MEMORY 16   /* calls: the CPU wait's average decays as the
+                               * posteriors' evidence (bandit.c) */
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
@@ -107,6 +112,13 @@ typedef struct tune_bucket {
     long calls;
     int strikes;    /* settled windows in a row that looked like drift */
     double strike_s; /* ... and the seconds of calls they cover */
+    /* CPU contention (window_load): the seconds per call the slowest
+     * rank waited for a CPU, averaged over the windows the posterior
+     * learned from; and where this thread's count of that wait stood at
+     * the end of its last window. */
+    double load_m;
+    int load_known;
+    double rd_at, rd_s;
     int dirty;      /* rank 0: changed since the KB last saw it */
     tune_bucket_info info;
 } tune_bucket;
@@ -329,6 +341,64 @@ static void learn_window(tune_bandit *s, int arm, double y, int calls, int settl
 static int window(double ratio)
 {
     return (int)AI_MAX(TUNE_WINDOW, AI_MIN(TUNE_WINDOW_MAX, ceil(ratio)));
+}
+
+/* This thread's time spent runnable but waiting for a CPU, seconds
+ * (schedstat's run delay), or -1 where the kernel does not count it. */
+static double run_delay_s(void)
+{
+    char buf[128];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    unsigned long long run_ns, wait_ns;
+    if (n <= 0)
+        return -1;
+    buf[n] = '\0';
+    return sscanf(buf, "%llu %llu", &run_ns, &wait_ns) == 2 ? (double)wait_ns * 1e-9 : -1;
+}
+
+/*
+ * CPU contention is not drift. A user's job always has other work beside
+ * it, and on a host with more runnable processes than cores a call slows
+ * by the time its ranks wait for a CPU: two CPU-bound processes starting
+ * beside test_tune's two ranks on 2 cores made settled 1 MiB windows
+ * 2-3x slower for a few windows, which the learner took for a drift and
+ * learned the bucket again (test_drift_relearns, before its drift, in 13
+ * of 46 runs with two hogs switched on and off every 0.5-2.5 s). So every
+ * rank measures how long it waited for a CPU over each window (its run
+ * delay, spread over the window's calls in proportion to their share of
+ * the window's span), the agreement carries the largest, and a window off
+ * the posterior by a drift's margin whose change is at least half matched
+ * by a change in that wait from its average (load_explains) is no strike:
+ * slower or faster, the machine's load moved, not the cluster. A slower
+ * network, a stalled peer or a rank sleeping changes little of the wait:
+ * still a drift. The wait measured is less than what contention costs
+ * (waking peers, caches): +36 ms of it came with +50 ms of call time.
+ */
+static double window_load(tune_bucket *b, double mine)
+{
+    double now = ai_now(), rd = run_delay_s(), load = 0;
+    if (rd >= 0 && b->rd_at > 0 && now > b->rd_at && rd >= b->rd_s)
+        load = AI_MIN(mine, (rd - b->rd_s) / (now - b->rd_at) * mine);
+    b->rd_at = rd >= 0 ? now : 0;
+    b->rd_s = rd;
+    return load;
+}
+
+/* A settled window off the arm's posterior by a drift's margin, but
+ * with at least half of that change matched by a change in the slowest
+ * rank's CPU wait from its average: the machine's load moved, not the
+ * cluster. */
+static int load_explains(const ai_comm *c, const tune_bucket *b, int arm, double y, double load)
+{
+    if (!b->load_known || !b->settled ||
+        !bandit_drifted(&b->s, arm, y, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST))
+        return 0;
+    double dt = exp(y) - exp(b->s.mean_m[arm]), dl = load - b->load_m;
+    return dt * dl > 0 && fabs(dl) >= 0.5 * fabs(dt);
 }
 
 /* Is a settled window's time y (log, the mean of its calls) a drift strike?
@@ -717,13 +787,15 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * calls long. The votes only shorten a window; strikes
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
-    double msg[6] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
-                     strikes_out(c, b, ran, log(mine))};
+    double my_load = window_load(b, mine);
+    double msg[7] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
+                     strikes_out(c, b, ran, log(mine)), my_load};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
         *d = *b;
-        learn_window(&d->s, ran, log(mine), calls, was_settled);
+        if (!load_explains(c, b, ran, log(mine), my_load))
+            learn_window(&d->s, ran, log(mine), calls, was_settled);
         int best = bandit_best_measured(&d->s);
         /* Settled, near ties are not worth a switch: they flip with the
          * noise of a window (1-2% at small sizes), and a switch costs by
@@ -775,13 +847,13 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 6, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 7, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     b->agree_s = t->agree_s = ai_now() - t0;
     if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
           msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
-          (msg[5] == 0 || msg[5] == 1)))
+          (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0]))
         return ai_fail(AI_ERR_PROTO,
                        "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
                        "vote %g)",
@@ -789,7 +861,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
-    int strike = strikes_out(c, b, ran, y);
+    int loaded = load_explains(c, b, ran, y, msg[6]);
+    int strike = !loaded && strikes_out(c, b, ran, y);
     if (strike) {
         b->strikes++;
         b->strike_s += msg[0] * calls;
@@ -800,7 +873,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         b->strikes = 0;
         b->strike_s = 0;
     }
-    b->quiet = was_settled && !strike ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
+    /* A loaded window keeps the next ones short, as a strike does: a
+     * drift must not start inside a long window, whose weight would
+     * carry the posterior most of the way to it at once. */
+    b->quiet = was_settled && !strike && !loaded ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
     if (b->exploring) {
         b->info.explored += calls;
         b->info.explore_s += msg[0] * calls;
@@ -809,7 +885,15 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         if (refining)
             b->refined += calls;
     }
-    learn_window(&b->s, ran, y, calls, was_settled);
+    /* A window the load explains teaches nothing about the arm: the
+     * posterior and the wait's average keep the quiet machine's values,
+     * so a drift that comes while the load lasts still stands out. */
+    if (!loaded) {
+        learn_window(&b->s, ran, y, calls, was_settled);
+        double keep = pow(1.0 - 1.0 / TUNE_LOAD_MEMORY, calls);
+        b->load_m = b->load_known ? keep * b->load_m + (1 - keep) * msg[6] : msg[6];
+        b->load_known = 1;
+    }
     int was_inc = b->inc;
     b->cur = (int)msg[1];
     b->inc = (int)msg[4];

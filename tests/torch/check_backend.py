@@ -14,6 +14,10 @@
                                      asynchronous one nobody waits for still starts
     check_backend.py groups N        dist.new_group of every pair and of all ranks but
                                      the first, beside the default group
+    check_backend.py mismatch N      dist.broadcast with src 1 on the last rank and
+                                     src 0 on the others: no rank gets wrong data, and
+                                     every rank raises, in that call or the next, naming
+                                     both calls
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -431,6 +435,33 @@ def groups(rank, n):
         print(f"groups on {n} ranks (rank 0 on {hosts}): {len(made)} groups agree")
 
 
+def mismatch(rank, n):
+    import torch
+    import torch.distributed as dist
+    src = 1 if rank == n - 1 else 0
+    t = torch.full((1024,), float(rank))
+    t0 = time.time()
+    errors = []
+    try:
+        dist.broadcast(t, src)
+        # Only a rank whose part needed nothing from the other root may
+        # finish, and with its own root's data.
+        assert torch.equal(t, torch.full_like(t, float(src))), f"rank {rank}: wrong data {t[:4]}"
+    except RuntimeError as e:
+        errors.append(str(e))
+    try:
+        dist.all_reduce(torch.ones(4))
+    except RuntimeError as e:
+        errors.append(str(e))
+    took = time.time() - t0
+    assert errors, f"rank {rank}: the mismatched broadcast and the call after it both succeeded"
+    msg = errors[0]
+    assert "broadcast(root 0, " in msg and "broadcast(root 1, " in msg, msg  # as bytes: u8
+    assert took < 10, f"rank {rank}: {took:.1f} s to fail"
+    print(f"rank {rank}: raised after {took:.2f} s: {msg[:240]}")
+    os._exit(0)  # the communicator is failed; skip torch's teardown
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
@@ -441,7 +472,7 @@ def child(case, n):
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
-     "deferred": deferred, "groups": groups}[case](rank, n)
+     "deferred": deferred, "groups": groups, "mismatch": mismatch}[case](rank, n)
     dist.destroy_process_group()
 
 

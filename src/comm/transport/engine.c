@@ -115,6 +115,14 @@ static _Atomic unsigned fault_corrupt;
 
 void comm_fault_corrupt_next(unsigned v) { atomic_store(&fault_corrupt, v | 0x80000000u); }
 
+_Static_assert(COMM_HDR_BYTES == COMM_HDR_MAX && COMM_HDR_BYTES % 8 == 0, "header size");
+_Static_assert(2 * sizeof(comm_call_sig) == COMM_HDR_BYTES - 16, "call descriptions fill the header");
+
+/* Header: magic (4) | call sequence (4) | payload length (8) | the call's
+ * description (comm_call_sig, 16) | the sender's previous call's (16). A
+ * request lives within one call, so the communicator's current
+ * description is the request's. The previous call names what a peer that
+ * is one call ahead did in the call this rank is still in. */
 static void hdr_build(const ai_comm *c, comm_req *r, int k)
 {
     uint32_t magic = COMM_MSG_MAGIC, seq = r->seq;
@@ -122,21 +130,61 @@ static void hdr_build(const ai_comm *c, comm_req *r, int k)
     memcpy(r->hdr[k], &magic, 4);
     memcpy(r->hdr[k] + 4, &seq, 4);
     memcpy(r->hdr[k] + 8, &len, 8);
+    memcpy(r->hdr[k] + 16, &c->call, sizeof c->call);
+    memcpy(r->hdr[k] + 32, &c->prev_call, sizeof c->prev_call);
     if (atomic_load_explicit(&fault_corrupt, memory_order_relaxed)) {
         unsigned v = atomic_exchange(&fault_corrupt, 0u);
         unsigned char mask = (unsigned char)(v >> 8);
+        /* One of the 16 framing bytes (magic, sequence, length), as
+         * documented; the armed bit is not part of the index. */
         if (v)
-            r->hdr[k][v % COMM_HDR_BYTES] ^= mask ? mask : 0xff;
+            r->hdr[k][(v & 0x7fffffffu) % 16] ^= mask ? mask : 0xff;
     }
+}
+
+/* A message of another call number than this rank's. From the call
+ * before: the two ranks' calls of that number differed. From the next
+ * call: the peer finished this call without sending this rank what it
+ * waits for, so it made another call (its previous call is in the header)
+ * or ran another algorithm. */
+static ai_status_t late_error(const ai_comm *c, const comm_req *r, uint32_t seq,
+                              const comm_call_sig *theirs, const comm_call_sig *their_prev)
+{
+    char a[96], b[96];
+    int peer = r->peer;
+    if (seq + 1 == r->seq && memcmp(theirs, &c->prev_call, sizeof *theirs) != 0)
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) called %s where rank %d called %s (collective call "
+                       "#%u; its message reached this rank's call #%u): ranks issued different "
+                       "collectives or arguments",
+                       peer, peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                       comm_call_sig_str(&c->prev_call, b, sizeof b), seq, r->seq);
+    if (seq == r->seq + 1 && memcmp(their_prev, &c->call, sizeof *their_prev) != 0)
+        return comm_call_mismatch(c, peer, peer_host(c, peer), r->seq, their_prev,
+                                  "named by its next call's message");
+    if (seq == r->seq + 1)
+        return ai_fail(AI_ERR_PROTO,
+                       "rank %d (host %s) finished collective call #%u, %s, without sending "
+                       "rank %d the message it waits for: ranks ran different algorithms",
+                       peer, peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
+                       c->rank);
+    return ai_fail(AI_ERR_PROTO,
+                   "rank %d (host %s) is in collective call #%u (%s) while rank %d is in #%u "
+                   "(%s): ranks issued different collectives",
+                   peer, peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   r->seq, comm_call_sig_str(&c->call, b, sizeof b));
 }
 
 static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
 {
     uint32_t magic, seq;
     uint64_t len;
+    comm_call_sig theirs, their_prev;
     memcpy(&magic, r->hdr[k], 4);
     memcpy(&seq, r->hdr[k] + 4, 4);
     memcpy(&len, r->hdr[k] + 8, 8);
+    memcpy(&theirs, r->hdr[k] + 16, sizeof theirs);
+    memcpy(&their_prev, r->hdr[k] + 32, sizeof their_prev);
     if (magic != COMM_MSG_MAGIC)
         return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
                        r->peer, peer_host(c, r->peer), magic);
@@ -147,10 +195,10 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
                        seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
                        seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
     if (seq != r->seq)
-        return ai_fail(AI_ERR_PROTO,
-                       "rank %d (host %s) is in collective call #%u while this rank is in #%u: "
-                       "ranks issued different collectives",
-                       r->peer, peer_host(c, r->peer), seq, r->seq);
+        return late_error(c, r, seq, &theirs, &their_prev);
+    if (seq != COMM_SEQ_P2P && memcmp(&theirs, &c->call, sizeof theirs) != 0)
+        return comm_call_mismatch(c, r->peer, peer_host(c, r->peer), seq, &theirs,
+                                  "message header");
     if (len != chan_len(r, k))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent %llu bytes where %zu were expected: "
@@ -452,11 +500,72 @@ int comm_proc_is_dead(pid_t pid)
     return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
+/* The next message header from `p`, if all of it has arrived, without
+ * consuming anything. Only called when no receive from p is under way, so
+ * the stream is at a message boundary. */
+static int peek_hdr(comm_peer *p, unsigned char *h)
+{
+    comm_chan *ch = &p->rx[0]; /* every message starts on channel 0 */
+    if (p->kind == CHAN_SHM && ch->ring) {
+        uint64_t head = atomic_load_explicit(&ch->ring->head, memory_order_relaxed);
+        uint64_t tail = atomic_load_explicit(&ch->ring->tail, memory_order_acquire);
+        if (tail - head < COMM_HDR_BYTES)
+            return 0;
+        size_t at = (size_t)(head % ch->ring_bytes);
+        size_t first = AI_MIN((size_t)COMM_HDR_BYTES, (size_t)ch->ring_bytes - at);
+        memcpy(h, ch->data + at, first);
+        memcpy(h + first, ch->data, COMM_HDR_BYTES - first);
+        return 1;
+    }
+    if (p->kind == CHAN_TCP && ch->fd >= 0) {
+        if (ch->bend - ch->bstart >= COMM_HDR_BYTES) {
+            memcpy(h, ch->bounce + ch->bstart, COMM_HDR_BYTES);
+            return 1;
+        }
+        return ch->bend == ch->bstart &&
+               recv(ch->fd, h, COMM_HDR_BYTES, MSG_PEEK | MSG_DONTWAIT) == COMM_HDR_BYTES;
+    }
+    return 0;
+}
+
+/*
+ * A rank of a mismatched call may wait for a message that never comes
+ * (its peer, in another collective or with another root, sends elsewhere)
+ * while a message of that other call sits unread in its queue from a third
+ * rank. So, while a collective waits, the liveness check also reads the
+ * headers waiting at the front of idle streams (no receive posted) and
+ * the shared-memory slot descriptions: one of this call's number with a
+ * different description is the same mismatch the receiver would find.
+ */
+ai_status_t comm_peek_calls(ai_comm *c)
+{
+    struct comm_transport *tp = c->tp;
+    if (!c->in_call || !tp)
+        return AI_OK;
+    for (int j = 0; j < c->size; j++) {
+        comm_peer *p = &tp->peers[j];
+        unsigned char h[COMM_HDR_BYTES];
+        uint32_t magic, seq;
+        comm_call_sig theirs;
+        if (j == c->rank || p->rx_posted != p->rx_next || !peek_hdr(p, h))
+            continue;
+        memcpy(&magic, h, 4);
+        memcpy(&seq, h + 4, 4);
+        memcpy(&theirs, h + 16, sizeof theirs);
+        if (magic == COMM_MSG_MAGIC && seq == c->call_seq &&
+            memcmp(&theirs, &c->call, sizeof theirs) != 0)
+            return comm_call_mismatch(c, j, p->host, seq, &theirs, "a message waiting unread");
+    }
+    return comm_shm_peek_slots(c);
+}
+
 static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
 {
     struct comm_transport *tp = c->tp;
     ai_status_t st = comm_ctl_check(c); /* notices: this host's and every peer's */
     if (st != AI_OK)
+        return st;
+    if ((st = comm_peek_calls(c)) != AI_OK)
         return st;
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];

@@ -218,9 +218,10 @@ ai_status_t comm_shm_check_local(ai_comm *c)
  * A rank starts call k only after it saw every flag at k-1, and a rank
  * publishes k-1 only after it has read all of call k-2's slots, so nobody
  * still reads the set being overwritten. Each rank also describes the call
- * it wrote into a set (collective sequence number, element count, type):
- * a rank that finds another's description different has ranks issuing
- * different collectives, and fails instead of reducing garbage. */
+ * it wrote into a set (collective sequence number, piece, and the call's
+ * comm_call_sig): a rank that finds another's description different has
+ * ranks issuing different collectives, and fails instead of reducing
+ * garbage. */
 
 typedef struct slot_wait {
     int rank; /* the rank waited for */
@@ -229,7 +230,28 @@ typedef struct slot_wait {
 static ai_status_t slot_check(ai_comm *c, void *ctx)
 {
     (void)ctx;
-    return comm_shm_check_local(c);
+    ai_status_t st = comm_shm_check_local(c);
+    return st != AI_OK ? st : comm_peek_calls(c);
+}
+
+ai_status_t comm_shm_peek_slots(ai_comm *c)
+{
+    struct comm_transport *tp = c->tp;
+    if (!tp->flags)
+        return AI_OK;
+    const int *local = &c->host_ranks[c->host_first[c->host_of[c->rank]]];
+    for (int k = 0; k < c->local_size; k++) {
+        shm_flag *f = &tp->flags[k];
+        uint32_t posted = atomic_load_explicit(&f->posted, memory_order_acquire);
+        if (k == c->local_rank || posted == 0)
+            continue;
+        shm_slot_call theirs;
+        memcpy(&theirs, &f->what[posted & 1], sizeof theirs);
+        if (theirs.call_seq == c->call_seq && memcmp(&theirs.sig, &c->call, sizeof theirs.sig) != 0)
+            return comm_call_mismatch(c, local[k], tp->peers[local[k]].host, theirs.call_seq,
+                                      &theirs.sig, "shared-memory slot");
+    }
+    return AI_OK;
 }
 
 static ai_status_t slot_expired(ai_comm *c, void *ctx, double idle)
@@ -248,7 +270,7 @@ int comm_shm_direct_ok(const ai_comm *c)
 }
 
 static ai_status_t slot_piece(ai_comm *c, const unsigned char *in, unsigned char *out, size_t count,
-                              ai_dtype dt, ai_op op)
+                              ai_dtype dt, ai_op op, uint32_t piece)
 {
     struct comm_transport *tp = c->tp;
     int n = c->local_size, me = c->local_rank;
@@ -258,8 +280,8 @@ static ai_status_t slot_piece(ai_comm *c, const unsigned char *in, unsigned char
     shm_flag *mine = &tp->flags[me];
     shm_slot_call *what = &mine->what[call & 1];
     what->call_seq = c->call_seq;
-    what->count = count;
-    what->dtype_op = (uint32_t)dt << 8 | (uint32_t)op;
+    what->piece = piece;
+    what->sig = c->call;
     atomic_store_explicit(&mine->posted, call, memory_order_release);
     for (int k = 0; k < n; k++)
         if (k != me)
@@ -277,14 +299,22 @@ static ai_status_t slot_piece(ai_comm *c, const unsigned char *in, unsigned char
             return st;
         /* A rank already in call + 1 writes the other set's description. */
         const shm_slot_call *theirs = &f->what[call & 1];
-        if (theirs->call_seq != what->call_seq || theirs->count != count ||
-            theirs->dtype_op != what->dtype_op)
+        if (theirs->call_seq == what->call_seq &&
+            memcmp(&theirs->sig, &what->sig, sizeof what->sig) != 0)
+            return comm_abort(c, comm_call_mismatch(c, sw.rank, tp->peers[sw.rank].host,
+                                                    theirs->call_seq, &theirs->sig,
+                                                    "shared-memory slot"));
+        if (theirs->call_seq != what->call_seq || theirs->piece != piece) {
+            char a[96], b[96];
             return comm_abort(c, ai_fail(AI_ERR_PROTO,
-                                         "rank %d is in collective call #%u (%llu elements) while this "
-                                         "rank is in allreduce call #%u (%zu elements, shared-memory "
+                                         "rank %d is in collective call #%u (%s, piece %u) while "
+                                         "rank %d is in call #%u (%s, piece %u; shared-memory "
                                          "slots): ranks issued different collectives or arguments",
-                                         sw.rank, theirs->call_seq, (unsigned long long)theirs->count,
-                                         c->call_seq, count));
+                                         sw.rank, theirs->call_seq,
+                                         comm_call_sig_str(&theirs->sig, a, sizeof a), theirs->piece,
+                                         c->rank, c->call_seq, comm_call_sig_str(&c->call, b, sizeof b),
+                                         piece));
+        }
     }
     comm_reduce_local(out, set, set + SHM_SLOT_BYTES, count, dt, op);
     for (int k = 2; k < n; k++)
@@ -298,7 +328,8 @@ ai_status_t comm_shm_allreduce(ai_comm *c, const void *in, void *out, size_t cou
     size_t es = ai_dtype_size(dt), per = SHM_SLOT_BYTES / es;
     for (size_t base = 0; base < count; base += per) {
         ai_status_t st = slot_piece(c, (const unsigned char *)in + base * es,
-                                    (unsigned char *)out + base * es, AI_MIN(per, count - base), dt, op);
+                                    (unsigned char *)out + base * es, AI_MIN(per, count - base), dt, op,
+                                    (uint32_t)(base / per));
         if (st != AI_OK)
             return st;
     }

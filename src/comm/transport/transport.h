@@ -5,11 +5,13 @@
  * Every peer pair is connected by byte streams ("channels"): one shared
  * memory ring per direction between ranks of one host, or 1..channels TCP
  * connections between hosts. Messages on a stream are framed as
- *   header (16 bytes: magic, call sequence, payload length) | payload | pad
+ *   header (48 bytes: magic, call sequence, payload length, the call's
+ *   description, comm_call_sig, and the sender's previous call's) |
+ *   payload | pad
  * where pad brings the payload to a multiple of 8 bytes. Framing lets the
- * receiver refuse a message whose length or call sequence does not match
- * what it expects (mismatched collective arguments) instead of corrupting
- * memory, and the padding keeps every payload 8-byte aligned in the stream,
+ * receiver refuse a message whose length, call sequence or call does not
+ * match what it expects (mismatched collective arguments) instead of
+ * corrupting memory or returning another call's data, and the padding keeps every payload 8-byte aligned in the stream,
  * so elements never straddle a ring's wrap point or land misaligned.
  */
 #ifndef AI_COMM_TRANSPORT_H
@@ -21,7 +23,7 @@
 #include <sys/types.h>
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
-#define COMM_HDR_BYTES 16
+#define COMM_HDR_BYTES 48
 /* The call sequence point-to-point messages carry: they belong to no
  * collective call (only two ranks take part, so call_seq does not move). */
 #define COMM_SEQ_P2P 0xffffffffu
@@ -117,14 +119,14 @@ typedef struct comm_shm_header {
 #define SHM_SLOT_BYTES ((size_t)16 << 10)
 typedef struct shm_slot_call {
     uint32_t call_seq;  /* the collective call (ai_comm.call_seq) */
-    uint32_t dtype_op;  /* dtype << 8 | op */
-    uint64_t count;     /* elements in this piece */
+    uint32_t piece;     /* which SHM_SLOT_BYTES piece of it */
+    comm_call_sig sig;  /* the call as this rank describes it */
 } shm_slot_call;
 typedef struct shm_flag {
     _Atomic uint32_t posted;
     uint32_t pad0;
     shm_slot_call what[2]; /* per slot set: the call last written there */
-    char pad[24];
+    char pad[8];
 } shm_flag;
 
 struct comm_transport {
@@ -361,6 +363,11 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
 void comm_bell_ring(shm_bell *b);
 /* A dead local rank or an abort anywhere on this host, as a failure. */
 ai_status_t comm_shm_check_local(ai_comm *c);
+/* Liveness-check extras while a collective waits (engine.c, shm.c): a
+ * message or slot of this call from a rank that describes the call
+ * differently is a mismatch found before anyone receives it. */
+ai_status_t comm_peek_calls(ai_comm *c);
+ai_status_t comm_shm_peek_slots(ai_comm *c);
 int comm_proc_is_dead(pid_t pid);
 
 static inline size_t comm_pad8(size_t n) { return (n + 7) & ~(size_t)7; }
