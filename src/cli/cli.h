@@ -32,4 +32,25 @@ int cli_kb_path(const char *given, const char *cmd, char *buf, size_t len);
 typedef struct json_t json_t;
 int cli_print_json(json_t *root);
 
+/* Slurm's description of a cluster (cmd_slurm.c). */
+#include "autoinfra.h"
+#define CLI_SLURM_MAX_DEVICES 64
+typedef struct cli_slurm {
+    ai_slurm_source src;
+    const char *devices[CLI_SLURM_MAX_DEVICES];
+    const char *conf_path, *topo_path;
+    char *conf_text, *topo_text;
+} cli_slurm;
+/* argv[*i] one of the options cli_slurm_usage() lists: 1 (consumed, *i
+ * past its value), 0 (not one), -1 (bad value, said naming cmd). */
+int cli_slurm_opt(cli_slurm *s, int argc, char **argv, int *i, const char *cmd);
+/* Read --slurm-conf and --topology; without --slurm-conf and with
+ * ask_scontrol, ask `scontrol show node/partition/topology`. 1 on failure. */
+int cli_slurm_read(cli_slurm *s, const char *cmd, int ask_scontrol);
+void cli_slurm_free(cli_slurm *s);
+const char *cli_slurm_usage(void);
+/* The srun line that runs `program` on the devices the plan uses. */
+int cli_slurm_srun_line(const ai_cluster *cl, const ai_plan_summary *sum, const char *partition,
+                        const char *program, char *out, size_t cap);
+
 #endif

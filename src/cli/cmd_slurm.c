@@ -1,0 +1,225 @@
+/*
+ * Slurm for the CLI: the options that say where Slurm's description comes
+ * from and what it lacks (shared by `cluster from-slurm` and
+ * `plan --from-slurm`), reading the files or asking scontrol, and the srun
+ * line for a plan.
+ */
+#include "autoinfra.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *read_all(FILE *f)
+{
+    size_t n = 0, cap = 4096;
+    char *s = malloc(cap);
+    if (!s)
+        return NULL;
+    for (;;) {
+        if (n + 1 >= cap) {
+            char *t = realloc(s, cap * 2);
+            if (!t) {
+                free(s);
+                return NULL;
+            }
+            s = t;
+            cap *= 2;
+        }
+        size_t r = fread(s + n, 1, cap - 1 - n, f);
+        n += r;
+        if (r == 0)
+            break;
+    }
+    s[n] = '\0';
+    return s;
+}
+
+static char *read_file(const char *cmd, const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        fprintf(stderr, "%s: %s: %s\n", cmd, path, strerror(errno));
+        return NULL;
+    }
+    char *s = read_all(f);
+    fclose(f);
+    if (!s)
+        fprintf(stderr, "%s: %s: out of memory\n", cmd, path);
+    return s;
+}
+
+/* `scontrol ARGS` (30 s at most); NULL when it fails. */
+static char *scontrol(const char *cmd, const char *args, int quiet)
+{
+    char line[256];
+    snprintf(line, sizeof line, "timeout 30 scontrol %s 2>&1", args);
+    FILE *p = popen(line, "r");
+    if (!p) {
+        fprintf(stderr, "%s: cannot run scontrol: %s\n", cmd, strerror(errno));
+        return NULL;
+    }
+    char *s = read_all(p);
+    int rc = pclose(p);
+    if (s && rc == 0)
+        return s;
+    if (!quiet)
+        fprintf(stderr, "%s: `scontrol %s` failed (status %d): %s\n", cmd, args, rc,
+                s && *s ? s : "no output (is Slurm's scontrol installed and slurmctld up?)\n");
+    free(s);
+    return NULL;
+}
+
+int cli_slurm_opt(cli_slurm *s, int argc, char **argv, int *i, const char *cmd)
+{
+    const char *a = argv[*i];
+    static const char *const with_value[] = {"--slurm-conf", "--topology", "--device", "--nic-gbps",
+                                             "--nics", "--intra-GBps", "--uplink-gbps", "--name",
+                                             "--partition", "--nodelist"};
+    int known = !strcmp(a, "--linkspeed-mbps");
+    for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
+        known |= !strcmp(a, with_value[k]);
+    if (!known)
+        return 0;
+    if (!strcmp(a, "--linkspeed-mbps")) {
+        s->src.linkspeed_mbps = 1;
+        return 1;
+    }
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "%s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    double d;
+    if (!strcmp(a, "--slurm-conf"))
+        s->conf_path = v;
+    else if (!strcmp(a, "--topology"))
+        s->topo_path = v;
+    else if (!strcmp(a, "--name"))
+        s->src.name = v;
+    else if (!strcmp(a, "--partition"))
+        s->src.partition = v;
+    else if (!strcmp(a, "--nodelist"))
+        s->src.nodelist = v;
+    else if (!strcmp(a, "--device")) {
+        if (s->src.ndevices >= CLI_SLURM_MAX_DEVICES) {
+            fprintf(stderr, "%s: more than %d --device options\n", cmd, CLI_SLURM_MAX_DEVICES);
+            return -1;
+        }
+        s->devices[s->src.ndevices++] = v;
+        s->src.devices = s->devices;
+    } else if (!strcmp(a, "--nics")) {
+        if (cli_parse_int(v, 1, 64, &s->src.nics)) {
+            fprintf(stderr, "%s: --nics '%s' is not in 1..64\n", cmd, v);
+            return -1;
+        }
+    } else {
+        char *end;
+        d = strtod(v, &end);
+        if (*end || end == v || !(d > 0) || d > 1e9) {
+            fprintf(stderr, "%s: %s '%s' is not a rate above 0\n", cmd, a, v);
+            return -1;
+        }
+        if (!strcmp(a, "--nic-gbps"))
+            s->src.nic_Gbps = d;
+        else if (!strcmp(a, "--intra-GBps"))
+            s->src.intra_GBps = d;
+        else
+            s->src.uplink_Gbps = d;
+    }
+    return 1;
+}
+
+int cli_slurm_read(cli_slurm *s, const char *cmd, int ask_scontrol)
+{
+    if (s->conf_path) {
+        if (!(s->conf_text = read_file(cmd, s->conf_path)))
+            return 1;
+        s->src.nodes_text = s->conf_text;
+        s->src.nodes_label = s->conf_path;
+    } else if (ask_scontrol) {
+        char *nodes = scontrol(cmd, "show node -o", 0);
+        char *parts = nodes ? scontrol(cmd, "show partition -o", 0) : NULL;
+        if (!parts) {
+            free(nodes);
+            return 1;
+        }
+        size_t n = strlen(nodes), m = strlen(parts);
+        s->conf_text = malloc(n + m + 2);
+        if (!s->conf_text) {
+            free(nodes);
+            free(parts);
+            return 1;
+        }
+        memcpy(s->conf_text, nodes, n);
+        s->conf_text[n] = '\n';
+        memcpy(s->conf_text + n + 1, parts, m + 1);
+        free(nodes);
+        free(parts);
+        s->src.nodes_text = s->conf_text;
+        s->src.nodes_label = "scontrol show node/partition -o";
+    }
+    if (s->topo_path) {
+        if (!(s->topo_text = read_file(cmd, s->topo_path)))
+            return 1;
+        s->src.topology_text = s->topo_text;
+        s->src.topology_label = s->topo_path;
+    } else if (ask_scontrol && !s->conf_path) {
+        /* without topology/tree scontrol has no switches: no racks */
+        s->topo_text = scontrol(cmd, "show topology", 1);
+        if (s->topo_text && strstr(s->topo_text, "SwitchName=")) {
+            s->src.topology_text = s->topo_text;
+            s->src.topology_label = "scontrol show topology";
+        }
+    }
+    return 0;
+}
+
+void cli_slurm_free(cli_slurm *s)
+{
+    free(s->conf_text);
+    free(s->topo_text);
+    s->conf_text = s->topo_text = NULL;
+}
+
+const char *cli_slurm_usage(void)
+{
+    return "  --slurm-conf F     slurm.conf: NodeName= (CPUs, Gres=gpu[:TYPE]:N) and PartitionName= lines\n"
+           "  --topology F       topology.conf (topology/tree): each switch with Nodes= is a rack\n"
+           "  --device PAT=KIND[:N]  the device of the nodes PAT names (a hostlist such as\n"
+           "                     'gpu[001-016]', or a glob 'gpu*'), N per node; later ones win.\n"
+           "                     Default: the Gres GPU type and count; 'cpu' counts CPUs\n"
+           "  --nic-gbps G       per NIC (required: Slurm does not know it); --nics N (1)\n"
+           "  --intra-GBps B     between a node's devices, per device and direction\n"
+           "  --uplink-gbps G    every rack's uplink; else with --linkspeed-mbps a switch's\n"
+           "                     LinkSpeed= in Mbit/s; else non-blocking (the sum of its NICs)\n"
+           "  --partition P      only P's nodes; --nodelist L only those of the hostlist L\n"
+           "  --name NAME        the cluster's name (slurm)\n";
+}
+
+int cli_slurm_srun_line(const ai_cluster *cl, const ai_plan_summary *sum, const char *partition,
+                        const char *program, char *out, size_t cap)
+{
+    int nn = ai_cluster_node_count(cl), dpn = 0, uniform = 1;
+    for (int i = 0; i < nn; i++) {
+        ai_node_info n;
+        if (ai_cluster_node(cl, i, &n) != AI_OK)
+            return 1;
+        if (i && n.devices != dpn)
+            uniform = 0;
+        dpn = n.devices;
+    }
+    long used = (long)sum->tp * sum->pp * sum->dp * sum->cp;
+    char part[128] = "";
+    if (partition)
+        snprintf(part, sizeof part, " -p %s", partition);
+    if (uniform && dpn > 0 && used % dpn == 0 && used / dpn <= nn)
+        snprintf(out, cap, "srun%s -N %ld --ntasks-per-node %d --autoinfra %s", part, used / dpn, dpn,
+                 program);
+    else
+        snprintf(out, cap, "srun%s -N %d -n %ld --autoinfra %s", part, nn, used, program);
+    return 0;
+}
