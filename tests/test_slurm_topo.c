@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static const char *src_dir(void)
@@ -351,12 +352,96 @@ static void test_round_trip(void **state)
     free(conf);
 }
 
+/* Run the CLI (AUTOINFRA_BIN) through sh; its stdout and stderr in out,
+ * the exit status returned. */
+static int run_cli(const char *args, char *out, size_t cap)
+{
+    const char *bin = getenv("AUTOINFRA_BIN");
+    if (!bin)
+        bin = "./autoinfra";
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s %s 2>&1", src_dir(), bin, args);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int rc = pclose(p);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+#define FX "tests/slurm/fixtures"
+#define TINY "--model " FX "/tiny-model.json --training " FX "/tiny-training.json"
+
+/* plan --from-slurm from files, and from scontrol (a stand-in script on
+ * PATH): the srun line names the partition, the nodes and the tasks per
+ * node of the plan */
+static void test_plan_from_slurm_cli(void **state)
+{
+    (void)state;
+    static char out[1 << 16];
+    int rc = run_cli("plan --from-slurm h100 --slurm-conf " FX "/slurm.conf --topology " FX
+                     "/topology.conf --nic-gbps 400 --nics 8 --intra-GBps 450 --model "
+                     "examples/h2/model.json --training examples/h2/training.json --program 'python3 t.py'",
+                     out, sizeof out);
+    if (rc != 0 || !strstr(out, "run it: srun -p h100 -N 8 --ntasks-per-node 8 --autoinfra python3 t.py\n"))
+        fail_msg("rc %d:\n%s", rc, out);
+
+    char dir[] = "/tmp/ai-slurm-plan-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char args[2048];
+    snprintf(args, sizeof args,
+             "plan --from-slurm gpu --nic-gbps 400 --intra-GBps 450 --device 'hx0[3-4]=cpu:8' "
+             "--cluster-out %s/c.json --json " TINY, dir);
+    char *path = getenv("PATH"), newpath[4096];
+    char *old = path ? strdup(path) : NULL;
+    snprintf(newpath, sizeof newpath, "%s/" FX ":%s", src_dir(), path ? path : "/usr/bin:/bin");
+    setenv("PATH", newpath, 1);
+    rc = run_cli(args, out, sizeof out);
+    /* the GPU and CPU nodes differ: no --ntasks-per-node, every node */
+    if (rc != 0 || !strstr(out, "\"srun\": \"srun -p gpu -N 4 -n "))
+        fail_msg("rc %d:\n%s", rc, out);
+    char cpath[600];
+    snprintf(cpath, sizeof cpath, "%s/c.json", dir);
+    topo_cluster *c;
+    assert_int_equal(topo_cluster_load(cpath, &c), AI_OK);
+    assert_int_equal(c->nnodes, 4);
+    assert_int_equal(c->ngroups, 2);
+    assert_int_equal(c->nracks, 2);
+    assert_string_equal(c->racks[1].name, "sb");
+    assert_string_equal(c->nodes[0].device.name, "H100-SXM5-80GB");
+    topo_cluster_free(c);
+    unlink(cpath);
+    rmdir(dir);
+
+    rc = run_cli("plan --from-slurm nope --nic-gbps 1 " TINY, out, sizeof out);
+    if (rc != 1 || !strstr(out, "no partition 'nope' (there are: gpu, debug)"))
+        fail_msg("rc %d:\n%s", rc, out);
+    if (old)
+        setenv("PATH", old, 1);
+    free(old);
+
+    unsetenv("SLURM_JOB_NODELIST");
+    rc = run_cli("plan --from-slurm-job --nic-gbps 1 " TINY, out, sizeof out);
+    if (rc != 2 || !strstr(out, "SLURM_JOB_NODELIST is not set"))
+        fail_msg("rc %d:\n%s", rc, out);
+    rc = run_cli("plan --nic-gbps 1 --cluster examples/h2/cluster.json " TINY, out, sizeof out);
+    if (rc != 2 || !strstr(out, "Slurm options need --from-slurm"))
+        fail_msg("rc %d:\n%s", rc, out);
+    rc = run_cli("plan --from-slurm h100 --slurm-conf " FX "/slurm.conf " TINY, out, sizeof out);
+    if (rc != 1 || !strstr(out, "give the NIC rate (--nic-gbps"))
+        fail_msg("rc %d:\n%s", rc, out);
+    rc = run_cli("cluster from-slurm --slurm-conf " FX "/nonexistent.conf --nic-gbps 1", out, sizeof out);
+    if (rc != 1 || !strstr(out, "nonexistent.conf: No such file"))
+        fail_msg("rc %d:\n%s", rc, out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostlist_expand),  cmocka_unit_test(test_hostlist_compress),
         cmocka_unit_test(test_import_fixture),   cmocka_unit_test(test_import_scontrol),
         cmocka_unit_test(test_import_errors),    cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_plan_from_slurm_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

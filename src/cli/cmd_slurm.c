@@ -8,6 +8,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,14 +204,18 @@ const char *cli_slurm_usage(void)
 int cli_slurm_srun_line(const ai_cluster *cl, const ai_plan_summary *sum, const char *partition,
                         const char *program, char *out, size_t cap)
 {
+    /* one node group: any N of its nodes serve; else the plan may want
+     * particular nodes, and the line asks for every node */
     int nn = ai_cluster_node_count(cl), dpn = 0, uniform = 1;
+    char group[64] = "";
     for (int i = 0; i < nn; i++) {
         ai_node_info n;
         if (ai_cluster_node(cl, i, &n) != AI_OK)
             return 1;
-        if (i && n.devices != dpn)
+        if (i && (n.devices != dpn || strcmp(n.group, group)))
             uniform = 0;
         dpn = n.devices;
+        snprintf(group, sizeof group, "%s", n.group);
     }
     long used = (long)sum->tp * sum->pp * sum->dp * sum->cp;
     char part[128] = "";
@@ -222,4 +227,135 @@ int cli_slurm_srun_line(const ai_cluster *cl, const ai_plan_summary *sum, const 
     else
         snprintf(out, cap, "srun%s -N %d -n %ld --autoinfra %s", part, nn, used, program);
     return 0;
+}
+
+/* ------------------------------------------------ plan --from-slurm */
+
+int cli_slurm_plan_opt(cli_slurm_plan *sp, int argc, char **argv, int *i)
+{
+    const char *cmd = "autoinfra plan";
+    const char *a = argv[*i];
+    if (!strcmp(a, "--from-slurm-job")) {
+        const char *nl = getenv("SLURM_JOB_NODELIST");
+        if (!nl || !*nl) {
+            fprintf(stderr, "%s: --from-slurm-job: SLURM_JOB_NODELIST is not set (run it inside an "
+                            "allocation: salloc, sbatch)\n", cmd);
+            return -1;
+        }
+        sp->s.src.nodelist = nl;
+        sp->on = 1;
+        return 1;
+    }
+    if (!strcmp(a, "--from-slurm") || !strcmp(a, "--program") || !strcmp(a, "--cluster-out")) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "%s: %s needs a value\n", cmd, a);
+            return -1;
+        }
+        const char *v = argv[++*i];
+        if (!strcmp(a, "--from-slurm")) {
+            sp->s.src.partition = v;
+            sp->on = 1;
+        } else if (!strcmp(a, "--program")) {
+            sp->program = v;
+        } else {
+            sp->cluster_out = v;
+        }
+        return 1;
+    }
+    int r = cli_slurm_opt(&sp->s, argc, argv, i, cmd);
+    if (r == 1)
+        sp->slurm_opts = 1;
+    return r;
+}
+
+int cli_slurm_plan_cluster(cli_slurm_plan *sp, const char **cpath)
+{
+    const char *cmd = "autoinfra plan";
+    if (!sp->on) {
+        if (sp->slurm_opts || sp->program || sp->cluster_out) {
+            fprintf(stderr, "%s: Slurm options need --from-slurm PARTITION or --from-slurm-job\n", cmd);
+            return 2;
+        }
+        return 0;
+    }
+    if (*cpath) {
+        fprintf(stderr, "%s: --cluster and --from-slurm exclude each other\n", cmd);
+        return 2;
+    }
+    if (cli_slurm_read(&sp->s, cmd, 1))
+        return 1;
+    char *json = NULL;
+    if (ai_slurm_cluster_json(&sp->s.src, &json) != AI_OK) {
+        fprintf(stderr, "%s: --from-slurm: %s\n", cmd, ai_last_error());
+        return 1;
+    }
+    FILE *f = NULL;
+    if (sp->cluster_out) {
+        snprintf(sp->path, sizeof sp->path, "%s", sp->cluster_out);
+        f = fopen(sp->path, "w");
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(sp->path, sizeof sp->path, "%s/autoinfra-slurm-cluster-XXXXXX.json",
+                 tmp && *tmp ? tmp : "/tmp");
+        int fd = mkstemps(sp->path, 5);
+        if (fd >= 0) {
+            sp->temp = 1;
+            f = fdopen(fd, "w");
+            if (!f)
+                close(fd);
+        }
+    }
+    int bad = !f || fprintf(f, "%s\n", json) < 0;
+    if (f && fclose(f) != 0)
+        bad = 1;
+    free(json);
+    if (bad) {
+        fprintf(stderr, "%s: cannot write the cluster spec %s: %s\n", cmd, sp->path, strerror(errno));
+        cli_slurm_plan_free(sp);
+        return 1;
+    }
+    *cpath = sp->path;
+    return 0;
+}
+
+int cli_slurm_plan_print(cli_slurm_plan *sp, const ai_cluster *cl, const ai_plan_report *report,
+                         int as_json, char **text)
+{
+    if (!sp->on)
+        return 0;
+    ai_plan_summary sum;
+    char line[512];
+    if (ai_plan_report_summary(report, 0, &sum) != AI_OK ||
+        cli_slurm_srun_line(cl, &sum, sp->s.src.partition, sp->program ? sp->program : "PROGRAM",
+                            line, sizeof line))
+        return 1;
+    if (!as_json) {
+        size_t n = strlen(*text);
+        char *t = realloc(*text, n + strlen(line) + 64);
+        if (!t)
+            return 1;
+        snprintf(t + n, strlen(line) + 64, "\nrun it: %s\n", line);
+        *text = t;
+        return 0;
+    }
+    json_error_t je;
+    json_t *doc = json_loads(*text, 0, &je);
+    if (!doc)
+        return 1;
+    json_object_set_new(doc, "srun", json_string(line));
+    char *t = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+    json_decref(doc);
+    if (!t)
+        return 1;
+    free(*text);
+    *text = t;
+    return 0;
+}
+
+void cli_slurm_plan_free(cli_slurm_plan *sp)
+{
+    if (sp->temp)
+        unlink(sp->path);
+    sp->temp = 0;
+    cli_slurm_free(&sp->s);
 }
