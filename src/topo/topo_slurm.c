@@ -347,6 +347,8 @@ typedef struct slurm_ctx {
     int nleaves;
     spart *parts;
     int nparts;
+    int *index;          /* open addressing on node names: node + 1, 0 empty */
+    size_t index_cap;    /* a power of two, more than twice nnodes */
 } slurm_ctx;
 
 static void ctx_free(slurm_ctx *c)
@@ -360,14 +362,22 @@ static void ctx_free(slurm_ctx *c)
         free(c->parts[i].nodes);
     }
     free(c->parts);
+    free(c->index);
+}
+
+static size_t name_slot(const slurm_ctx *c, const char *name)
+{
+    size_t mask = c->index_cap - 1, h = (size_t)ai_hash64(name, strlen(name), 0) & mask;
+    while (c->index[h] && strcmp(c->nodes[c->index[h] - 1].name, name) != 0)
+        h = (h + 1) & mask;
+    return h;
 }
 
 static int node_find(const slurm_ctx *c, const char *name)
 {
-    for (int i = 0; i < c->nnodes; i++)
-        if (!strcmp(c->nodes[i].name, name))
-            return i;
-    return -1;
+    if (!c->index_cap)
+        return -1;
+    return c->index[name_slot(c, name)] - 1;
 }
 
 static ai_status_t node_add(slurm_ctx *c, const char *name, int line, int *idx)
@@ -389,6 +399,19 @@ static ai_status_t node_add(slurm_ctx *c, const char *name, int line, int *idx)
     n->leaf = -1;
     n->num = -1;
     *idx = c->nnodes++;
+    if ((size_t)c->nnodes * 2 >= c->index_cap) {
+        size_t cap = c->index_cap ? c->index_cap * 2 : 256;
+        int *ix = calloc(cap, sizeof *ix);
+        if (!ix)
+            return ai_fail(AI_ERR_NOMEM, "slurm nodes");
+        free(c->index);
+        c->index = ix;
+        c->index_cap = cap;
+        for (int i = 0; i < c->nnodes; i++)
+            c->index[name_slot(c, c->nodes[i].name)] = i + 1;
+    } else {
+        c->index[name_slot(c, name)] = *idx + 1;
+    }
     return AI_OK;
 }
 
