@@ -423,6 +423,8 @@ typedef struct ai_slurm_source {
     double uplink_Gbps;                         /* every rack's uplink; 0: LinkSpeed or non-blocking */
     int linkspeed_mbps;                         /* read LinkSpeed= as the uplink in Mbit/s */
     const char *name;                           /* the cluster's name; NULL: "slurm" */
+    const char *devices_file;                   /* names devices[0..ndevices_file) in errors */
+    int ndevices_file;                          /* (those from a file; the rest are --device) */
 } ai_slurm_source;
 /* The cluster JSON (docs/formats.md), checked by the loader; free() it. */
 ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out);

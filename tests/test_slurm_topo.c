@@ -435,13 +435,61 @@ static void test_plan_from_slurm_cli(void **state)
         fail_msg("rc %d:\n%s", rc, out);
 }
 
+/* --overlay F says what the options say; the command line wins; its
+ * errors name the file and the key (syntax: line and column) */
+static void test_overlay_cli(void **state)
+{
+    (void)state;
+    static char a[1 << 16], b[1 << 16];
+    const char *base = "cluster from-slurm --slurm-conf " FX "/slurm.conf --topology " FX "/topology.conf ";
+    char args[2048];
+    snprintf(args, sizeof args, "%s--overlay " FX "/overlay.json", base);
+    assert_int_equal(run_cli(args, a, sizeof a), 0);
+    snprintf(args, sizeof args, "%s--name fixture --device 'amp*=A100:4' --device login1=cpu:1 "
+             "--nic-gbps 400 --nics 8 --intra-GBps 450 --linkspeed-mbps", base);
+    assert_int_equal(run_cli(args, b, sizeof b), 0);
+    assert_string_equal(a, b);
+    assert_non_null(strstr(a, "\"name\": \"fixture\""));
+
+    snprintf(args, sizeof args, "%s--overlay " FX "/overlay.json --nics 2 --device login1=H100:2", base);
+    assert_int_equal(run_cli(args, a, sizeof a), 0);
+    assert_null(strstr(a, "\"count\": 8,\n        \"bw_Gbps\""));
+    assert_non_null(strstr(a, "\"device\": \"H100-SXM5-80GB\",\n      \"devices_per_node\": 2"));
+
+    static const char *const bad[][2] = {
+        {"{\"nic_gbps\": 4}", "nic_gbps: unknown key (known: devices, nic_Gbps"},
+        {"{\"devices\": {\"a*\": 4}}", "devices.a*: expected a string \"KIND[:N]\""},
+        {"{\"devices\": {\"a*\": \"Z80\"}}", ".json: devices 'a*=Z80': unknown device 'Z80'"},
+        {"{\"nics\": 0}", "nics: expected an integer 1..64"},
+        {"{\n \"nics\": 2,\n}", ".json:3:1: "},
+    };
+    char path[] = "/tmp/ai-slurm-ov-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char fpath[64];
+        snprintf(fpath, sizeof fpath, "%s.json", path);
+        FILE *f = fopen(fpath, "w");
+        assert_non_null(f);
+        fputs(bad[i][0], f);
+        fclose(f);
+        snprintf(args, sizeof args, "%s--overlay %s", base, fpath);
+        int rc = run_cli(args, a, sizeof a);
+        unlink(fpath);
+        if (rc != 1 || !strstr(a, bad[i][1]) || !strstr(a, fpath))
+            fail_msg("overlay %s: rc %d: %s", bad[i][0], rc, a);
+    }
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostlist_expand),  cmocka_unit_test(test_hostlist_compress),
         cmocka_unit_test(test_import_fixture),   cmocka_unit_test(test_import_scontrol),
         cmocka_unit_test(test_import_errors),    cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_plan_from_slurm_cli),
+        cmocka_unit_test(test_plan_from_slurm_cli), cmocka_unit_test(test_overlay_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

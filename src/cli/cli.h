@@ -40,6 +40,10 @@ typedef struct cli_slurm {
     const char *devices[CLI_SLURM_MAX_DEVICES];
     const char *conf_path, *topo_path;
     char *conf_text, *topo_text;
+    const char *overlay_path;  /* --overlay: the same settings in JSON */
+    json_t *overlay, *overlay_devices;
+    const char *all_devices[2 * CLI_SLURM_MAX_DEVICES];
+    char devices_label[4200];
 } cli_slurm;
 /* argv[*i] one of the options cli_slurm_usage() lists: 1 (consumed, *i
  * past its value), 0 (not one), -1 (bad value, said naming cmd). */

@@ -79,7 +79,7 @@ int cli_slurm_opt(cli_slurm *s, int argc, char **argv, int *i, const char *cmd)
     const char *a = argv[*i];
     static const char *const with_value[] = {"--slurm-conf", "--topology", "--device", "--nic-gbps",
                                              "--nics", "--intra-GBps", "--uplink-gbps", "--name",
-                                             "--partition", "--nodelist"};
+                                             "--partition", "--nodelist", "--overlay"};
     int known = !strcmp(a, "--linkspeed-mbps");
     for (size_t k = 0; k < sizeof with_value / sizeof *with_value; k++)
         known |= !strcmp(a, with_value[k]);
@@ -97,6 +97,8 @@ int cli_slurm_opt(cli_slurm *s, int argc, char **argv, int *i, const char *cmd)
     double d;
     if (!strcmp(a, "--slurm-conf"))
         s->conf_path = v;
+    else if (!strcmp(a, "--overlay"))
+        s->overlay_path = v;
     else if (!strcmp(a, "--topology"))
         s->topo_path = v;
     else if (!strcmp(a, "--name"))
@@ -134,8 +136,109 @@ int cli_slurm_opt(cli_slurm *s, int argc, char **argv, int *i, const char *cmd)
     return 1;
 }
 
+/* --overlay F: {"devices": {"PATTERN": "KIND[:N]", ...}, "nic_Gbps": G, "nics": N,
+ * "intra_GBps": B, "uplink_Gbps": G, "linkspeed_mbps": true, "name": "..."}; the
+ * command line's values win, its --device options come after the file's. */
+static int overlay_read(cli_slurm *s, const char *cmd)
+{
+    const char *f = s->overlay_path;
+    json_error_t je;
+    json_t *doc = json_load_file(f, JSON_REJECT_DUPLICATES, &je);
+    if (!doc) {
+        fprintf(stderr, "%s: %s:%d:%d: %s\n", cmd, f, je.line, je.column, je.text);
+        return 1;
+    }
+    s->overlay = doc;
+    if (!(s->overlay_devices = json_array()))
+        return 1;
+    if (!json_is_object(doc)) {
+        fprintf(stderr, "%s: %s: an overlay is a JSON object\n", cmd, f);
+        return 1;
+    }
+    static const char *const known = "devices, nic_Gbps, nics, intra_GBps, uplink_Gbps, "
+                                     "linkspeed_mbps, name";
+    const char *key;
+    json_t *v;
+    int n = 0;
+    json_object_foreach(doc, key, v) {
+        double *rate = !strcmp(key, "nic_Gbps")      ? &s->src.nic_Gbps
+                       : !strcmp(key, "intra_GBps")  ? &s->src.intra_GBps
+                       : !strcmp(key, "uplink_Gbps") ? &s->src.uplink_Gbps
+                                                     : NULL;
+        if (rate) {
+            if (!json_is_number(v) || !(json_number_value(v) > 0) || json_number_value(v) > 1e9) {
+                fprintf(stderr, "%s: %s: %s: expected a rate above 0\n", cmd, f, key);
+                return 1;
+            }
+            if (*rate == 0)
+                *rate = json_number_value(v);
+        } else if (!strcmp(key, "nics")) {
+            if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 64) {
+                fprintf(stderr, "%s: %s: nics: expected an integer 1..64\n", cmd, f);
+                return 1;
+            }
+            if (s->src.nics == 0)
+                s->src.nics = (int)json_integer_value(v);
+        } else if (!strcmp(key, "linkspeed_mbps")) {
+            if (!json_is_boolean(v)) {
+                fprintf(stderr, "%s: %s: linkspeed_mbps: expected true or false\n", cmd, f);
+                return 1;
+            }
+            s->src.linkspeed_mbps |= json_is_true(v);
+        } else if (!strcmp(key, "name")) {
+            if (!json_is_string(v)) {
+                fprintf(stderr, "%s: %s: name: expected a string\n", cmd, f);
+                return 1;
+            }
+            if (!s->src.name)
+                s->src.name = json_string_value(v);
+        } else if (!strcmp(key, "devices")) {
+            const char *pat;
+            json_t *kind;
+            if (!json_is_object(v)) {
+                fprintf(stderr, "%s: %s: devices: expected an object {\"PATTERN\": \"KIND[:N]\"}\n", cmd, f);
+                return 1;
+            }
+            json_object_foreach(v, pat, kind) {
+                if (!json_is_string(kind)) {
+                    fprintf(stderr, "%s: %s: devices.%s: expected a string \"KIND[:N]\"\n", cmd, f, pat);
+                    return 1;
+                }
+                if (n >= CLI_SLURM_MAX_DEVICES) {
+                    fprintf(stderr, "%s: %s: devices: more than %d patterns\n", cmd, f,
+                            CLI_SLURM_MAX_DEVICES);
+                    return 1;
+                }
+                /* "PATTERN=KIND[:N]" as --device takes it, kept in the document */
+                char buf[512];
+                snprintf(buf, sizeof buf, "%s=%s", pat, json_string_value(kind));
+                json_t *str = json_string(buf);
+                if (!str || json_array_append_new(s->overlay_devices, str))
+                    return 1;
+                n++;
+            }
+        } else {
+            fprintf(stderr, "%s: %s: %s: unknown key (known: %s)\n", cmd, f, key, known);
+            return 1;
+        }
+    }
+    int k = 0;
+    for (size_t i = 0; i < json_array_size(s->overlay_devices); i++)
+        s->all_devices[k++] = json_string_value(json_array_get(s->overlay_devices, i));
+    for (int i = 0; i < s->src.ndevices; i++)
+        s->all_devices[k++] = s->devices[i];
+    s->src.devices = s->all_devices;
+    s->src.ndevices_file = (int)json_array_size(s->overlay_devices);
+    s->src.ndevices = k;
+    snprintf(s->devices_label, sizeof s->devices_label, "%s: devices", f);
+    s->src.devices_file = s->devices_label;
+    return 0;
+}
+
 int cli_slurm_read(cli_slurm *s, const char *cmd, int ask_scontrol)
 {
+    if (s->overlay_path && overlay_read(s, cmd))
+        return 1;
     if (s->conf_path) {
         if (!(s->conf_text = read_file(cmd, s->conf_path)))
             return 1;
@@ -184,6 +287,9 @@ void cli_slurm_free(cli_slurm *s)
     free(s->conf_text);
     free(s->topo_text);
     s->conf_text = s->topo_text = NULL;
+    json_decref(s->overlay_devices);
+    json_decref(s->overlay);
+    s->overlay = s->overlay_devices = NULL;
 }
 
 const char *cli_slurm_usage(void)
@@ -198,7 +304,10 @@ const char *cli_slurm_usage(void)
            "  --uplink-gbps G    every rack's uplink; else with --linkspeed-mbps a switch's\n"
            "                     LinkSpeed= in Mbit/s; else non-blocking (the sum of its NICs)\n"
            "  --partition P      only P's nodes; --nodelist L only those of the hostlist L\n"
-           "  --name NAME        the cluster's name (slurm)\n";
+           "  --name NAME        the cluster's name (slurm)\n"
+           "  --overlay F        the same in JSON: {\"devices\": {\"PATTERN\": \"KIND[:N]\"},\n"
+           "                     \"nic_Gbps\", \"nics\", \"intra_GBps\", \"uplink_Gbps\",\n"
+           "                     \"linkspeed_mbps\": true, \"name\"}; the command line wins\n";
 }
 
 int cli_slurm_srun_line(const ai_cluster *cl, const ai_plan_summary *sum, const char *partition,

@@ -687,12 +687,12 @@ typedef struct overlay {
     int count;           /* 0: from Slurm */
 } overlay;
 
-static ai_status_t overlay_parse(const char *arg, overlay *o)
+static ai_status_t overlay_parse(const char *arg, const char *from, overlay *o)
 {
     memset(o, 0, sizeof *o);
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return ai_fail(AI_ERR_INVALID, "--device '%s': expected PATTERN=KIND[:N] (e.g. 'gpu[001-016]=H100:8')", arg);
+        return ai_fail(AI_ERR_INVALID, "%s '%s': expected PATTERN=KIND[:N] (e.g. 'gpu[001-016]=H100:8')", from, arg);
     o->pattern = strndup(arg, (size_t)(eq - arg));
     if (!o->pattern)
         return ai_fail(AI_ERR_NOMEM, "--device");
@@ -704,7 +704,7 @@ static ai_status_t overlay_parse(const char *arg, overlay *o)
         *colon = '\0';
         if (ai_parse_long(colon + 1, &n) != AI_OK || n < 1 || n > 4096) {
             ai_clear_error();
-            return ai_fail(AI_ERR_INVALID, "--device '%s': the device count '%s' is not in 1..4096", arg,
+            return ai_fail(AI_ERR_INVALID, "%s '%s': the device count '%s' is not in 1..4096", from, arg,
                            colon + 1);
         }
         o->count = (int)n;
@@ -715,14 +715,14 @@ static ai_status_t overlay_parse(const char *arg, overlay *o)
         for (size_t i = 0; i < topo_catalog_count(); i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                      topo_catalog_at(i)->name);
-        return ai_fail(AI_ERR_NOTFOUND, "--device '%s': unknown device '%s' (known: %s)", arg, kind, list);
+        return ai_fail(AI_ERR_NOTFOUND, "%s '%s': unknown device '%s' (known: %s)", from, arg, kind, list);
     }
     snprintf(o->kind, sizeof o->kind, "%s", d->name);
     o->glob = strpbrk(o->pattern, "*?") != NULL;
     if (!o->glob) {
         ai_status_t st = topo_hostlist_expand(o->pattern, &o->names, &o->nnames);
         if (st != AI_OK)
-            return ai_fail_prefix(st, "--device '%s'", arg);
+            return ai_fail_prefix(st, "%s '%s'", from, arg);
     }
     return AI_OK;
 }
@@ -777,7 +777,8 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         goto out;
     }
     for (int k = 0; k < src->ndevices; k++)
-        if ((st = overlay_parse(src->devices[k], &ov[k])) != AI_OK)
+        if ((st = overlay_parse(src->devices[k], k < src->ndevices_file ? src->devices_file : "--device",
+                                &ov[k])) != AI_OK)
             goto out;
     if (!(src->nic_Gbps > 0)) {
         st = ai_fail(AI_ERR_INVALID, "Slurm does not know the network: give the NIC rate (--nic-gbps G, "
