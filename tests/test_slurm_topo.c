@@ -63,6 +63,7 @@ static void test_hostlist_expand(void **state)
         {"a[3-1]", "runs backwards"}, {"a[1-", "'[' without ']'"}, {"a[]", "empty brackets"},
         {"a,,b", "an empty name"},    {"a[x]", "'x' is not a number"}, {"a]", "']' without '['"},
         {"a[[1]]", "inside brackets"}, {"a b", "has no place"}, {"n[1-2000000]", "more than"},
+        {"a[1,]", "an empty number in '[1,]'"}, {"a[,1]", "an empty number"}, {"a[1,,2]", "an empty number"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         char **names = (char **)1;
@@ -259,6 +260,8 @@ static void test_import_errors(void **state)
     expect_error(&s, "node 'g1': GPU type 'k80' is not a catalog device");
     s.nodes_text = "NodeName=g1 CPUs=4\n";
     expect_error(&s, "node 'g1' has no GPUs");
+    s.nodes_text = "NodeName=a[0-1100]x Gres=gpu:h100:1\n";
+    expect_error(&s, "node 'a1024x' would start a node group beyond 1024");
     s.nodes_text = good;
     s.partition = "q";
     expect_error(&s, "x.conf: no partition 'q' (there is: p)");
@@ -483,6 +486,33 @@ static void test_overlay_cli(void **state)
     unlink(path);
 }
 
+/* one prefix, two kinds of node: two groups, the second named prefix_2;
+ * nodes in the order of their numbers, whatever the lines' order */
+static void test_group_names(void **state)
+{
+    (void)state;
+    const char *conf = "NodeName=gpu[10-11] Gres=gpu:h100:8\nNodeName=gpu[1-2] Gres=gpu:a100:8\n"
+                       "NodeName=gpu[3,9] Gres=gpu:h100:8\n";
+    const char *topo = "SwitchName=s Nodes=gpu[9-10]\n";
+    ai_slurm_source s = {.nodes_text = conf, .nodes_label = "x.conf", .topology_text = topo,
+                         .topology_label = "t.conf", .nic_Gbps = 100, .intra_GBps = 450};
+    char *json;
+    assert_int_equal(ai_slurm_cluster_json(&s, &json), AI_OK);
+    topo_cluster *c = load_text(json);
+    free(json);
+    assert_int_equal(c->ngroups, 2);
+    assert_string_equal(c->groups[0].name, "gpu");
+    assert_int_equal(c->groups[0].count, 4);
+    assert_string_equal(c->groups[1].name, "gpu_2");
+    assert_string_equal(c->nodes[c->groups[1].first_node].device.name, "A100-SXM4-80GB");
+    /* gpu3 gpu9 gpu10 gpu11 -> gpu-0..3: gpu9 and gpu10 are gpu-1 and gpu-2 */
+    assert_string_equal(rack_of(c, "gpu-1"), "s");
+    assert_string_equal(rack_of(c, "gpu-2"), "s");
+    assert_string_equal(rack_of(c, "gpu-0"), "-");
+    assert_string_equal(rack_of(c, "gpu-3"), "-");
+    topo_cluster_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -490,6 +520,7 @@ int main(void)
         cmocka_unit_test(test_import_fixture),   cmocka_unit_test(test_import_scontrol),
         cmocka_unit_test(test_import_errors),    cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_plan_from_slurm_cli), cmocka_unit_test(test_overlay_cli),
+        cmocka_unit_test(test_group_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,6 +69,8 @@ static ai_status_t expand_item(const char *item, size_t len, strvec *out)
         return ai_fail(AI_ERR_INVALID, "brackets inside brackets");
     if (close == in)
         return ai_fail(AI_ERR_INVALID, "empty brackets");
+    if (in[0] == ',' || close[-1] == ',' || memmem(in, (size_t)(close - in), ",,", 2))
+        return ai_fail(AI_ERR_INVALID, "an empty number in '%.*s'", (int)(close - open + 1), open);
     size_t pre = (size_t)(open - item), rest = len - (size_t)(close + 1 - item);
     char buf[512];
     while (in < close) {
@@ -757,10 +759,15 @@ static void name_prefix(const char *name, char out[TOPO_NAME_MAX])
         snprintf(out, TOPO_NAME_MAX, "%.*s", (int)AI_MIN(n, (size_t)TOPO_NAME_MAX - 8), name);
 }
 
+/* Far more than a cluster has kinds of node; the cluster loader checks
+ * group names pairwise. */
+#define SLURM_MAX_GROUPS 1024
+
 typedef struct sgroup {
     char name[TOPO_NAME_MAX], prefix[TOPO_NAME_MAX];
     char device[TOPO_NAME_MAX];
     int dpn, count;
+    int nth;             /* of the groups with this prefix, from 1 */
 } sgroup;
 
 static ai_status_t build(slurm_ctx *c, json_t **out)
@@ -770,9 +777,16 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
     overlay *ov = calloc((size_t)AI_MAX(src->ndevices, 1), sizeof *ov);
     sgroup *gs = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *gs);
     snode **order = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *order);
+    /* groups by (prefix, device, count), open addressing: group + 1, 0 empty */
+    size_t gcap = 256;
+    while (gcap <= (size_t)c->nnodes * 2)
+        gcap *= 2;
+    int *gix = calloc(gcap, sizeof *gix);
+    /* the latest group of each prefix, the same way */
+    int *pix = calloc(gcap, sizeof *pix);
     json_t *doc = NULL;
     int ng = 0;
-    if (!ov || !gs || !order) {
+    if (!ov || !gs || !order || !gix || !pix) {
         st = ai_fail(AI_ERR_NOMEM, "slurm import");
         goto out;
     }
@@ -825,24 +839,44 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         n->num = n->name[p] ? strtol(n->name + p, NULL, 10) : -1;
         char pre[TOPO_NAME_MAX];
         name_prefix(n->name, pre);
-        int g;
-        for (g = 0; g < ng; g++)
-            if (!strcmp(gs[g].prefix, pre) && !strcmp(gs[g].device, n->device) && gs[g].dpn == n->dpn)
+        char key[3 * TOPO_NAME_MAX];
+        int klen = snprintf(key, sizeof key, "%s/%s/%d", pre, n->device, n->dpn);
+        size_t h = (size_t)ai_hash64(key, (size_t)klen, 0) & (gcap - 1);
+        int g = -1;
+        while (gix[h]) {
+            const sgroup *q = &gs[gix[h] - 1];
+            if (!strcmp(q->prefix, pre) && !strcmp(q->device, n->device) && q->dpn == n->dpn) {
+                g = gix[h] - 1;
                 break;
-        if (g == ng) {
+            }
+            h = (h + 1) & (gcap - 1);
+        }
+        if (g < 0 && ng == SLURM_MAX_GROUPS) {
+            st = ai_fail(AI_ERR_INVALID, "node '%s' would start a node group beyond %d (nodes group by "
+                         "the name without its trailing number, device and count)", n->name,
+                         SLURM_MAX_GROUPS);
+            goto out;
+        }
+        if (g < 0) {
+            g = ng;
+            gix[h] = ng + 1;
             sgroup *ngp = &gs[ng++];
             snprintf(ngp->prefix, sizeof ngp->prefix, "%s", pre);
             snprintf(ngp->device, sizeof ngp->device, "%s", n->device);
             ngp->dpn = n->dpn;
-            snprintf(ngp->name, sizeof ngp->name, "%s", pre);
-            for (int suffix = 2;; suffix++) {
-                int clash = 0;
-                for (int q = 0; q < ng - 1; q++)
-                    clash |= !strcmp(gs[q].name, ngp->name);
-                if (!clash)
-                    break;
-                snprintf(ngp->name, sizeof ngp->name, "%s_%d", pre, suffix);
-            }
+            /* the first group of a prefix is named after it, later ones
+             * prefix_2, prefix_3...; a prefix never ends in a digit, so
+             * these cannot meet another prefix's plain name */
+            size_t ph = (size_t)ai_hash64(pre, strlen(pre), 1) & (gcap - 1);
+            while (pix[ph] && strcmp(gs[pix[ph] - 1].prefix, pre) != 0)
+                ph = (ph + 1) & (gcap - 1);
+            int same = pix[ph] ? gs[pix[ph] - 1].nth : 0;
+            pix[ph] = ng;
+            ngp->nth = same + 1;
+            if (same)
+                snprintf(ngp->name, sizeof ngp->name, "%s_%d", pre, same + 1);
+            else
+                snprintf(ngp->name, sizeof ngp->name, "%s", pre);
         }
         n->group = g;
         gs[g].count++;
@@ -927,6 +961,8 @@ out:
     free(ov);
     free(gs);
     free(order);
+    free(gix);
+    free(pix);
     return st;
 }
 
