@@ -275,7 +275,7 @@ char *topo_hostlist_compress(char *const *names, int count)
 
 /* ---------------------------------------------------- key=value lines */
 
-#define MAX_KV 64
+#define MAX_KV 128
 
 typedef struct kvline {
     int n;

@@ -4,7 +4,9 @@
 #  1. plan --from-slurm main asks scontrol for the partition's nodes and
 #     switches: the cluster it builds has the 4 nodes in 2 racks, and the
 #     srun line it prints runs, under Slurm, the plan's tasks (2 per node
-#     on 4 nodes, each node named by SLURMD_NODENAME twice);
+#     on 4 nodes, each node named by SLURMD_NODENAME twice); cluster
+#     from-slurm on the slurm.conf and topology.conf Slurm runs on gives
+#     the same cluster;
 #  2. inside an allocation of whole nodes (salloc -N2 --exclusive),
 #     plan --from-slurm-job plans on the allocation's 2 nodes and its srun
 #     line runs there;
@@ -39,6 +41,12 @@ splan --from-slurm main --cluster-out "$DIR/c.json" > "$DIR/plan.txt" 2>&1 || { 
 "$BIN" cluster nodes "$DIR/c.json" > "$DIR/nodes.txt"
 [ "$(grep -c '^node n-[0-3] n 2 1 ' "$DIR/nodes.txt")" = 4 ] && [ "$(grep -c '^rack ' "$DIR/nodes.txt")" = 2 ] ||
     { cat "$DIR/nodes.txt"; fail "the cluster from scontrol is not 4 nodes of 2 CPUs in 2 racks"; }
+# the same cluster from the files Slurm runs on
+"$BIN" cluster from-slurm --slurm-conf "$SLURM_STATE/slurm.conf" --topology "$SLURM_STATE/topology.conf" \
+    --partition main --device 'n*=cpu' --nic-gbps 1 --intra-GBps 5 > "$DIR/c-files.json" ||
+    fail "cluster from-slurm on bench/slurm's slurm.conf and topology.conf failed"
+"$BIN" cluster nodes "$DIR/c-files.json" | cmp -s - "$DIR/nodes.txt" ||
+    { "$BIN" cluster nodes "$DIR/c-files.json"; cat "$DIR/nodes.txt"; fail "files and scontrol give different clusters"; }
 line=$(sed -n 's/^run it: //p' "$DIR/plan.txt")
 [ "$line" = "srun -p main -N 4 --ntasks-per-node 2 --autoinfra printenv SLURMD_NODENAME" ] ||
     { cat "$DIR/plan.txt"; fail "unexpected srun line '$line'"; }
