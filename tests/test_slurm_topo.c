@@ -307,7 +307,7 @@ static void test_round_trip(void **state)
         " \"racks\": [{\"name\": \"r0\", \"nodes\": [\"h100-0\", \"h100-1\", \"h100-2\"], \"uplink_Gbps\": 800},"
         " {\"name\": \"r1\", \"nodes\": [\"h100-3\", \"h100-5\", \"a100-0\", \"a100-10\"], \"uplink_Gbps\": 1200.5},"
         " {\"name\": \"spine-x\", \"nodes\": [\"a100-1\", \"a100-2\", \"a100-3\"], \"uplink_Gbps\": 0.5}]}";
-    char path[] = "/tmp/ai-slurm-rt-XXXXXX";
+    char path[] = "/tmp/ai-slurm-rt-XXXXXX", path2[] = "/tmp/ai-slurm-rt-XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     assert_int_equal(write(fd, spec, strlen(spec)), (ssize_t)strlen(spec));
@@ -353,6 +353,20 @@ static void test_round_trip(void **state)
     topo_cluster_free(back);
     topo_cluster_free(orig);
     free(conf);
+
+    /* a name Slurm cannot read is refused, naming it */
+    const char *bad = "{\"node_groups\": [{\"name\": \"h 100\", \"count\": 1, \"device\": \"H100\","
+                      " \"devices_per_node\": 1, \"nic\": {\"bw_Gbps\": 1}}]}";
+    fd = mkstemp(path2);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, bad, strlen(bad)), (ssize_t)strlen(bad));
+    close(fd);
+    conf = (char *)1;
+    assert_int_equal(ai_slurm_topology_conf(path2, &conf), AI_ERR_INVALID);
+    assert_null(conf);
+    unlink(path2);
+    if (!strstr(ai_last_error(), "node_groups[0].name 'h 100': a Slurm node name has no spaces"))
+        fail_msg("%s", ai_last_error());
 }
 
 /* Run the CLI (AUTOINFRA_BIN) through sh; its stdout and stderr in out,

@@ -1034,6 +1034,15 @@ out:
 
 /* ------------------------------------------------------------- export */
 
+/* Can this name stand in a topology.conf word (and a hostlist)? */
+static int slurm_word(const char *name)
+{
+    for (const char *q = name; *q; q++)
+        if (!isgraph((unsigned char)*q) || strchr("=,[]#\"'", *q))
+            return 0;
+    return *name != 0;
+}
+
 ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
 {
     *out = NULL;
@@ -1041,6 +1050,20 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
     ai_status_t st = topo_cluster_load(spec_path, &c);
     if (st != AI_OK)
         return st;
+    for (int g = 0; g < c->ngroups; g++)
+        if (!slurm_word(c->groups[g].name)) {
+            st = ai_fail(AI_ERR_INVALID, "%s: node_groups[%d].name '%s': a Slurm node name has no "
+                         "spaces, '=', ',', brackets, '#' or quotes", spec_path, g, c->groups[g].name);
+            topo_cluster_free(c);
+            return st;
+        }
+    for (int r = 0; r < c->nracks; r++)
+        if (!slurm_word(c->racks[r].name)) {
+            st = ai_fail(AI_ERR_INVALID, "%s: racks[%d].name '%s': a Slurm switch name has no "
+                         "spaces, '=', ',', brackets, '#' or quotes", spec_path, r, c->racks[r].name);
+            topo_cluster_free(c);
+            return st;
+        }
     char **names = calloc((size_t)c->nnodes + 1, sizeof *names);
     char **leaves = calloc((size_t)c->nracks + 2, sizeof *leaves);
     sbuf b = {0};
