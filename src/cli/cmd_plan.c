@@ -38,7 +38,8 @@ static void plan_usage(FILE *out)
             "               megatron_core_h100) out of the fit to test generalization\n"
             "  --from-slurm P  the cluster of partition P (scontrol, or --slurm-conf and\n"
             "               --topology), then the srun line of the plan; --from-slurm-job:\n"
-            "               the nodes of SLURM_JOB_NODELIST. Slurm options:\n%s",
+            "               the nodes of SLURM_JOB_NODELIST; --program CMD ends the srun\n"
+            "               line (PROGRAM); --cluster-out F keeps the cluster. Slurm options:\n%s",
             cli_slurm_usage());
 }
 
