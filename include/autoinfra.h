@@ -436,6 +436,33 @@ ai_status_t ai_cluster_rack(const ai_cluster *cluster, int index, ai_rack_info *
 ai_status_t ai_cluster_coll_bound(const ai_cluster *cluster, ai_coll coll, size_t bytes,
                                   int ranks_per_node, double *seconds);
 
+/* ------------------------------- Slurm (topo/topo_slurm.c, docs/slurm.md)
+ * A cluster spec from Slurm's node lines (slurm.conf, or `scontrol show
+ * node -o` and `scontrol show partition -o`) and a tree topology
+ * (topology.conf, or `scontrol show topology`), with what Slurm does not
+ * know given here; and a topology.conf from a cluster spec. */
+typedef struct ai_slurm_source {
+    const char *nodes_text, *nodes_label;       /* NULL text: nodes from the topology; a label
+                                                 * "scontrol..." reads '#' as text, not a comment */
+    const char *topology_text, *topology_label; /* NULL: no racks */
+    const char *partition;                      /* NULL: every node */
+    const char *nodelist;                       /* NULL: every node; a hostlist keeps those */
+    const char *const *devices;                 /* "PATTERN=KIND[:N]", later ones win */
+    int ndevices;
+    double nic_Gbps;                            /* per NIC, required */
+    int nics;                                   /* NICs per node (< 1: 1) */
+    double intra_GBps;                          /* required when a node has several devices */
+    double uplink_Gbps;                         /* every rack's uplink; 0: LinkSpeed or non-blocking */
+    int linkspeed_mbps;                         /* read LinkSpeed= as the uplink in Mbit/s */
+    const char *name;                           /* the cluster's name; NULL: "slurm" */
+    const char *devices_file;                   /* names devices[0..ndevices_file) in errors */
+    int ndevices_file;                          /* (those from a file; the rest are --device) */
+} ai_slurm_source;
+/* The cluster JSON (docs/formats.md), checked by the loader; free() it. */
+ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out);
+/* topology.conf text for the cluster spec at spec_path; free() it. */
+ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out);
+
 /* ------------------------------ learner and knowledge base (tune/kb.c) */
 
 /*

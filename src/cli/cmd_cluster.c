@@ -4,6 +4,8 @@
  *
  *   autoinfra cluster nodes SPEC [--json]
  *   autoinfra cluster bound SPEC --coll C --bytes MIN[:MAX] [--ranks-per-node K] [--json]
+ *   autoinfra cluster from-slurm [--slurm-conf F] [--topology F] [--device P=K ...] --nic-gbps G ...
+ *   autoinfra cluster to-slurm-topology SPEC
  */
 #include "autoinfra.h"
 #include "cli.h"
@@ -17,6 +19,8 @@ static void usage(FILE *out)
     fprintf(out,
             "usage: autoinfra cluster nodes SPEC [--json]\n"
             "       autoinfra cluster bound SPEC --coll C --bytes MIN[:MAX] [--ranks-per-node K] [--json]\n"
+            "       autoinfra cluster from-slurm [--slurm-conf F] [--topology F] --nic-gbps G [options]\n"
+            "       autoinfra cluster to-slurm-topology SPEC\n"
             "\n"
             "nodes   every node after overrides: name, group, devices, NIC Gbit/s (count x bw),\n"
             "        rack; then racks with their uplinks. Text lines are\n"
@@ -24,7 +28,62 @@ static void usage(FILE *out)
             "          node NAME GROUP DEVICES NIC_GBPS RACK|- SPEED\n"
             "bound   lower bound (cut argument, docs/runtime.md) on the time of a collective\n"
             "        over one rank per device (or K per node); sizes as in `bench`\n"
-            "        (units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, doubling from MIN to MAX).\n");
+            "        (units B, K/KB/KiB, M/MB/MiB, G/GB/GiB, doubling from MIN to MAX).\n"
+            "from-slurm  a cluster spec (JSON) from Slurm's files (docs/slurm.md); nodes are\n"
+            "        renamed <group>-<index> in the order of their numbers (gpu001 -> gpu-0)\n"
+            "%s"
+            "to-slurm-topology  a topology.conf: a switch per rack (LinkSpeed: uplink, Mbit/s)\n",
+            cli_slurm_usage());
+}
+
+static int cmd_from_slurm(int argc, char **argv)
+{
+    const char *cmd = "autoinfra cluster from-slurm";
+    cli_slurm s = {0};
+    int rc = 2;
+    for (int i = 2; i < argc; i++) {
+        int r = cli_slurm_opt(&s, argc, argv, &i, cmd);
+        if (r < 0)
+            goto out;
+        if (r == 0) {
+            fprintf(stderr, "%s: unknown option '%s'\n", cmd, argv[i]);
+            goto out;
+        }
+    }
+    if (!s.conf_path && !s.topo_path) {
+        fprintf(stderr, "%s: give --slurm-conf F, --topology F or both\n", cmd);
+        goto out;
+    }
+    rc = 1;
+    if (cli_slurm_read(&s, cmd, 0))
+        goto out;
+    char *json = NULL;
+    if (ai_slurm_cluster_json(&s.src, &json) != AI_OK) {
+        fprintf(stderr, "%s: %s\n", cmd, ai_last_error());
+        goto out;
+    }
+    printf("%s\n", json);
+    free(json);
+    rc = 0;
+out:
+    cli_slurm_free(&s);
+    return rc;
+}
+
+static int cmd_to_slurm(int argc, char **argv)
+{
+    if (argc != 3) {
+        fprintf(stderr, "autoinfra cluster to-slurm-topology: expected one cluster spec\n");
+        return 2;
+    }
+    char *text = NULL;
+    if (ai_slurm_topology_conf(argv[2], &text) != AI_OK) {
+        fprintf(stderr, "autoinfra cluster to-slurm-topology: %s\n", ai_last_error());
+        return 1;
+    }
+    fputs(text, stdout);
+    free(text);
+    return 0;
 }
 
 static int fail(const char *what)
@@ -138,6 +197,10 @@ int cli_cluster_main(int argc, char **argv)
             return 0;
         }
     const char *sub = argv[1];
+    if (!strcmp(sub, "from-slurm"))
+        return cmd_from_slurm(argc, argv);
+    if (!strcmp(sub, "to-slurm-topology"))
+        return cmd_to_slurm(argc, argv);
     if (strcmp(sub, "nodes") && strcmp(sub, "bound")) {
         fprintf(stderr, "autoinfra cluster: unknown subcommand '%s'\n", sub);
         usage(stderr);

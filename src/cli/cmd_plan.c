@@ -4,6 +4,7 @@
  *   autoinfra plan --cluster C.json --model M.json --training T.json
  *                  [--fix key=value,...] [--baseline manual|homogeneous|expert|all]
  *                  [--top N] [--json]
+ *   autoinfra plan --from-slurm PARTITION | --from-slurm-job [Slurm options] --model ... (cmd_slurm.c)
  *   autoinfra plan fidelity [--data DIR] [--json]   model vs published tables
  *   autoinfra plan fit [--data DIR] [--holdout SRC] [--json]  refit the parameters
  *   autoinfra plan train --kb KB --global-batch B ...  the training job from the KB
@@ -22,6 +23,8 @@ static void plan_usage(FILE *out)
             "usage: autoinfra plan --cluster C.json --model M.json --training T.json\n"
             "                      [--fix key=value,...] [--baseline manual|homogeneous|expert|all]\n"
             "                      [--top N] [--json]\n"
+            "       autoinfra plan --from-slurm PARTITION|--from-slurm-job [--program CMD]\n"
+            "                      [--cluster-out F] [Slurm options] --model M.json --training T.json ...\n"
             "       autoinfra plan fidelity [--data DIR] [--json]\n"
             "       autoinfra plan fit [--data DIR] [--holdout SOURCE] [--json]\n"
             "       autoinfra plan train --kb KB --global-batch B ... (plan train --help)\n"
@@ -37,7 +40,12 @@ static void plan_usage(FILE *out)
             "  fidelity     predicted vs published on data/calibration (default DIR)\n"
             "  fit          refit the model's free parameters to those tables and report;\n"
             "               --holdout leaves one source (korthikanti_table5 or\n"
-            "               megatron_core_h100) out of the fit to test generalization\n");
+            "               megatron_core_h100) out of the fit to test generalization\n"
+            "  --from-slurm P  the cluster of partition P (scontrol, or --slurm-conf and\n"
+            "               --topology), then the srun line of the plan; --from-slurm-job:\n"
+            "               the nodes of SLURM_JOB_NODELIST; --program CMD ends the srun\n"
+            "               line (PROGRAM); --cluster-out F keeps the cluster. Slurm options:\n%s",
+            cli_slurm_usage());
 }
 
 static int calib_main(int argc, char **argv, int refit)
@@ -85,9 +93,15 @@ int cli_plan_main(int argc, char **argv)
     const char *cpath = NULL, *mpath = NULL, *tpath = NULL;
     ai_plan_options opts = {NULL, 1, 0};
     int as_json = 0;
+    cli_slurm_plan slurm = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int has_val = i + 1 < argc;
+        int sr = cli_slurm_plan_opt(&slurm, argc, argv, &i);
+        if (sr < 0)
+            return 2;
+        if (sr > 0)
+            continue;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             plan_usage(stdout);
             return 0;
@@ -135,7 +149,11 @@ int cli_plan_main(int argc, char **argv)
             return 2;
         }
     }
+    int sr = cli_slurm_plan_cluster(&slurm, &cpath);
+    if (sr)
+        return sr;
     if (!cpath || !mpath || !tpath) {
+        cli_slurm_plan_free(&slurm);
         fprintf(stderr, "autoinfra plan: --cluster, --model and --training are required\n");
         plan_usage(stderr);
         return 2;
@@ -154,6 +172,7 @@ int cli_plan_main(int argc, char **argv)
         fprintf(stderr, "autoinfra plan: %s\n", ai_last_error());
         goto out;
     }
+    cli_slurm_plan_free(&slurm);
     if ((st = ai_plan(cluster, model, training, &opts, &report)) != AI_OK) {
         fprintf(stderr, "autoinfra plan: %s: %s\n", ai_strerror(st), ai_last_error());
         rc = st == AI_ERR_INVALID ? 2 : 1;
@@ -162,6 +181,10 @@ int cli_plan_main(int argc, char **argv)
     st = as_json ? ai_plan_report_json(report, &text) : ai_plan_report_text(report, &text);
     if (st != AI_OK) {
         fprintf(stderr, "autoinfra plan: %s\n", ai_last_error());
+        goto out;
+    }
+    if (cli_slurm_plan_print(&slurm, cluster, report, as_json, &text)) {
+        fprintf(stderr, "autoinfra plan: cannot make the srun line\n");
         goto out;
     }
     fputs(text, stdout);
@@ -175,6 +198,7 @@ int cli_plan_main(int argc, char **argv)
         rc = 1;
     }
 out:
+    cli_slurm_plan_free(&slurm);
     free(text);
     ai_plan_report_destroy(report);
     ai_training_destroy(training);
