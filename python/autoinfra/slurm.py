@@ -14,8 +14,9 @@ import re
 
 # torch's store port: every task of a step derives the same one from the
 # job and step ids; this range stays clear of the runtime's own rendezvous
-# ports (20000-39999, docs/slurm.md).
-PORT_BASE, PORT_SPAN = 40000, 20000
+# ports (20000-31999) and of Linux's ephemeral ports (32768 up), where a
+# task connecting before rank 0 listens could connect to itself.
+PORT_BASE, PORT_SPAN = 10000, 10000
 
 
 def hostlist_first(nodelist):

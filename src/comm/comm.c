@@ -424,8 +424,11 @@ ai_status_t comm_config_env(ai_comm_config *out)
         if (!(cfg.store_host = util_param_intern(host)))
             return ai_fail(AI_ERR_NOMEM, "rendezvous host");
     } else if (cfg.size > 1 && jobkey[0]) {
-        /* Same job, same port: derived from the launcher's job id. */
-        cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 20000);
+        /* Same job, same port: derived from the launcher's job id, below
+         * Linux's ephemeral range (32768 up), where a rank connecting
+         * before rank 0 listens could be given the port as its own source
+         * and connect to itself. */
+        cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 12000);
         ai_status_t st = slurm_store_host(rv, host, sizeof host);
         if (st != AI_OK)
             return st;

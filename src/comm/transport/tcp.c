@@ -173,6 +173,19 @@ ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out)
     return AI_OK;
 }
 
+/* A connect to a port of this host that nobody listens on yet can be
+ * given that very port as its source (it is in the ephemeral range) and
+ * "succeed" by TCP's simultaneous open, connected to itself: then rank 0
+ * cannot bind its listener there. Such a socket is no peer. */
+static int connected_to_self(int fd)
+{
+    struct sockaddr_in a, b;
+    socklen_t la = sizeof a, lb = sizeof b;
+    return getsockname(fd, (struct sockaddr *)&a, &la) == 0 &&
+           getpeername(fd, (struct sockaddr *)&b, &lb) == 0 && a.sin_port == b.sin_port &&
+           a.sin_addr.s_addr == b.sin_addr.s_addr;
+}
+
 ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int *fd_out)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = addr, .sin_port = htons(port)};
@@ -195,6 +208,10 @@ ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int
                 rc = -1, err = rc == 0 ? ETIMEDOUT : err;
         } else if (rc != 0) {
             err = errno;
+        }
+        if (rc == 0 && connected_to_self(fd)) {
+            rc = -1;
+            err = ECONNREFUSED;
         }
         if (rc == 0) {
             int one = 1;
