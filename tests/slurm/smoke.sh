@@ -6,7 +6,9 @@
 #     launcher) on gloo, and with --autoinfra on the autoinfra backend:
 #     4 ranks, finite losses;
 #  3. a bad --autoinfra option is refused by srun, naming it;
-#  4. down leaves no daemon running and no line in /etc/hosts.
+#  4. two jobs at once on one knowledge base both finish right, and what
+#     each learned is in it;
+#  5. down leaves no daemon running and no line in /etc/hosts.
 # Usage: smoke.sh AUTOINFRA_BIN SOURCE_DIR SPANK_PLUGIN
 set -eu
 [ "$(id -u)" = 0 ] || { echo "slurm smoke: skipped (needs root)"; exit 77; }
@@ -61,7 +63,28 @@ if "$SLURM" run --timeout 60 -- srun -N1 --autoinfra=bogus:1 true > "$DIR/bad.tx
 fi
 grep -q "unknown option 'bogus:1'" "$DIR/bad.txt" || { cat "$DIR/bad.txt"; fail "no message naming bogus:1"; }
 
-# 4. nothing left behind
+# 4. two jobs at once write one knowledge base (SQLite's lock on a local
+#    file; each job's rank 0 writes, never waiting on the other): both
+#    finish right and what each learned is in it
+for j in 1 2; do
+    coll=allreduce nodes=n0,n1
+    [ "$j" = 2 ] && coll=allgather nodes=n2,n3
+    "$SLURM" run --timeout 120 -- srun -N2 -n2 -w "$nodes" --autoinfra=kb:"$DIR/shared.sqlite" \
+        "$BIN" bench --coll "$coll" --bytes 64K:1M --iters 30 --check > "$DIR/job$j.txt" 2>&1 &
+    eval "job$j=\$!"
+done
+wait "$job1" || { cat "$DIR/job1.txt"; fail "the first of two jobs on one KB failed"; }
+wait "$job2" || { cat "$DIR/job2.txt"; fail "the second of two jobs on one KB failed"; }
+for j in 1 2; do
+    awk '/^ +[0-9]/ { n++; if ($NF != 0) bad++ } END { exit !(n >= 5 && !bad) }' "$DIR/job$j.txt" ||
+        { cat "$DIR/job$j.txt"; fail "job $j of two on one KB: wrong results or missing sizes"; }
+done
+"$BIN" kb show --kb "$DIR/shared.sqlite" > "$DIR/shared.txt"
+grep -q "allreduce" "$DIR/shared.txt" && grep -q "allgather" "$DIR/shared.txt" ||
+    { cat "$DIR/shared.txt"; fail "the shared KB lacks one job's learning"; }
+echo "two jobs at once on one KB: both right, both in it"
+
+# 5. nothing left behind
 "$SLURM" down
 for p in $pids; do
     if [ -r "/proc/$p/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$p/status"; then
