@@ -131,23 +131,38 @@ CommRunner::~CommRunner() {
 }
 
 uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done,
-                             bool defer) {
+                             bool defer, bool small) {
   uint64_t ticket;
   bool deferred;
   {
     std::lock_guard<std::mutex> l(mu_);
     double now = ai_now();
     if (defer) last_defer_ = now;
-    deferred = defer && looking_out_ && !running_ && queue_.empty();
+    if (small) last_small_ = now;
+    deferred = (defer || small) && looking_out_ && !running_ && queue_.empty();
     deferred_ += deferred;
     // A call behind others: its caller did not wait for them, so none of
     // them is taken back; they start now.
     undefer();
     ticket = ++tickets_;
-    queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0});
+    queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0, {}});
     queued_.fetch_add(1, std::memory_order_release);
   }
   if (!deferred) cv_.notify_all();
+  return ticket;
+}
+
+uint64_t CommRunner::enqueue_p2p(std::function<P2pPost()> post,
+                                 std::function<void(std::exception_ptr)> done) {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    undefer();
+    ticket = ++tickets_;
+    queue_.push_back(Job{ticket, {}, std::move(done), 0, std::move(post)});
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
   return ticket;
 }
 
@@ -176,7 +191,8 @@ bool CommRunner::run_queued(uint64_t ticket) {
   Job job;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (running_ || queue_.empty() || queue_.front().ticket != ticket) return false;
+    if (running_ || queue_.empty() || queue_.front().ticket != ticket || queue_.front().p2p)
+      return false;
     job = std::move(queue_.front());
     queue_.pop_front();
     queued_.fetch_sub(1, std::memory_order_release);
@@ -184,14 +200,6 @@ bool CommRunner::run_queued(uint64_t ticket) {
     set_wait_mode();
   }
   job.done(owned(job.fn));
-  return true;
-}
-
-bool CommRunner::begin_inline() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
-  running_ = inline_ = true;
-  set_wait_mode();
   return true;
 }
 
@@ -318,24 +326,37 @@ void CommRunner::wait_end() {
 void CommRunner::loop() {
   for (;;) {
     Job job;
+    bool have = false;
     std::string revoked;
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
     // sleeping, since a wake-up from sleep waits for a core.
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
-    while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+    while (p2p_.empty() && queued_.load(std::memory_order_acquire) == 0 &&
+           std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     {
       std::unique_lock<std::mutex> l(mu_);
       for (;;) {
+        double now = ai_now(), until_s = 0;
+        if (!p2p_.empty()) {
+          // Requests are pending (this thread owns the communicator):
+          // take the next call if there is one, else move them a while.
+          have = !queue_.empty() &&
+                 (stop_ || !revoked_.empty() || queue_.front().not_before <= now);
+          break;
+        }
         // Run the next call unless it is deferred; else sleep, until a
         // deferred call's time or, while calls are deferred, kLookoutS.
-        double now = ai_now(), until_s = 0;
         if (!running_ && queue_.empty() && stop_) return;  // everything queued has run
         if (!running_ && !queue_.empty()) {
-          if (stop_ || queue_.front().not_before <= now) break;
+          if (stop_ || queue_.front().not_before <= now) {
+            have = true;
+            break;
+          }
           until_s = queue_.front().not_before;
-        } else if (waits_at_once() && now - last_defer_ < kTickIdleS) {
+        } else if ((waits_at_once() && now - last_defer_ < kTickIdleS) ||
+                   now - last_small_ < kTickIdleS) {
           until_s = now + kLookoutS;
         }
         if (until_s > 0) {
@@ -346,10 +367,34 @@ void CommRunner::loop() {
           cv_.wait(l);
         }
       }
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
-      running_ = true;
+      if (have) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_release);
+        running_ = true;
+      }
+      revoked = revoked_;
+    }
+    if (!revoked.empty() && !p2p_.empty())
+      fail_p2p(std::make_exception_ptr(std::runtime_error(revoked)));
+    if (!have) {
+      if (!p2p_.empty()) progress_p2p(kP2pSliceS);
+      if (p2p_.empty()) release();
+      continue;
+    }
+    if (revoked.empty() && job.p2p) {
+      // Post it and go on: it moves beside the others from now on.
+      try {
+        p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
+      } catch (...) {
+        if (p2p_.empty()) release();
+        job.done(std::current_exception());
+      }
+      continue;
+    }
+    if (revoked.empty() && !p2p_.empty()) {
+      progress_p2p(0);  // the call's messages queue behind the requests'
+      std::lock_guard<std::mutex> l(mu_);
       revoked = revoked_;
     }
     if (revoked.empty()) {
@@ -358,6 +403,61 @@ void CommRunner::loop() {
       release();
       job.done(std::make_exception_ptr(std::runtime_error(revoked)));
     }
+  }
+}
+
+void CommRunner::progress_p2p(double max_s) {
+  std::vector<ai_p2p*> reqs;
+  while (!p2p_.empty()) {
+    if (max_s <= 0) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        reason = revoked_;
+      }
+      if (!reason.empty()) {
+        fail_p2p(std::make_exception_ptr(std::runtime_error(reason)));
+        return;
+      }
+    }
+    reqs.clear();
+    for (auto& p : p2p_) reqs.push_back(p.post.req);
+    ai_status_t st = ai_p2p_progress(comm_, reqs.data(), static_cast<int>(reqs.size()),
+                                     max_s > 0 ? max_s : 20 * kP2pSliceS, nullptr);
+    if (st != AI_OK) {
+      std::exception_ptr e;
+      try {
+        check(st, "send/recv");
+      } catch (...) {
+        e = std::current_exception();
+      }
+      fail_p2p(e);
+      return;
+    }
+    // Complete the requests that are done, in posting order.
+    std::vector<Pending> finished, left;
+    for (auto& p : p2p_) (ai_p2p_done(p.post.req) ? finished : left).push_back(std::move(p));
+    p2p_ = std::move(left);
+    for (auto& p : finished) {
+      ai_p2p_free(p.post.req);
+      std::exception_ptr e;
+      try {
+        if (p.post.after) p.post.after();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      p.done(e);
+    }
+    if (max_s > 0) return;
+  }
+}
+
+void CommRunner::fail_p2p(std::exception_ptr e) {
+  std::vector<Pending> failed;
+  failed.swap(p2p_);
+  for (auto& p : failed) {
+    ai_p2p_free(p.post.req);
+    p.done(e);
   }
 }
 
@@ -576,15 +676,23 @@ void CommRunner::scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, in
   out.copy_(ins[rank_].reshape(out.sizes()));
 }
 
-void CommRunner::send(const at::Tensor& t, int dst) {
+CommRunner::P2pPost CommRunner::isend(const at::Tensor& t, int dst) {
   at::Tensor src = contiguous_in(t, "send");
-  check(ai_send(comm_, dst, src.data_ptr(), nbytes(src)), "send");
+  P2pPost p;
+  check(ai_isend(comm_, dst, src.data_ptr(), nbytes(src), &p.req), "send");
+  p.after = [src] {};  // the data stays alive until the request is done
+  return p;
 }
 
-void CommRunner::recv(at::Tensor& t, int src) {
-  Staged s(t, "recv");
-  check(ai_recv(comm_, src, s.data(), nbytes(t)), "recv");
-  s.write_back();
+CommRunner::P2pPost CommRunner::irecv(at::Tensor& t, int src) {
+  check_tensor(t, "recv");
+  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  P2pPost p;
+  check(ai_irecv(comm_, src, buf.data_ptr(), nbytes(t), &p.req), "recv");
+  p.after = [t, buf]() mutable {
+    if (!buf.is_same(t)) t.copy_(buf);
+  };
+  return p;
 }
 
 void CommRunner::barrier() { check(ai_barrier(comm_, nullptr), "barrier"); }

@@ -114,11 +114,15 @@ class AutoinfraWork : public c10d::Work {
       f->markCompleted(c10::IValue(outputs_));
   }
 
-  // A large call's first wait, poll or future: the runner's streak
-  // (kWaitStreak in comm_runner.hpp); anything but a wait at once starts
-  // a deferred call now.
+  // A call's first wait, poll or future: a large call's counts in the
+  // runner's streak (kWaitStreak in comm_runner.hpp); anything but a wait
+  // at once starts a deferred call now.
   void note(bool waited) {
-    if (!large_ || noted_.exchange(true, std::memory_order_relaxed)) return;
+    if (noted_.exchange(true, std::memory_order_relaxed)) return;
+    if (!large_) {
+      if (!waited) runner_->expedite();  // a small call deferred (kInlineBytes)
+      return;
+    }
     if (waited) {
       runner_->large_waited(ai_now() - posted_s_ < kAtOnceS);
     } else {
@@ -253,14 +257,16 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
   }
 
   // Messages between two ranks match in issue order; tags are not matched.
+  // Each request moves on its own once posted (CommRunner::enqueue_p2p).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
     auto t = one(ts, "send");
-    return post(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { r->send(t, dst); });
+    return post_p2p(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { return r->isend(t, dst); });
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
     auto t = one(ts, "recv");
-    return post(c10d::OpType::RECV, ts, [r = runner_.get(), t, src]() mutable { r->recv(t, src); });
+    return post_p2p(c10d::OpType::RECV, ts,
+                    [r = runner_.get(), t, src]() mutable { return r->irecv(t, src); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -294,10 +300,10 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return ts[0];
   }
 
-  // Small calls run inline when the runner is idle (comm_runner.hpp,
-  // kInlineBytes); the rest, and calls that find it busy, are queued,
-  // large ones without waking the progress thread while their caller
-  // waits at once (kWaitStreak).
+  // Every call is queued and returns before it ran: small ones
+  // (comm_runner.hpp, kInlineBytes) without waking the progress thread
+  // while it looks out, so that a caller waiting at once runs them
+  // itself; large ones so while their caller waits at once (kWaitStreak).
   template <typename F>
   c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
     size_t bytes = 0;
@@ -305,15 +311,19 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     bool large = bytes > kInlineBytes;
     auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type,
                                                    std::move(outputs), large);
-    std::exception_ptr error;
-    if (!large && runner_->run_inline(fn, &error)) {
-      work->complete(error);
-      return work;
-    }
     if (large) runner_->large_posted();
     work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); },
-                                  large && runner_->waits_at_once()));
+                                  large && runner_->waits_at_once(), !large));
     work->posted();
+    return work;
+  }
+
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                          F fn) {
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type,
+                                                   std::move(outputs), false);
+    work->queued(runner_->enqueue_p2p(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
     return work;
   }
 

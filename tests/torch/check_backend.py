@@ -14,6 +14,12 @@
                                      asynchronous one nobody waits for still starts
     check_backend.py groups N        dist.new_group of every pair and of all ranks but
                                      the first, beside the default group
+    check_backend.py p2p N           irecv posted before its isend, batch_isend_irecv, a
+                                     ring of large isends before their irecvs: done at
+                                     once, equal to gloo's
+    check_backend.py asyncsmall 3    an async_op=True call returns before its peers
+                                     arrive: a cycle through three groups that only
+                                     an asynchronous small call lets finish
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -425,17 +431,122 @@ def groups(rank, n):
         print(f"groups on {n} ranks (rank 0 on {hosts}): {len(made)} groups agree")
 
 
+def p2p(rank, n):
+    # Point-to-point requests progress on their own: a receive posted
+    # before the send it must be matched with by the peer (each rank of a
+    # pair does so) completes, as does batch_isend_irecv, and a ring of
+    # isends above a shared-memory ring's size (512 KiB) posted before the
+    # irecvs. Each must finish in well under the 10 s timeout; gloo does
+    # the same exchanges as the reference.
+    import torch
+    import torch.distributed as dist
+    gloo = dist.new_group(backend="gloo")
+    peer = rank ^ 1
+    for nbytes in (32, 4096, 1 << 20):
+        for group, name in ((None, "autoinfra"), (gloo, "gloo")):
+            if peer >= n:
+                break
+            k = nbytes // 4
+            u = torch.arange(k, dtype=torch.float32) + 1000 * rank
+            t = torch.zeros(k)
+            t0 = time.time()
+            reqs = [dist.irecv(t, peer, group=group), dist.isend(u, peer, group=group)]
+            for r in reqs:
+                r.wait()
+            took = time.time() - t0
+            same(t, torch.arange(k, dtype=torch.float32) + 1000 * peer,
+                 f"{name}: irecv before isend, {nbytes} B")
+            assert took < 5, f"{name}: irecv before isend of {nbytes} B took {took:.1f} s"
+            # batch_isend_irecv: the receive first again
+            t.zero_()
+            ops = [dist.P2POp(dist.irecv, t, peer, group), dist.P2POp(dist.isend, u + 1, peer, group)]
+            t0 = time.time()
+            for r in dist.batch_isend_irecv(ops):
+                r.wait()
+            took = time.time() - t0
+            same(t, torch.arange(k, dtype=torch.float32) + 1000 * peer + 1,
+                 f"{name}: batch_isend_irecv, {nbytes} B")
+            assert took < 5, f"{name}: batch_isend_irecv of {nbytes} B took {took:.1f} s"
+    # A ring: every rank sends 1 MiB to the next before it receives from
+    # the one before; every send waits for its receiver's irecv.
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    for group, name in ((None, "autoinfra"), (gloo, "gloo")):
+        u = torch.full((1 << 18,), float(rank))
+        t = torch.zeros(1 << 18)
+        t0 = time.time()
+        reqs = [dist.isend(u, nxt, group=group), dist.irecv(t, prv, group=group)]
+        for r in reqs:
+            r.wait()
+        took = time.time() - t0
+        same(t, torch.full((1 << 18,), float(prv)), f"{name}: ring of 1 MiB isends")
+        assert took < 5, f"{name}: ring of 1 MiB isends took {took:.1f} s"
+    # Collectives after point-to-point calls still meet theirs.
+    x = torch.ones(13)
+    dist.all_reduce(x)
+    same(x, torch.full((13,), float(n)), "allreduce after point-to-point calls")
+    if rank == 0:
+        print(f"p2p on {n} ranks: irecv before isend, batch_isend_irecv and a ring of isends done")
+
+
+def asyncsmall(rank, n):
+    # An async_op=True call must return before its peers arrive. Rank 0
+    # posts an asynchronous 16-byte allreduce on {0,1}, then a blocking one
+    # on {0,2}; rank 1 goes through {1,2} and then {0,1}; rank 2 through
+    # {0,2} and then {1,2}. Only rank 0's asynchronous call returning at
+    # once lets the cycle finish. The same at 1 MiB, and on gloo groups.
+    import torch
+    import torch.distributed as dist
+    assert n == 3, "asyncsmall runs on 3 ranks"
+    limit = datetime.timedelta(seconds=10)
+    for backend in ("autoinfra", "gloo"):
+        g01 = dist.new_group([0, 1], backend=backend, timeout=limit)
+        g02 = dist.new_group([0, 2], backend=backend, timeout=limit)
+        g12 = dist.new_group([1, 2], backend=backend, timeout=limit)
+        for k in (4, 1 << 18):
+            a = torch.full((k,), float(rank + 1))
+            b = torch.full((k,), float(rank + 1))
+            t0 = time.time()
+            if rank == 0:
+                w = dist.all_reduce(a, group=g01, async_op=True)
+                returned = time.time() - t0
+                dist.all_reduce(b, group=g02)
+                w.wait()
+                same(a, torch.full((k,), 3.0), f"{backend}: async allreduce on {{0,1}}, {4 * k} B")
+                same(b, torch.full((k,), 4.0), f"{backend}: allreduce on {{0,2}}, {4 * k} B")
+                assert returned < 1, f"{backend}: async_op=True call took {returned:.1f} s to return"
+            elif rank == 1:
+                dist.all_reduce(b, group=g12)
+                dist.all_reduce(a, group=g01)
+                same(b, torch.full((k,), 5.0), f"{backend}: allreduce on {{1,2}}, {4 * k} B")
+                same(a, torch.full((k,), 3.0), f"{backend}: allreduce on {{0,1}}, {4 * k} B")
+            else:
+                dist.all_reduce(a, group=g02)
+                dist.all_reduce(b, group=g12)
+                same(a, torch.full((k,), 4.0), f"{backend}: allreduce on {{0,2}}, {4 * k} B")
+                same(b, torch.full((k,), 5.0), f"{backend}: allreduce on {{1,2}}, {4 * k} B")
+            took = time.time() - t0
+            assert took < 5, f"{backend}: the cycle at {4 * k} B took {took:.1f} s"
+    # Small calls waited for at once still compute right in a loop.
+    x = torch.ones(2)
+    for i in range(50):
+        x.fill_(i)
+        dist.all_reduce(x)
+        same(x, torch.full((2,), float(i * n)), f"blocking small allreduce {i}")
+    if rank == 0:
+        print("asyncsmall on 3 ranks: the cycle through three groups finished")
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
     import autoinfra.torch  # noqa: F401 (registers the backend)
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    timeout = datetime.timedelta(seconds=10 if case == "kill" else 60)
+    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall") else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
-     "deferred": deferred, "groups": groups}[case](rank, n)
+     "deferred": deferred, "groups": groups, "p2p": p2p, "asyncsmall": asyncsmall}[case](rank, n)
     dist.destroy_process_group()
 
 
