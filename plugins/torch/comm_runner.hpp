@@ -152,6 +152,9 @@ class CommRunner {
   void reduce(at::Tensor& t, Op op, int root);
   void allgather(std::vector<at::Tensor>& outs, const at::Tensor& in);
   void allgather_base(at::Tensor& out, const at::Tensor& in);
+  // outs[r][i] gets rank r's ins[i] (any dtypes, one call).
+  void allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                           const std::vector<at::Tensor>& ins);
   void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, Op op);
   void reduce_scatter_base(at::Tensor& out, const at::Tensor& in, Op op);
   // Empty split vectors: equal blocks along dim 0.

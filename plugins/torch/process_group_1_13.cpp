@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/python.h>
 
+#include <cctype>
+
 #include <pybind11/chrono.h>
 
 #include "comm_runner.hpp"
@@ -59,6 +61,17 @@ class AutoinfraWork : public c10d::Work {
       bool ok = c10d::Work::wait(timeout);
       runner_->wait_end();
       return ok;
+    } catch (const c10::Error&) {
+      runner_->wait_end();
+      // c10d::Work::wait's own "Operation timed out!": the call is still
+      // pending. Worded as torch's tests and log scrapers expect.
+      if (c10d::Work::isCompleted()) throw;
+      std::string op = c10d::opTypeToString(opType_);
+      for (auto& ch : op) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      throw std::runtime_error("autoinfra " + op + " on rank " +
+                               std::to_string(rank_) + ": Timed out after " +
+                               std::to_string(timeout.count()) +
+                               " ms in wait(); the call is still pending");
     } catch (...) {
       runner_->wait_end();
       throw;
@@ -187,6 +200,15 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     TORCH_CHECK(outs.size() == 1, "autoinfra allgather: one output list expected");
     auto out = outs[0];
     return post(c10d::OpType::ALLGATHER, out, [r = runner_.get(), out, in]() mutable { r->allgather(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                                                     std::vector<at::Tensor>& ins,
+                                                     const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> all;
+    for (const auto& list : outs) all.insert(all.end(), list.begin(), list.end());
+    return post(c10d::OpType::ALLGATHER_COALESCED, all,
+                [r = runner_.get(), outs, ins]() mutable { r->allgather_coalesced(outs, ins); });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,

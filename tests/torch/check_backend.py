@@ -20,6 +20,9 @@
     check_backend.py asyncsmall 3    an async_op=True call returns before its peers
                                      arrive: a cycle through three groups that only
                                      an asynchronous small call lets finish
+    check_backend.py features N      all_gather_coalesced against gloo and a reference;
+                                     timeouts (wait(timeout), the communicator's) raise
+                                     RuntimeError saying " Timed out "
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -536,17 +539,79 @@ def asyncsmall(rank, n):
         print("asyncsmall on 3 ranks: the cycle through three groups finished")
 
 
+def features(rank, n):
+    import torch
+    import torch.distributed as dist
+    gloo = dist.new_group(backend="gloo")
+    # all_gather_coalesced: tensors of several shapes at once (one dtype a
+    # call, as torch wants), a non-contiguous one and an empty one among them.
+    for dt in (torch.float32, torch.int64, torch.uint8):
+        def mine(r):
+            return [values((5,), dt, r, 7), values((2, 3), dt, r, 8), values((0,), dt, r, 9),
+                    values((64, 3), dt, r, 10).t()]
+        ins = mine(rank)
+        outs = [[torch.empty_like(t).contiguous() for t in ins] for _ in range(n)]
+        dist.all_gather_coalesced(outs, ins)
+        for r in range(n):
+            for i, w in enumerate(mine(r)):
+                same(outs[r][i], w, f"all_gather_coalesced {dt}: rank {r}'s tensor {i}")
+        for i, t in enumerate(ins):
+            if t.numel() == 0:
+                continue  # gloo of torch 1.13 dies of SIGFPE on empty allgathers
+            g = [[torch.empty_like(t).contiguous()] for _ in range(n)]
+            dist.all_gather_coalesced(g, [t.contiguous()], group=gloo)
+            for r in range(n):
+                same(outs[r][i], g[r][0], f"all_gather_coalesced {dt}: rank {r}'s tensor {i} "
+                     "against gloo")
+    # wait(timeout) on a receive whose send comes later: " Timed out ",
+    # and the receive still completes once the send comes.
+    if rank < 2:
+        t = torch.zeros(4)
+        if rank == 0:
+            w = dist.irecv(t, 1)
+            try:
+                w.wait(datetime.timedelta(milliseconds=200))
+                raise AssertionError("wait(200 ms) on a receive nobody sent returned")
+            except RuntimeError as e:
+                assert " Timed out " in str(e), str(e)
+                print(f"rank 0: wait(timeout): {e}")
+            dist.barrier(group=gloo)
+            w.wait()
+            same(t, torch.arange(4.0), "the receive after its wait timed out")
+        else:
+            dist.barrier(group=gloo)
+            dist.send(torch.arange(4.0), 0)
+    else:
+        dist.barrier(group=gloo)
+    # The communicator's own timeout: rank 0 alone in an allreduce of a
+    # group whose timeout is 1 s.
+    short = dist.new_group(timeout=datetime.timedelta(seconds=1))
+    if rank == 0:
+        t0 = time.time()
+        try:
+            dist.all_reduce(torch.ones(4), group=short)
+            raise AssertionError("an allreduce nobody joined returned")
+        except RuntimeError as e:
+            took = time.time() - t0
+            assert " Timed out " in str(e), str(e)
+            assert took < 5, f"{took:.1f} s to time out"
+            print(f"rank 0: communicator timeout after {took:.2f} s: {str(e)[:160]}")
+    dist.barrier(group=gloo)
+    os._exit(0)  # the short group failed; skip torch's teardown
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
     import autoinfra.torch  # noqa: F401 (registers the backend)
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall") else 60)
+    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall", "features") else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
-     "deferred": deferred, "groups": groups, "p2p": p2p, "asyncsmall": asyncsmall}[case](rank, n)
+     "deferred": deferred, "groups": groups, "p2p": p2p, "asyncsmall": asyncsmall,
+     "features": features}[case](rank, n)
     dist.destroy_process_group()
 
 
