@@ -124,6 +124,7 @@ CommRunner::~CommRunner() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    stop_s_ = ai_now();
   }
   cv_.notify_all();
   thread_.join();
@@ -326,7 +327,8 @@ void CommRunner::wait_end() {
 void CommRunner::loop() {
   for (;;) {
     Job job;
-    bool have = false;
+    bool have = false, stopping = false;
+    double stop_s = 0;
     std::string revoked;
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
@@ -374,9 +376,15 @@ void CommRunner::loop() {
         running_ = true;
       }
       revoked = revoked_;
+      stopping = stop_;
+      stop_s = stop_s_;
     }
     if (!revoked.empty() && !p2p_.empty())
       fail_p2p(std::make_exception_ptr(std::runtime_error(revoked)));
+    if (!have && stopping && !p2p_.empty() && ai_now() - stop_s > kStopGraceS)
+      fail_p2p(std::make_exception_ptr(std::runtime_error(
+          "autoinfra send/recv on rank " + std::to_string(rank_) +
+          ": the process group was destroyed with the request pending")));
     if (!have) {
       if (!p2p_.empty()) progress_p2p(kP2pSliceS);
       if (p2p_.empty()) release();

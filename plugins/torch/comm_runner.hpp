@@ -48,6 +48,10 @@ constexpr size_t kInlineBytes = 64 << 10;
 // them for at most this long at a time before it looks at its queue for
 // calls posted since (CommRunner::loop).
 constexpr double kP2pSliceS = 1e-3;
+// Requests still pending when the runner is destroyed get this long to
+// finish, then fail (a receive nobody sends to, as a failed
+// monitored_barrier leaves, must not hold the process for the timeout).
+constexpr double kStopGraceS = 1.0;
 // A larger call is queued, but while its caller waits for each such call
 // at once (dist.all_reduce without async_op: the last kWaitStreak calls
 // were waited for within kAtOnceS of their return, and nobody asked for
@@ -237,6 +241,7 @@ class CommRunner {
   std::atomic<int> queued_{0};
   uint64_t tickets_ = 0;  // under mu_: the last ticket enqueue gave
   bool stop_ = false;
+  double stop_s_ = 0;  // under mu_: ai_now() when stop_ was set
   std::string revoked_;  // the reason, once revoked
   bool comm_revoked_ = false;  // ai_comm_revoke was called
   bool running_ = false;  // a call is running (progress thread or inline)

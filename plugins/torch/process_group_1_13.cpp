@@ -295,6 +295,57 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
   }
 
+  // As gloo's: every other rank sends rank 0 a byte and waits for its
+  // answer; rank 0 answers once all arrived within the timeout, else names
+  // the first that did not (every one with waitAllRanks). The requests of
+  // ranks that did not arrive stay posted.
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool waitAllRanks) override {
+    using ms = std::chrono::milliseconds;
+    ms timeout = o.timeout.count() > 0 ? o.timeout : ms(1800 * 1000);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    // Work::wait with 0 ms waits forever: at least 1 ms.
+    auto left = [&] {
+      auto l = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
+      return l.count() > 0 ? l : ms(1);
+    };
+    auto byte = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kByte)}; };
+    int me = getRank(), n = getSize();
+    if (me != 0) {
+      auto out = byte(), in = byte();
+      auto ws = send(out, 0, 0);
+      auto wr = recv(in, 0, 0);
+      try {
+        ws->wait(left());
+        wr->wait(left());
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier, but received "
+                    "errors while waiting for send/recv from rank 0. Please check rank 0 logs "
+                    "for faulty rank. (autoinfra: ", e.what(), ")");
+      }
+      return;
+    }
+    std::vector<std::vector<at::Tensor>> bufs(n);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works(n);
+    for (int r = 1; r < n; r++) {
+      bufs[r] = byte();
+      works[r] = recv(bufs[r], r, 0);
+    }
+    std::string failed;
+    for (int r = 1; r < n; r++) {
+      try {
+        works[r]->wait(left());
+      } catch (const std::exception&) {
+        TORCH_CHECK(waitAllRanks, "Rank ", r, " failed to pass monitoredBarrier in ",
+                    timeout.count(), " ms");
+        failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      }
+    }
+    TORCH_CHECK(failed.empty(), "Ranks ", failed, " failed to pass monitoredBarrier in ",
+                timeout.count(), " ms");
+    for (int r = 1; r < n; r++) works[r] = send(bufs[r], r, 0);
+    for (int r = 1; r < n; r++) works[r]->wait(left());
+  }
+
   void revoke(const std::string& reason) { runner_->revoke(reason); }
   bool revoked() { return runner_->revoked(); }
   CommRunner& runner() { return *runner_; }

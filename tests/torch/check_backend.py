@@ -21,6 +21,7 @@
                                      arrive: a cycle through three groups that only
                                      an asynchronous small call lets finish
     check_backend.py features N      all_gather_coalesced against gloo and a reference;
+                                     monitored_barrier passing and naming a missing rank;
                                      timeouts (wait(timeout), the communicator's) raise
                                      RuntimeError saying " Timed out "
 
@@ -583,6 +584,34 @@ def features(rank, n):
             dist.send(torch.arange(4.0), 0)
     else:
         dist.barrier(group=gloo)
+    # monitored_barrier: passes when every rank comes, also waiting for all;
+    # on a group that rank 1 leaves out, rank 0 names rank 1 and the others
+    # say rank 0 failed them, in gloo's words (torch's tests match them).
+    limit = datetime.timedelta(seconds=2)
+    dist.monitored_barrier(timeout=limit)
+    dist.monitored_barrier(timeout=limit, wait_all_ranks=True)
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    same(x, torch.full((3,), float(n)), "allreduce after monitored_barrier")
+    mb = dist.new_group()
+    t0 = time.time()
+    if rank == 0:
+        try:
+            dist.monitored_barrier(mb, timeout=datetime.timedelta(seconds=1))
+            raise AssertionError("monitored_barrier passed without rank 1")
+        except RuntimeError as e:
+            assert "Rank 1 failed to pass monitoredBarrier" in str(e), str(e)
+            print(f"rank 0: monitored_barrier: {e}")
+    elif rank != 1:
+        try:
+            dist.monitored_barrier(mb, timeout=datetime.timedelta(seconds=1))
+            raise AssertionError("monitored_barrier passed without rank 1")
+        except RuntimeError as e:
+            assert (f"Rank {rank} successfully reached monitoredBarrier, but received errors "
+                    "while waiting for send/recv from rank 0") in str(e), str(e)
+    took = time.time() - t0
+    assert took < 5, f"monitored_barrier took {took:.1f} s to fail"
+    dist.barrier(group=gloo)
     # The communicator's own timeout: rank 0 alone in an allreduce of a
     # group whose timeout is 1 s.
     short = dist.new_group(timeout=datetime.timedelta(seconds=1))
