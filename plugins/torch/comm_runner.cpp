@@ -218,7 +218,7 @@ void CommRunner::release() {
   set_wait_mode();
   // The progress thread sleeps until a call is queued and exclusive() until
   // the runner is idle: wake them only if one was queued or waits, since
-  // waking after every inline call would cost each a context switch.
+  // waking after every call its caller ran would cost each a context switch.
   bool wake = !queue_.empty() || stop_ || exclusive_waiters_ > 0;
   l.unlock();
   if (wake) cv_.notify_all();

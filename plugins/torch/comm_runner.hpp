@@ -117,7 +117,7 @@ class CommRunner {
   // How many calls were queued deferred so far.
   uint64_t deferred_calls();
   // A thread starts (begin) or stops (end) waiting for a queued call's
-  // result. While one waits, or a call runs inline, nothing of this process
+  // result. While one waits, or its caller runs a call (run_queued), nothing of this process
   // computes beside the call, so the runtime's waits poll before they sleep
   // (a wake-up from sleep waits for a core); otherwise they block at once,
   // leaving the cores to the compute the call overlaps (ai_comm_set_block_waits).
@@ -244,8 +244,8 @@ class CommRunner {
   double stop_s_ = 0;  // under mu_: ai_now() when stop_ was set
   std::string revoked_;  // the reason, once revoked
   bool comm_revoked_ = false;  // ai_comm_revoke was called
-  bool running_ = false;  // a call is running (progress thread or inline)
-  bool inline_ = false;   // the running call runs on its caller's thread
+  bool running_ = false;  // a call runs (progress thread, run_queued) or requests are pending
+  bool inline_ = false;   // the running call runs on its caller's thread (run_queued)
   int waiters_ = 0;       // threads in wait_begin..wait_end
   std::atomic<int> streak_{0};           // large calls in a row waited for at once
   std::atomic<bool> last_waited_{true};  // the last large call was waited for

@@ -30,7 +30,7 @@ Op to_op(const c10d::ReduceOp& op, const char* what) {
   return Op::Sum;
 }
 
-// A Work that the progress thread (or its caller, inline) completes:
+// A Work that the progress thread (or its caller, from wait) completes:
 // Work's own state (wait, isCompleted, exception) and a Future holding the
 // output tensors, which DDP's reducer and comm hooks chain on. The Future
 // is made when first asked for: most calls (dist.all_reduce and the like)
@@ -154,7 +154,7 @@ class AutoinfraWork : public c10d::Work {
   bool finished_ = false;                           // under future_mu_
   std::exception_ptr error_;                        // under future_mu_
   std::atomic<bool> done_{false};
-  std::atomic<uint64_t> ticket_{0};  // 0: ran inline, or wait() tried it
+  std::atomic<uint64_t> ticket_{0};  // 0: wait() tried it (or never queued)
 };
 
 class ProcessGroupAutoinfra : public c10d::ProcessGroup {
