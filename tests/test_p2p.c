@@ -174,6 +174,33 @@ static int nb_body(ai_comm *c, void *arg)
             rc = 3;
         }
     }
+    /* More requests than ai_p2p_progress keeps on its stack: 40 receives
+     * from prev posted before 40 sends to next, messages in order. */
+    enum { K = 40 };
+    ai_p2p *q[2 * K] = {0};
+    uint64_t in[K], out[K];
+    for (int j = 0; j < K && !rc; j++) {
+        out[j] = (uint64_t)rank * 1000 + (uint64_t)j;
+        in[j] = 0;
+        if (ai_irecv(c, prev, &in[j], sizeof in[j], &q[j]) != AI_OK)
+            rc = 4;
+    }
+    for (int j = 0; j < K && !rc; j++)
+        if (ai_isend(c, next, &out[j], sizeof out[j], &q[K + j]) != AI_OK)
+            rc = 4;
+    for (int done = 0; !rc && done < 2 * K;)
+        if (ai_p2p_progress(c, q, 2 * K, 0.002, &done) != AI_OK) {
+            fprintf(stderr, "rank %d: progress of %d requests: %s\n", rank, 2 * K, ai_last_error());
+            rc = 5;
+        }
+    for (int j = 0; j < K && !rc; j++)
+        if (in[j] != (uint64_t)prev * 1000 + (uint64_t)j) {
+            fprintf(stderr, "rank %d: message %d from rank %d: %llu\n", rank, j, prev,
+                    (unsigned long long)in[j]);
+            rc = 6;
+        }
+    for (int j = 0; j < 2 * K; j++)
+        ai_p2p_free(q[j]);
     for (int j = 0; j < 2; j++) {
         free(s[j]);
         free(r[j]);

@@ -119,8 +119,9 @@ int ai_p2p_done(const ai_p2p *req) { return req && req->r.done; }
 void ai_p2p_free(ai_p2p *req) { free(req); }
 
 /* The engine waits on an array of requests: the pending ones are copied
- * in and back (a few hundred bytes each; p2p sets are small). */
-#define P2P_BATCH 64
+ * in and back (a few hundred bytes each), on the stack for up to
+ * P2P_BATCH of them, else in a buffer of their own. */
+#define P2P_BATCH 16
 
 ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double max_wait_s,
                             int *ndone)
@@ -132,14 +133,27 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
     ai_status_t st = comm_usable(comm, "p2p_progress");
     if (st != AI_OK)
         return st;
-    comm_req batch[P2P_BATCH];
-    int idx[P2P_BATCH], m = 0;
-    double moved_at = 0;
+    int pending = 0;
     for (int i = 0; i < n; i++) {
         if (!reqs[i] || reqs[i]->comm != comm)
             return ai_fail(AI_ERR_INVALID, "p2p_progress: request %d is NULL or of another "
                            "communicator", i);
-        if (reqs[i]->r.done || m == P2P_BATCH)
+        pending += !reqs[i]->r.done;
+    }
+    comm_req stack_batch[P2P_BATCH], *batch = stack_batch;
+    int stack_idx[P2P_BATCH], *idx = stack_idx, m = 0;
+    if (pending > P2P_BATCH) {
+        batch = malloc((size_t)pending * sizeof *batch);
+        idx = malloc((size_t)pending * sizeof *idx);
+        if (!batch || !idx) {
+            free(batch);
+            free(idx);
+            return ai_fail(AI_ERR_NOMEM, "p2p_progress: out of memory for %d requests", pending);
+        }
+    }
+    double moved_at = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i]->r.done)
             continue;
         idx[m] = i;
         batch[m++] = reqs[i]->r;
@@ -160,11 +174,17 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
                     break;
                 }
             const comm_req *r = &reqs[k]->r;
-            return ai_fail_prefix(st, "rank %d: %s %s rank %d", comm->rank,
-                                  r->kind == COMM_REQ_SEND ? "isend" : "irecv",
-                                  r->kind == COMM_REQ_SEND ? "to" : "from", r->peer);
+            st = ai_fail_prefix(st, "rank %d: %s %s rank %d", comm->rank,
+                                r->kind == COMM_REQ_SEND ? "isend" : "irecv",
+                                r->kind == COMM_REQ_SEND ? "to" : "from", r->peer);
         }
     }
+    if (batch != stack_batch) {
+        free(batch);
+        free(idx);
+    }
+    if (st != AI_OK)
+        return st;
     if (ndone)
         for (int i = 0; i < n; i++)
             *ndone += reqs[i]->r.done;
