@@ -334,6 +334,29 @@ ai_status_t ai_recv(ai_comm *comm, int peer, void *buf, size_t bytes);
 ai_status_t ai_sendrecv(ai_comm *comm, int to, const void *sendbuf, size_t sbytes, int from,
                         void *recvbuf, size_t rbytes);
 
+/* Nonblocking point to point. ai_isend / ai_irecv post a message (matched
+ * as ai_send's, in posting order per direction) and return at once with a
+ * request in *req; ai_p2p_progress moves posted requests, each completing
+ * on its own: a receive posted before a send does not hold the send back,
+ * so two ranks may each post a receive and then a send to the other. The
+ * buffer stays the caller's until the request is done. One thread at a
+ * time uses the communicator; finish the requests before the next
+ * collective or blocking call on it (a collective's messages queue
+ * behind them). ai_p2p_progress moves reqs until every one is done, one
+ * of them completed, or max_wait_s passed (at least one pass); *ndone
+ * (may be NULL) gets how many of reqs are done. The communicator's
+ * timeout counts from the last time the pending ones moved, across calls;
+ * then, or on a failure, it returns the error, the communicator failed as
+ * for ai_send. ai_p2p_free frees a request (done or not: a request freed
+ * undone leaves its peer's matching message unmatched). */
+typedef struct ai_p2p ai_p2p;
+ai_status_t ai_isend(ai_comm *comm, int peer, const void *buf, size_t bytes, ai_p2p **req);
+ai_status_t ai_irecv(ai_comm *comm, int peer, void *buf, size_t bytes, ai_p2p **req);
+ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double max_wait_s,
+                            int *ndone);
+int ai_p2p_done(const ai_p2p *req);
+void ai_p2p_free(ai_p2p *req);
+
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);
 

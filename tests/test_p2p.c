@@ -1,6 +1,6 @@
 /*
- * Point-to-point calls (ai_send, ai_recv, ai_sendrecv) over shared memory
- * and TCP, their interplay with collectives, and communicator creation
+ * Point-to-point calls (ai_send, ai_recv, ai_sendrecv; nonblocking
+ * ai_isend, ai_irecv, ai_p2p_progress) over shared memory and TCP, their interplay with collectives, and communicator creation
  * through a caller's key-value store (ai_comm_create_with_store): here a
  * directory of files that forked ranks share.
  */
@@ -130,6 +130,133 @@ static void test_p2p_meets_collective(void **state)
     o.status = status;
     ranks_run(2, &o, mixup_body, NULL);
     assert_int_equal(status[1], 0);
+}
+
+/* Nonblocking: every rank posts its receives from both neighbours before
+ * its sends to them (blocking calls in that order would deadlock on every
+ * rank), above and below a shared-memory ring's size, and moves them in
+ * short slices until done; then a collective. */
+static int nb_body(ai_comm *c, void *arg)
+{
+    int rank = ai_comm_rank(c), n = ai_comm_size(c);
+    int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+    size_t max = 5 << 20;
+    unsigned char *s[2] = {malloc(max), malloc(max)}, *r[2] = {malloc(max), malloc(max)};
+    int rc = 0;
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes && !rc && s[0] && s[1] && r[0] && r[1]; k++) {
+        size_t b = sizes[k];
+        int peer[2] = {next, prev};
+        ai_p2p *req[4] = {0};
+        for (int j = 0; j < 2; j++)
+            for (size_t i = 0; i < b; i++)
+                s[j][i] = pattern(rank, peer[j], i);
+        if (ai_irecv(c, prev, r[0], b, &req[0]) != AI_OK || ai_irecv(c, next, r[1], b, &req[1]) != AI_OK ||
+            ai_isend(c, next, s[0], b, &req[2]) != AI_OK || ai_isend(c, prev, s[1], b, &req[3]) != AI_OK) {
+            fprintf(stderr, "rank %d: posting %zu bytes: %s\n", rank, b, ai_last_error());
+            rc = 1;
+        }
+        int done = 0, passes = 0;
+        while (!rc && done < 4) {
+            if (ai_p2p_progress(c, req, 4, passes++ % 2 ? 0.002 : 0, &done) != AI_OK) {
+                fprintf(stderr, "rank %d: progress of %zu bytes: %s\n", rank, b, ai_last_error());
+                rc = 2;
+            }
+        }
+        for (int j = 0; j < 4; j++)
+            ai_p2p_free(req[j]);
+        if (!rc)
+            rc = check_bytes(r[0], b, prev, rank, "irecv from prev");
+        if (!rc)
+            rc = check_bytes(r[1], b, next, rank, "irecv from next");
+        int32_t one = 1;
+        if (!rc && (ai_allreduce(c, AI_IN_PLACE, &one, 1, AI_I32, AI_SUM, NULL) != AI_OK || one != n)) {
+            fprintf(stderr, "rank %d: allreduce after nonblocking p2p: %s\n", rank, ai_last_error());
+            rc = 3;
+        }
+    }
+    /* More requests than ai_p2p_progress keeps on its stack: 40 receives
+     * from prev posted before 40 sends to next, messages in order. */
+    enum { K = 40 };
+    ai_p2p *q[2 * K] = {0};
+    uint64_t in[K], out[K];
+    for (int j = 0; j < K && !rc; j++) {
+        out[j] = (uint64_t)rank * 1000 + (uint64_t)j;
+        in[j] = 0;
+        if (ai_irecv(c, prev, &in[j], sizeof in[j], &q[j]) != AI_OK)
+            rc = 4;
+    }
+    for (int j = 0; j < K && !rc; j++)
+        if (ai_isend(c, next, &out[j], sizeof out[j], &q[K + j]) != AI_OK)
+            rc = 4;
+    for (int done = 0; !rc && done < 2 * K;)
+        if (ai_p2p_progress(c, q, 2 * K, 0.002, &done) != AI_OK) {
+            fprintf(stderr, "rank %d: progress of %d requests: %s\n", rank, 2 * K, ai_last_error());
+            rc = 5;
+        }
+    for (int j = 0; j < K && !rc; j++)
+        if (in[j] != (uint64_t)prev * 1000 + (uint64_t)j) {
+            fprintf(stderr, "rank %d: message %d from rank %d: %llu\n", rank, j, prev,
+                    (unsigned long long)in[j]);
+            rc = 6;
+        }
+    for (int j = 0; j < 2 * K; j++)
+        ai_p2p_free(q[j]);
+    for (int j = 0; j < 2; j++) {
+        free(s[j]);
+        free(r[j]);
+    }
+    return rc;
+}
+
+static void test_p2p_nonblocking_shm(void **state)
+{
+    assert_int_equal(ranks_run(3, NULL, nb_body, NULL), 0);
+}
+
+static void test_p2p_nonblocking_tcp(void **state)
+{
+    ranks_opts o = {.nhosts = 3};
+    assert_int_equal(ranks_run(3, &o, nb_body, NULL), 0);
+}
+
+/* A receive nobody sends to, moved in 10 ms slices: the timeout counts
+ * across the calls and fails it, naming the peer, within about the
+ * communicator's timeout. */
+static int nb_timeout_body(ai_comm *c, void *arg)
+{
+    if (ai_comm_rank(c) == 1) {
+        sleep(3);
+        return 0;
+    }
+    char b[8];
+    ai_p2p *req = NULL;
+    if (ai_irecv(c, 1, b, sizeof b, &req) != AI_OK)
+        return 1;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ai_status_t st = AI_OK;
+    int done = 0;
+    while (st == AI_OK && !done)
+        st = ai_p2p_progress(c, &req, 1, 0.01, &done);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ai_p2p_free(req);
+    if (st != AI_ERR_TIMEOUT || !strstr(ai_last_error(), "irecv from rank 1") || took < 0.9 ||
+        took > 2.5) {
+        fprintf(stderr, "rank 0: want a timeout after ~1 s naming irecv from rank 1, got %s after "
+                "%.2f s: %s\n", ai_strerror(st), took, ai_last_error());
+        return 2;
+    }
+    return 0;
+}
+
+static void test_p2p_nonblocking_timeout(void **state)
+{
+    ranks_opts o = {.keep_going = 1, .timeout_s = 1};
+    int status[2];
+    o.status = status;
+    ranks_run(2, &o, nb_timeout_body, NULL);
+    assert_int_equal(status[0], 0);
 }
 
 static int bad_args_body(ai_comm *c, void *arg)
@@ -324,6 +451,9 @@ int main(void)
         cmocka_unit_test(test_p2p_tcp),
         cmocka_unit_test(test_p2p_meets_collective),
         cmocka_unit_test(test_p2p_bad_args),
+        cmocka_unit_test(test_p2p_nonblocking_shm),
+        cmocka_unit_test(test_p2p_nonblocking_tcp),
+        cmocka_unit_test(test_p2p_nonblocking_timeout),
         cmocka_unit_test(test_store_create_shm),
         cmocka_unit_test(test_store_create_tcp),
         cmocka_unit_test(test_store_timeout),

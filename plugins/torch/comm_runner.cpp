@@ -124,6 +124,7 @@ CommRunner::~CommRunner() {
   {
     std::lock_guard<std::mutex> l(mu_);
     stop_ = true;
+    stop_s_ = ai_now();
   }
   cv_.notify_all();
   thread_.join();
@@ -131,23 +132,38 @@ CommRunner::~CommRunner() {
 }
 
 uint64_t CommRunner::enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done,
-                             bool defer) {
+                             bool defer, bool small) {
   uint64_t ticket;
   bool deferred;
   {
     std::lock_guard<std::mutex> l(mu_);
     double now = ai_now();
     if (defer) last_defer_ = now;
-    deferred = defer && looking_out_ && !running_ && queue_.empty();
+    if (small) last_small_ = now;
+    deferred = (defer || small) && looking_out_ && !running_ && queue_.empty();
     deferred_ += deferred;
     // A call behind others: its caller did not wait for them, so none of
     // them is taken back; they start now.
     undefer();
     ticket = ++tickets_;
-    queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0});
+    queue_.push_back(Job{ticket, std::move(fn), std::move(done), deferred ? now + kLookoutS : 0, {}});
     queued_.fetch_add(1, std::memory_order_release);
   }
   if (!deferred) cv_.notify_all();
+  return ticket;
+}
+
+uint64_t CommRunner::enqueue_p2p(std::function<P2pPost()> post,
+                                 std::function<void(std::exception_ptr)> done) {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    undefer();
+    ticket = ++tickets_;
+    queue_.push_back(Job{ticket, {}, std::move(done), 0, std::move(post)});
+    queued_.fetch_add(1, std::memory_order_release);
+  }
+  cv_.notify_all();
   return ticket;
 }
 
@@ -176,7 +192,8 @@ bool CommRunner::run_queued(uint64_t ticket) {
   Job job;
   {
     std::lock_guard<std::mutex> l(mu_);
-    if (running_ || queue_.empty() || queue_.front().ticket != ticket) return false;
+    if (running_ || queue_.empty() || queue_.front().ticket != ticket || queue_.front().p2p)
+      return false;
     job = std::move(queue_.front());
     queue_.pop_front();
     queued_.fetch_sub(1, std::memory_order_release);
@@ -184,14 +201,6 @@ bool CommRunner::run_queued(uint64_t ticket) {
     set_wait_mode();
   }
   job.done(owned(job.fn));
-  return true;
-}
-
-bool CommRunner::begin_inline() {
-  std::lock_guard<std::mutex> l(mu_);
-  if (running_ || !queue_.empty() || stop_ || !revoked_.empty()) return false;
-  running_ = inline_ = true;
-  set_wait_mode();
   return true;
 }
 
@@ -209,7 +218,7 @@ void CommRunner::release() {
   set_wait_mode();
   // The progress thread sleeps until a call is queued and exclusive() until
   // the runner is idle: wake them only if one was queued or waits, since
-  // waking after every inline call would cost each a context switch.
+  // waking after every call its caller ran would cost each a context switch.
   bool wake = !queue_.empty() || stop_ || exclusive_waiters_ > 0;
   l.unlock();
   if (wake) cv_.notify_all();
@@ -324,24 +333,38 @@ void CommRunner::wait_end() {
 void CommRunner::loop() {
   for (;;) {
     Job job;
+    bool have = false, stopping = false;
+    double stop_s = 0;
     std::string revoked;
     // A call usually follows the last one within microseconds (a training
     // step's buckets, a benchmark loop): poll, yielding the core, before
     // sleeping, since a wake-up from sleep waits for a core.
     auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(poll_us());
-    while (queued_.load(std::memory_order_acquire) == 0 && std::chrono::steady_clock::now() < until)
+    while (p2p_.empty() && queued_.load(std::memory_order_acquire) == 0 &&
+           std::chrono::steady_clock::now() < until)
       std::this_thread::yield();
     {
       std::unique_lock<std::mutex> l(mu_);
       for (;;) {
+        double now = ai_now(), until_s = 0;
+        if (!p2p_.empty()) {
+          // Requests are pending (this thread owns the communicator):
+          // take the next call if there is one, else move them a while.
+          have = !queue_.empty() &&
+                 (stop_ || !revoked_.empty() || queue_.front().not_before <= now);
+          break;
+        }
         // Run the next call unless it is deferred; else sleep, until a
         // deferred call's time or, while calls are deferred, kLookoutS.
-        double now = ai_now(), until_s = 0;
         if (!running_ && queue_.empty() && stop_) return;  // everything queued has run
         if (!running_ && !queue_.empty()) {
-          if (stop_ || queue_.front().not_before <= now) break;
+          if (stop_ || queue_.front().not_before <= now) {
+            have = true;
+            break;
+          }
           until_s = queue_.front().not_before;
-        } else if (waits_at_once() && now - last_defer_ < kTickIdleS) {
+        } else if ((waits_at_once() && now - last_defer_ < kTickIdleS) ||
+                   now - last_small_ < kTickIdleS) {
           until_s = now + kLookoutS;
         }
         if (until_s > 0) {
@@ -352,10 +375,40 @@ void CommRunner::loop() {
           cv_.wait(l);
         }
       }
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_release);
-      running_ = true;
+      if (have) {
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        queued_.fetch_sub(1, std::memory_order_release);
+        running_ = true;
+      }
+      revoked = revoked_;
+      stopping = stop_;
+      stop_s = stop_s_;
+    }
+    if (!revoked.empty() && !p2p_.empty())
+      fail_p2p(std::make_exception_ptr(std::runtime_error(revoked)));
+    if (!have && stopping && !p2p_.empty() && ai_now() - stop_s > kStopGraceS)
+      fail_p2p(std::make_exception_ptr(std::runtime_error(
+          "autoinfra send/recv on rank " + std::to_string(rank_) +
+          ": the process group was destroyed with the request pending")));
+    if (!have) {
+      if (!p2p_.empty()) progress_p2p(kP2pSliceS);
+      if (p2p_.empty()) release();
+      continue;
+    }
+    if (revoked.empty() && job.p2p) {
+      // Post it and go on: it moves beside the others from now on.
+      try {
+        p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
+      } catch (...) {
+        if (p2p_.empty()) release();
+        job.done(std::current_exception());
+      }
+      continue;
+    }
+    if (revoked.empty() && !p2p_.empty()) {
+      progress_p2p(0);  // the call's messages queue behind the requests'
+      std::lock_guard<std::mutex> l(mu_);
       revoked = revoked_;
     }
     if (revoked.empty()) {
@@ -367,10 +420,67 @@ void CommRunner::loop() {
   }
 }
 
+void CommRunner::progress_p2p(double max_s) {
+  std::vector<ai_p2p*> reqs;
+  while (!p2p_.empty()) {
+    if (max_s <= 0) {
+      std::string reason;
+      {
+        std::lock_guard<std::mutex> l(mu_);
+        reason = revoked_;
+      }
+      if (!reason.empty()) {
+        fail_p2p(std::make_exception_ptr(std::runtime_error(reason)));
+        return;
+      }
+    }
+    reqs.clear();
+    for (auto& p : p2p_) reqs.push_back(p.post.req);
+    ai_status_t st = ai_p2p_progress(comm_, reqs.data(), static_cast<int>(reqs.size()),
+                                     max_s > 0 ? max_s : 20 * kP2pSliceS, nullptr);
+    if (st != AI_OK) {
+      std::exception_ptr e;
+      try {
+        check(st, "send/recv");
+      } catch (...) {
+        e = std::current_exception();
+      }
+      fail_p2p(e);
+      return;
+    }
+    // Complete the requests that are done, in posting order.
+    std::vector<Pending> finished, left;
+    for (auto& p : p2p_) (ai_p2p_done(p.post.req) ? finished : left).push_back(std::move(p));
+    p2p_ = std::move(left);
+    for (auto& p : finished) {
+      ai_p2p_free(p.post.req);
+      std::exception_ptr e;
+      try {
+        if (p.post.after) p.post.after();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      p.done(e);
+    }
+    if (max_s > 0) return;
+  }
+}
+
+void CommRunner::fail_p2p(std::exception_ptr e) {
+  std::vector<Pending> failed;
+  failed.swap(p2p_);
+  for (auto& p : failed) {
+    ai_p2p_free(p.post.req);
+    p.done(e);
+  }
+}
+
 void CommRunner::check(ai_status_t st, const char* what) {
   if (st == AI_OK) return;
+  // " Timed out " is what torch's own tests and users' log scrapers match.
   std::string msg = std::string("autoinfra ") + what + " on rank " + std::to_string(rank_) + ": " +
-                    ai_strerror(st) + ": " + ai_last_error();
+                    (st == AI_ERR_TIMEOUT ? "Timed out waiting for peers" : ai_strerror(st)) +
+                    ": " + ai_last_error();
   if (ai_comm_state(comm_) != AI_OK) {
     if (first_error_.empty())
       first_error_ = msg;
@@ -423,6 +533,45 @@ void CommRunner::allgather(std::vector<at::Tensor>& outs, const at::Tensor& in) 
   at::Tensor flat = at::empty({size_ * in.numel()}, in.options());
   check(ai_allgather(comm_, src.data_ptr(), flat.data_ptr(), nbytes(in), AI_U8, nullptr), "allgather");
   unflatten(flat, outs);
+}
+
+void CommRunner::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                                     const std::vector<at::Tensor>& ins) {
+  const char* what = "allgather_coalesced";
+  need(outs.size() == static_cast<size_t>(size_), what, "want one output list per rank (", size_,
+       "), got ", outs.size());
+  std::vector<at::Tensor> src;
+  std::vector<size_t> off;
+  size_t total = 0;
+  for (const auto& t : ins) {
+    src.push_back(contiguous_in(t, what));
+    off.push_back(total);
+    total += nbytes(t);
+  }
+  for (auto& list : outs) {
+    need(list.size() == ins.size(), what, "every output list must hold one tensor per input (",
+         ins.size(), "), got ", list.size());
+    for (size_t i = 0; i < ins.size(); i++) {
+      check_tensor(list[i], what);
+      need(list[i].numel() == ins[i].numel() && list[i].scalar_type() == ins[i].scalar_type(),
+           what, "output tensor ", i, " must match input ", i, "'s size and dtype");
+    }
+  }
+  // The inputs' bytes side by side, gathered in one call.
+  at::Tensor flat_in = at::empty({static_cast<int64_t>(total)}, at::kByte);
+  at::Tensor flat_out = at::empty({static_cast<int64_t>(total) * size_}, at::kByte);
+  auto* in_p = static_cast<char*>(flat_in.data_ptr());
+  for (size_t i = 0; i < src.size(); i++)
+    if (nbytes(src[i]) > 0) std::memcpy(in_p + off[i], src[i].data_ptr(), nbytes(src[i]));
+  check(ai_allgather(comm_, in_p, flat_out.data_ptr(), total, AI_U8, nullptr), what);
+  const auto* out_p = static_cast<const char*>(flat_out.data_ptr());
+  for (int r = 0; r < size_; r++)
+    for (size_t i = 0; i < ins.size(); i++) {
+      if (nbytes(src[i]) == 0) continue;
+      Staged s(outs[r][i], what);
+      std::memcpy(s.data(), out_p + r * total + off[i], nbytes(src[i]));
+      s.write_back();
+    }
 }
 
 void CommRunner::allgather_base(at::Tensor& out, const at::Tensor& in) {
@@ -582,15 +731,23 @@ void CommRunner::scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, in
   out.copy_(ins[rank_].reshape(out.sizes()));
 }
 
-void CommRunner::send(const at::Tensor& t, int dst) {
+CommRunner::P2pPost CommRunner::isend(const at::Tensor& t, int dst) {
   at::Tensor src = contiguous_in(t, "send");
-  check(ai_send(comm_, dst, src.data_ptr(), nbytes(src)), "send");
+  P2pPost p;
+  check(ai_isend(comm_, dst, src.data_ptr(), nbytes(src), &p.req), "send");
+  p.after = [src] {};  // the data stays alive until the request is done
+  return p;
 }
 
-void CommRunner::recv(at::Tensor& t, int src) {
-  Staged s(t, "recv");
-  check(ai_recv(comm_, src, s.data(), nbytes(t)), "recv");
-  s.write_back();
+CommRunner::P2pPost CommRunner::irecv(at::Tensor& t, int src) {
+  check_tensor(t, "recv");
+  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  P2pPost p;
+  check(ai_irecv(comm_, src, buf.data_ptr(), nbytes(t), &p.req), "recv");
+  p.after = [t, buf]() mutable {
+    if (!buf.is_same(t)) t.copy_(buf);
+  };
+  return p;
 }
 
 void CommRunner::barrier() { check(ai_barrier(comm_, nullptr), "barrier"); }

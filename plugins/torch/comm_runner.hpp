@@ -37,11 +37,22 @@ enum class Op { Sum, Prod, Min, Max, Avg };
 // same cores, and a polling thread takes cycles from that compute; a
 // benchmark loop of small calls may want a few hundred us.
 int poll_us();
-// Calls whose tensors hold at most this many bytes run on the caller's
-// thread when the progress thread is idle (CommRunner::run_inline): their
-// time is the hand-off, and nothing would overlap them. DDP's gradient
-// buckets (25 MiB by default) stay asynchronous, overlapping backward.
+// Calls whose tensors hold at most this many bytes are queued without
+// waking the progress thread while it looks out (defer_small): a caller
+// that waits at once runs the call itself (run_queued), since its time
+// would be the hand-off and nothing would overlap it; a call nobody waits
+// for starts within kLookoutS. Nothing runs on the caller's thread before
+// the call returns: an async_op=True call must return before its peers
+// arrive. DDP's gradient buckets (25 MiB by default) stay asynchronous.
 constexpr size_t kInlineBytes = 64 << 10;
+// While point-to-point requests are pending, the progress thread moves
+// them for at most this long at a time before it looks at its queue for
+// calls posted since (CommRunner::loop).
+constexpr double kP2pSliceS = 1e-3;
+// Requests still pending when the runner is destroyed get this long to
+// finish, then fail (a receive nobody sends to, as a failed
+// monitored_barrier leaves, must not hold the process for the timeout).
+constexpr double kStopGraceS = 1.0;
 // A larger call is queued, but while its caller waits for each such call
 // at once (dist.all_reduce without async_op: the last kWaitStreak calls
 // were waited for within kAtOnceS of their return, and nobody asked for
@@ -75,26 +86,24 @@ class CommRunner {
   // ticket for run_queued. defer: the caller waits at once (kWaitStreak):
   // the progress thread is not woken, if it looks out anyway and nothing
   // runs or is queued.
+  // small: a call of at most kInlineBytes (defer_small above).
   uint64_t enqueue(std::function<void()> fn, std::function<void(std::exception_ptr)> done,
-                   bool defer = false);
+                   bool defer = false, bool small = false);
+  // A point-to-point request posted on the progress thread (post), moved
+  // there beside the requests posted before and after it, each completing
+  // on its own (done, after `after` ran): a receive posted before a send
+  // never holds the send back. A later call that is not point to point
+  // waits until they are all done (its messages queue behind theirs).
+  struct P2pPost {
+    ai_p2p* req = nullptr;
+    std::function<void()> after;  // on completion: write back; holds the tensors
+  };
+  uint64_t enqueue_p2p(std::function<P2pPost()> post, std::function<void(std::exception_ptr)> done);
   // A caller that waits for a queued call at once (dist.all_reduce of a
   // large tensor) runs it itself, fn and done, if it is the next call and
   // the progress thread has not taken it yet: the hand-off to that thread
   // and the wake-up back each wait for a core. Returns false otherwise.
   bool run_queued(uint64_t ticket);
-  // Run fn on the calling thread, if nothing is queued or running (issue
-  // order holds: every later call comes after it), and return its
-  // exception (null when it succeeded) in *error. Returns false, having run
-  // nothing, otherwise. A small call waited for at once costs two thread
-  // hand-offs through the progress thread; with ranks sharing cores each is
-  // a wait for a core. A template, so that the call's closure is never
-  // copied into a std::function (a heap allocation per call).
-  template <typename F>
-  bool run_inline(F& fn, std::exception_ptr* error) {
-    if (!begin_inline()) return false;
-    *error = owned(fn);
-    return true;
-  }
   // The streak of kWaitStreak's comment. large_posted: a call above
   // kInlineBytes was posted; large_waited: one was waited for, at once or
   // not; large_async: its future was asked for or it was polled.
@@ -111,7 +120,7 @@ class CommRunner {
   // How many queued calls have not started yet.
   int queued_calls() const { return queued_.load(std::memory_order_acquire); }
   // A thread starts (begin) or stops (end) waiting for a queued call's
-  // result. While one waits, or a call runs inline, nothing of this process
+  // result. While one waits, or its caller runs a call (run_queued), nothing of this process
   // computes beside the call, so the runtime's waits poll before they sleep
   // (a wake-up from sleep waits for a core); otherwise they block at once,
   // leaving the cores to the compute the call overlaps (ai_comm_set_block_waits).
@@ -152,6 +161,9 @@ class CommRunner {
   void reduce(at::Tensor& t, Op op, int root);
   void allgather(std::vector<at::Tensor>& outs, const at::Tensor& in);
   void allgather_base(at::Tensor& out, const at::Tensor& in);
+  // outs[r][i] gets rank r's ins[i] (any dtypes, one call).
+  void allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                           const std::vector<at::Tensor>& ins);
   void reduce_scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, Op op);
   void reduce_scatter_base(at::Tensor& out, const at::Tensor& in, Op op);
   // Empty split vectors: equal blocks along dim 0.
@@ -160,8 +172,9 @@ class CommRunner {
   void alltoall(std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& ins);
   void gather(std::vector<at::Tensor>& outs, const at::Tensor& in, int root);
   void scatter(at::Tensor& out, const std::vector<at::Tensor>& ins, int root);
-  void send(const at::Tensor& t, int dst);
-  void recv(at::Tensor& t, int src);
+  // Post without waiting (enqueue_p2p).
+  P2pPost isend(const at::Tensor& t, int dst);
+  P2pPost irecv(at::Tensor& t, int src);
   void barrier();
   // ai_comm_choice, on the progress thread (the learner is not shared).
   ai_choice choice(ai_coll coll, size_t bytes);
@@ -191,9 +204,11 @@ class CommRunner {
     release();
     return e;
   }
-  // Take the communicator for an inline call: false if it is busy, queued
-  // for, stopping or revoked.
-  bool begin_inline();
+  // The progress thread's pending point-to-point requests (p2p_): move
+  // them for at most max_s (0: until all are done), completing those that
+  // finish; a failure fails them all. fail_p2p: fail them all with msg.
+  void progress_p2p(double max_s);
+  void fail_p2p(std::exception_ptr e);
   // The owner gives the communicator back: a revoke that came meanwhile
   // runs first; then the threads waiting for it are woken.
   void release();
@@ -216,22 +231,32 @@ class CommRunner {
     std::function<void()> fn;
     std::function<void(std::exception_ptr)> done;
     double not_before;  // ai_now() before which the progress thread leaves it (deferred)
+    std::function<P2pPost()> p2p;  // set: a point-to-point request to post (fn empty)
   };
+  struct Pending {
+    P2pPost post;
+    std::function<void(std::exception_ptr)> done;
+  };
+  // The progress thread's only: posted point-to-point requests not done.
+  // While there are any, it owns the communicator (running_).
+  std::vector<Pending> p2p_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
   std::atomic<int> queued_{0};
   uint64_t tickets_ = 0;  // under mu_: the last ticket enqueue gave
   bool stop_ = false;
+  double stop_s_ = 0;  // under mu_: ai_now() when stop_ was set
   std::string revoked_;  // the reason, once revoked
   bool comm_revoked_ = false;  // ai_comm_revoke was called
-  bool running_ = false;  // a call is running (progress thread or inline)
-  bool inline_ = false;   // the running call runs on its caller's thread
+  bool running_ = false;  // a call runs (progress thread, run_queued) or requests are pending
+  bool inline_ = false;   // the running call runs on its caller's thread (run_queued)
   int waiters_ = 0;       // threads in wait_begin..wait_end
   std::atomic<int> streak_{0};           // large calls in a row waited for at once
   std::atomic<bool> last_waited_{true};  // the last large call was waited for
   bool looking_out_ = false;  // under mu_: the progress thread sleeps at most kLookoutS
   double last_defer_ = -1e9;  // under mu_: ai_now() of the last enqueue(defer)
+  double last_small_ = -1e9;  // under mu_: ai_now() of the last enqueue(small)
   uint64_t deferred_ = 0;     // under mu_: calls queued deferred
   int exclusive_waiters_ = 0;  // threads in exclusive() waiting for the runner to be idle
   // Under mu_: the runtime's wait mode for inline_ and waiters_.

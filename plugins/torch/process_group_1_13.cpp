@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/python.h>
 
+#include <cctype>
+
 #include <pybind11/chrono.h>
 
 #include "comm_runner.hpp"
@@ -28,7 +30,7 @@ Op to_op(const c10d::ReduceOp& op, const char* what) {
   return Op::Sum;
 }
 
-// A Work that the progress thread (or its caller, inline) completes:
+// A Work that the progress thread (or its caller, from wait) completes:
 // Work's own state (wait, isCompleted, exception) and a Future holding the
 // output tensors, which DDP's reducer and comm hooks chain on. The Future
 // is made when first asked for: most calls (dist.all_reduce and the like)
@@ -59,6 +61,17 @@ class AutoinfraWork : public c10d::Work {
       bool ok = c10d::Work::wait(timeout);
       runner_->wait_end();
       return ok;
+    } catch (const c10::Error&) {
+      runner_->wait_end();
+      // c10d::Work::wait's own "Operation timed out!": the call is still
+      // pending. Worded as torch's tests and log scrapers expect.
+      if (c10d::Work::isCompleted()) throw;
+      std::string op = c10d::opTypeToString(opType_);
+      for (auto& ch : op) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      throw std::runtime_error("autoinfra " + op + " on rank " +
+                               std::to_string(rank_) + ": Timed out after " +
+                               std::to_string(timeout.count()) +
+                               " ms in wait(); the call is still pending");
     } catch (...) {
       runner_->wait_end();
       throw;
@@ -114,11 +127,15 @@ class AutoinfraWork : public c10d::Work {
       f->markCompleted(c10::IValue(outputs_));
   }
 
-  // A large call's first wait, poll or future: the runner's streak
-  // (kWaitStreak in comm_runner.hpp); anything but a wait at once starts
-  // a deferred call now.
+  // A call's first wait, poll or future: a large call's counts in the
+  // runner's streak (kWaitStreak in comm_runner.hpp); anything but a wait
+  // at once starts a deferred call now.
   void note(bool waited) {
-    if (!large_ || noted_.exchange(true, std::memory_order_relaxed)) return;
+    if (noted_.exchange(true, std::memory_order_relaxed)) return;
+    if (!large_) {
+      if (!waited) runner_->expedite();  // a small call deferred (kInlineBytes)
+      return;
+    }
     if (waited) {
       runner_->large_waited(ai_now() - posted_s_ < kAtOnceS);
     } else {
@@ -137,7 +154,7 @@ class AutoinfraWork : public c10d::Work {
   bool finished_ = false;                           // under future_mu_
   std::exception_ptr error_;                        // under future_mu_
   std::atomic<bool> done_{false};
-  std::atomic<uint64_t> ticket_{0};  // 0: ran inline, or wait() tried it
+  std::atomic<uint64_t> ticket_{0};  // 0: wait() tried it (or never queued)
 };
 
 class ProcessGroupAutoinfra : public c10d::ProcessGroup {
@@ -183,6 +200,15 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     TORCH_CHECK(outs.size() == 1, "autoinfra allgather: one output list expected");
     auto out = outs[0];
     return post(c10d::OpType::ALLGATHER, out, [r = runner_.get(), out, in]() mutable { r->allgather(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                                                     std::vector<at::Tensor>& ins,
+                                                     const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> all;
+    for (const auto& list : outs) all.insert(all.end(), list.begin(), list.end());
+    return post(c10d::OpType::ALLGATHER_COALESCED, all,
+                [r = runner_.get(), outs, ins]() mutable { r->allgather_coalesced(outs, ins); });
   }
 
   c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
@@ -253,18 +279,71 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
   }
 
   // Messages between two ranks match in issue order; tags are not matched.
+  // Each request moves on its own once posted (CommRunner::enqueue_p2p).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
     auto t = one(ts, "send");
-    return post(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { r->send(t, dst); });
+    return post_p2p(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { return r->isend(t, dst); });
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
     auto t = one(ts, "recv");
-    return post(c10d::OpType::RECV, ts, [r = runner_.get(), t, src]() mutable { r->recv(t, src); });
+    return post_p2p(c10d::OpType::RECV, ts,
+                    [r = runner_.get(), t, src]() mutable { return r->irecv(t, src); });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
     return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
+  }
+
+  // As gloo's: every other rank sends rank 0 a byte and waits for its
+  // answer; rank 0 answers once all arrived within the timeout, else names
+  // the first that did not (every one with waitAllRanks). The requests of
+  // ranks that did not arrive stay posted.
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool waitAllRanks) override {
+    using ms = std::chrono::milliseconds;
+    ms timeout = o.timeout.count() > 0 ? o.timeout : ms(1800 * 1000);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    // Work::wait with 0 ms waits forever: at least 1 ms.
+    auto left = [&] {
+      auto l = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
+      return l.count() > 0 ? l : ms(1);
+    };
+    auto byte = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kByte)}; };
+    int me = getRank(), n = getSize();
+    if (me != 0) {
+      auto out = byte(), in = byte();
+      auto ws = send(out, 0, 0);
+      auto wr = recv(in, 0, 0);
+      try {
+        ws->wait(left());
+        wr->wait(left());
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier, but received "
+                    "errors while waiting for send/recv from rank 0. Please check rank 0 logs "
+                    "for faulty rank. (autoinfra: ", e.what(), ")");
+      }
+      return;
+    }
+    std::vector<std::vector<at::Tensor>> bufs(n);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works(n);
+    for (int r = 1; r < n; r++) {
+      bufs[r] = byte();
+      works[r] = recv(bufs[r], r, 0);
+    }
+    std::string failed;
+    for (int r = 1; r < n; r++) {
+      try {
+        works[r]->wait(left());
+      } catch (const std::exception&) {
+        TORCH_CHECK(waitAllRanks, "Rank ", r, " failed to pass monitoredBarrier in ",
+                    timeout.count(), " ms");
+        failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      }
+    }
+    TORCH_CHECK(failed.empty(), "Ranks ", failed, " failed to pass monitoredBarrier in ",
+                timeout.count(), " ms");
+    for (int r = 1; r < n; r++) works[r] = send(bufs[r], r, 0);
+    for (int r = 1; r < n; r++) works[r]->wait(left());
   }
 
   void revoke(const std::string& reason) { runner_->revoke(reason); }
@@ -294,10 +373,10 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     return ts[0];
   }
 
-  // Small calls run inline when the runner is idle (comm_runner.hpp,
-  // kInlineBytes); the rest, and calls that find it busy, are queued,
-  // large ones without waking the progress thread while their caller
-  // waits at once (kWaitStreak).
+  // Every call is queued and returns before it ran: small ones
+  // (comm_runner.hpp, kInlineBytes) without waking the progress thread
+  // while it looks out, so that a caller waiting at once runs them
+  // itself; large ones so while their caller waits at once (kWaitStreak).
   template <typename F>
   c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
     size_t bytes = 0;
@@ -305,15 +384,19 @@ class ProcessGroupAutoinfra : public c10d::ProcessGroup {
     bool large = bytes > kInlineBytes;
     auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type,
                                                    std::move(outputs), large);
-    std::exception_ptr error;
-    if (!large && runner_->run_inline(fn, &error)) {
-      work->complete(error);
-      return work;
-    }
     if (large) runner_->large_posted();
     work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); },
-                                  large && runner_->waits_at_once()));
+                                  large && runner_->waits_at_once(), !large));
     work->posted();
+    return work;
+  }
+
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                          F fn) {
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), getRank(), type,
+                                                   std::move(outputs), false);
+    work->queued(runner_->enqueue_p2p(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
     return work;
   }
 

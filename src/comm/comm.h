@@ -82,6 +82,10 @@ void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void 
  * error (already recorded with ai_fail naming the peer) and the
  * communicator is failed. */
 ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n);
+/* comm_wait that also returns AI_OK, some requests not done, once one of
+ * them completed or at `until` (ai_now() seconds). *moved_at: when they
+ * last moved; the timeout counts from there, across calls (updated). */
+ai_status_t comm_wait_some(ai_comm *c, comm_req *reqs, int n, double until, double *moved_at);
 
 /* Fault injection for bench/chaos (engine.c): the next message header this
  * process builds gets byte (v % 16) XORed with (v >> 8) & 0xff (0: 0xff).

@@ -8,6 +8,8 @@
  */
 #include "comm/transport/transport.h"
 
+#include <stdlib.h>
+
 static ai_status_t check(ai_comm *c, const char *what, int peer, const void *buf,
                          size_t bytes)
 {
@@ -68,4 +70,123 @@ ai_status_t ai_sendrecv(ai_comm *comm, int to, const void *sendbuf, size_t sbyte
     comm_isend(comm, &r[0], to, sendbuf, sbytes);
     comm_irecv(comm, &r[1], from, recvbuf, rbytes);
     return finish(comm, r, 2, "sendrecv", to, from);
+}
+
+/* ------------------------------------------------------------ nonblocking */
+
+struct ai_p2p {
+    comm_req r;
+    ai_comm *comm;
+    double moved_at; /* ai_now() of posting or of the last move */
+};
+
+static ai_status_t post(ai_comm *comm, int send, int peer, void *buf, size_t bytes,
+                        ai_p2p **req)
+{
+    const char *what = send ? "isend" : "irecv";
+    if (!req)
+        return ai_fail(AI_ERR_INVALID, "%s: req is NULL", what);
+    *req = NULL;
+    ai_status_t st = check(comm, what, peer, buf, bytes);
+    if (st != AI_OK)
+        return st;
+    ai_p2p *p = calloc(1, sizeof *p);
+    if (!p)
+        return ai_fail(AI_ERR_NOMEM, "%s: out of memory", what);
+    if (send)
+        comm_isend(comm, &p->r, peer, buf, bytes);
+    else
+        comm_irecv(comm, &p->r, peer, buf, bytes);
+    p->r.seq = COMM_SEQ_P2P;
+    p->comm = comm;
+    p->moved_at = ai_now();
+    *req = p;
+    return AI_OK;
+}
+
+ai_status_t ai_isend(ai_comm *comm, int peer, const void *buf, size_t bytes, ai_p2p **req)
+{
+    return post(comm, 1, peer, (void *)(uintptr_t)buf, bytes, req);
+}
+
+ai_status_t ai_irecv(ai_comm *comm, int peer, void *buf, size_t bytes, ai_p2p **req)
+{
+    return post(comm, 0, peer, buf, bytes, req);
+}
+
+int ai_p2p_done(const ai_p2p *req) { return req && req->r.done; }
+
+void ai_p2p_free(ai_p2p *req) { free(req); }
+
+/* The engine waits on an array of requests: the pending ones are copied
+ * in and back (a few hundred bytes each), on the stack for up to
+ * P2P_BATCH of them, else in a buffer of their own. */
+#define P2P_BATCH 16
+
+ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double max_wait_s,
+                            int *ndone)
+{
+    if (ndone)
+        *ndone = 0;
+    if (!comm || (n > 0 && !reqs) || n < 0)
+        return ai_fail(AI_ERR_INVALID, "p2p_progress: communicator or requests NULL, or n < 0");
+    ai_status_t st = comm_usable(comm, "p2p_progress");
+    if (st != AI_OK)
+        return st;
+    int pending = 0;
+    for (int i = 0; i < n; i++) {
+        if (!reqs[i] || reqs[i]->comm != comm)
+            return ai_fail(AI_ERR_INVALID, "p2p_progress: request %d is NULL or of another "
+                           "communicator", i);
+        pending += !reqs[i]->r.done;
+    }
+    comm_req stack_batch[P2P_BATCH], *batch = stack_batch;
+    int stack_idx[P2P_BATCH], *idx = stack_idx, m = 0;
+    if (pending > P2P_BATCH) {
+        batch = malloc((size_t)pending * sizeof *batch);
+        idx = malloc((size_t)pending * sizeof *idx);
+        if (!batch || !idx) {
+            free(batch);
+            free(idx);
+            return ai_fail(AI_ERR_NOMEM, "p2p_progress: out of memory for %d requests", pending);
+        }
+    }
+    double moved_at = 0;
+    for (int i = 0; i < n; i++) {
+        if (reqs[i]->r.done)
+            continue;
+        idx[m] = i;
+        batch[m++] = reqs[i]->r;
+        moved_at = AI_MAX(moved_at, reqs[i]->moved_at);
+    }
+    if (m > 0) {
+        double until = ai_now() + AI_MAX(max_wait_s, 0.0);
+        st = comm_wait_some(comm, batch, m, until, &moved_at);
+        for (int j = 0; j < m; j++) {
+            reqs[idx[j]]->r = batch[j];
+            reqs[idx[j]]->moved_at = moved_at;
+        }
+        if (st != AI_OK) {
+            int k = idx[0];
+            for (int j = 0; j < m; j++)
+                if (!batch[j].done) {
+                    k = idx[j];
+                    break;
+                }
+            const comm_req *r = &reqs[k]->r;
+            st = ai_fail_prefix(st, "rank %d: %s %s rank %d", comm->rank,
+                                r->kind == COMM_REQ_SEND ? "isend" : "irecv",
+                                r->kind == COMM_REQ_SEND ? "to" : "from", r->peer);
+        }
+    }
+    if (batch != stack_batch) {
+        free(batch);
+        free(idx);
+    }
+    if (st != AI_OK)
+        return st;
+    if (ndone)
+        for (int i = 0; i < n; i++)
+            *ndone += reqs[i]->r.done;
+    return AI_OK;
 }

@@ -18,6 +18,16 @@
                                      src 0 on the others: no rank gets wrong data, and
                                      every rank raises, in that call or the next, naming
                                      both calls
+    check_backend.py p2p N           irecv posted before its isend, batch_isend_irecv, a
+                                     ring of large isends before their irecvs: done at
+                                     once, equal to gloo's
+    check_backend.py asyncsmall 3    an async_op=True call returns before its peers
+                                     arrive: a cycle through three groups that only
+                                     an asynchronous small call lets finish
+    check_backend.py features N      all_gather_coalesced against gloo and a reference;
+                                     monitored_barrier passing and naming a missing rank;
+                                     timeouts (wait(timeout), the communicator's) raise
+                                     RuntimeError saying " Timed out "
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -462,17 +472,212 @@ def mismatch(rank, n):
     os._exit(0)  # the communicator is failed; skip torch's teardown
 
 
+def p2p(rank, n):
+    # Point-to-point requests progress on their own: a receive posted
+    # before the send it must be matched with by the peer (each rank of a
+    # pair does so) completes, as does batch_isend_irecv, and a ring of
+    # isends above a shared-memory ring's size (512 KiB) posted before the
+    # irecvs. Each must finish in well under the 10 s timeout; gloo does
+    # the same exchanges as the reference.
+    import torch
+    import torch.distributed as dist
+    gloo = dist.new_group(backend="gloo")
+    peer = rank ^ 1
+    for nbytes in (32, 4096, 1 << 20):
+        for group, name in ((None, "autoinfra"), (gloo, "gloo")):
+            if peer >= n:
+                break
+            k = nbytes // 4
+            u = torch.arange(k, dtype=torch.float32) + 1000 * rank
+            t = torch.zeros(k)
+            t0 = time.time()
+            reqs = [dist.irecv(t, peer, group=group), dist.isend(u, peer, group=group)]
+            for r in reqs:
+                r.wait()
+            took = time.time() - t0
+            same(t, torch.arange(k, dtype=torch.float32) + 1000 * peer,
+                 f"{name}: irecv before isend, {nbytes} B")
+            assert took < 5, f"{name}: irecv before isend of {nbytes} B took {took:.1f} s"
+            # batch_isend_irecv: the receive first again
+            t.zero_()
+            ops = [dist.P2POp(dist.irecv, t, peer, group), dist.P2POp(dist.isend, u + 1, peer, group)]
+            t0 = time.time()
+            for r in dist.batch_isend_irecv(ops):
+                r.wait()
+            took = time.time() - t0
+            same(t, torch.arange(k, dtype=torch.float32) + 1000 * peer + 1,
+                 f"{name}: batch_isend_irecv, {nbytes} B")
+            assert took < 5, f"{name}: batch_isend_irecv of {nbytes} B took {took:.1f} s"
+    # A ring: every rank sends 1 MiB to the next before it receives from
+    # the one before; every send waits for its receiver's irecv.
+    nxt, prv = (rank + 1) % n, (rank - 1) % n
+    for group, name in ((None, "autoinfra"), (gloo, "gloo")):
+        u = torch.full((1 << 18,), float(rank))
+        t = torch.zeros(1 << 18)
+        t0 = time.time()
+        reqs = [dist.isend(u, nxt, group=group), dist.irecv(t, prv, group=group)]
+        for r in reqs:
+            r.wait()
+        took = time.time() - t0
+        same(t, torch.full((1 << 18,), float(prv)), f"{name}: ring of 1 MiB isends")
+        assert took < 5, f"{name}: ring of 1 MiB isends took {took:.1f} s"
+    # Collectives after point-to-point calls still meet theirs.
+    x = torch.ones(13)
+    dist.all_reduce(x)
+    same(x, torch.full((13,), float(n)), "allreduce after point-to-point calls")
+    if rank == 0:
+        print(f"p2p on {n} ranks: irecv before isend, batch_isend_irecv and a ring of isends done")
+
+
+def asyncsmall(rank, n):
+    # An async_op=True call must return before its peers arrive. Rank 0
+    # posts an asynchronous 16-byte allreduce on {0,1}, then a blocking one
+    # on {0,2}; rank 1 goes through {1,2} and then {0,1}; rank 2 through
+    # {0,2} and then {1,2}. Only rank 0's asynchronous call returning at
+    # once lets the cycle finish. The same at 1 MiB, and on gloo groups.
+    import torch
+    import torch.distributed as dist
+    assert n == 3, "asyncsmall runs on 3 ranks"
+    limit = datetime.timedelta(seconds=10)
+    for backend in ("autoinfra", "gloo"):
+        g01 = dist.new_group([0, 1], backend=backend, timeout=limit)
+        g02 = dist.new_group([0, 2], backend=backend, timeout=limit)
+        g12 = dist.new_group([1, 2], backend=backend, timeout=limit)
+        for k in (4, 1 << 18):
+            a = torch.full((k,), float(rank + 1))
+            b = torch.full((k,), float(rank + 1))
+            t0 = time.time()
+            if rank == 0:
+                w = dist.all_reduce(a, group=g01, async_op=True)
+                returned = time.time() - t0
+                dist.all_reduce(b, group=g02)
+                w.wait()
+                same(a, torch.full((k,), 3.0), f"{backend}: async allreduce on {{0,1}}, {4 * k} B")
+                same(b, torch.full((k,), 4.0), f"{backend}: allreduce on {{0,2}}, {4 * k} B")
+                assert returned < 1, f"{backend}: async_op=True call took {returned:.1f} s to return"
+            elif rank == 1:
+                dist.all_reduce(b, group=g12)
+                dist.all_reduce(a, group=g01)
+                same(b, torch.full((k,), 5.0), f"{backend}: allreduce on {{1,2}}, {4 * k} B")
+                same(a, torch.full((k,), 3.0), f"{backend}: allreduce on {{0,1}}, {4 * k} B")
+            else:
+                dist.all_reduce(a, group=g02)
+                dist.all_reduce(b, group=g12)
+                same(a, torch.full((k,), 4.0), f"{backend}: allreduce on {{0,2}}, {4 * k} B")
+                same(b, torch.full((k,), 5.0), f"{backend}: allreduce on {{1,2}}, {4 * k} B")
+            took = time.time() - t0
+            assert took < 5, f"{backend}: the cycle at {4 * k} B took {took:.1f} s"
+    # Small calls waited for at once still compute right in a loop.
+    x = torch.ones(2)
+    for i in range(50):
+        x.fill_(i)
+        dist.all_reduce(x)
+        same(x, torch.full((2,), float(i * n)), f"blocking small allreduce {i}")
+    if rank == 0:
+        print("asyncsmall on 3 ranks: the cycle through three groups finished")
+
+
+def features(rank, n):
+    import torch
+    import torch.distributed as dist
+    gloo = dist.new_group(backend="gloo")
+    # all_gather_coalesced: tensors of several shapes at once (one dtype a
+    # call, as torch wants), a non-contiguous one and an empty one among them.
+    for dt in (torch.float32, torch.int64, torch.uint8):
+        def mine(r):
+            return [values((5,), dt, r, 7), values((2, 3), dt, r, 8), values((0,), dt, r, 9),
+                    values((64, 3), dt, r, 10).t()]
+        ins = mine(rank)
+        outs = [[torch.empty_like(t).contiguous() for t in ins] for _ in range(n)]
+        dist.all_gather_coalesced(outs, ins)
+        for r in range(n):
+            for i, w in enumerate(mine(r)):
+                same(outs[r][i], w, f"all_gather_coalesced {dt}: rank {r}'s tensor {i}")
+        for i, t in enumerate(ins):
+            if t.numel() == 0:
+                continue  # gloo of torch 1.13 dies of SIGFPE on empty allgathers
+            g = [[torch.empty_like(t).contiguous()] for _ in range(n)]
+            dist.all_gather_coalesced(g, [t.contiguous()], group=gloo)
+            for r in range(n):
+                same(outs[r][i], g[r][0], f"all_gather_coalesced {dt}: rank {r}'s tensor {i} "
+                     "against gloo")
+    # wait(timeout) on a receive whose send comes later: " Timed out ",
+    # and the receive still completes once the send comes.
+    if rank < 2:
+        t = torch.zeros(4)
+        if rank == 0:
+            w = dist.irecv(t, 1)
+            try:
+                w.wait(datetime.timedelta(milliseconds=200))
+                raise AssertionError("wait(200 ms) on a receive nobody sent returned")
+            except RuntimeError as e:
+                assert " Timed out " in str(e), str(e)
+                print(f"rank 0: wait(timeout): {e}")
+            dist.barrier(group=gloo)
+            w.wait()
+            same(t, torch.arange(4.0), "the receive after its wait timed out")
+        else:
+            dist.barrier(group=gloo)
+            dist.send(torch.arange(4.0), 0)
+    else:
+        dist.barrier(group=gloo)
+    # monitored_barrier: passes when every rank comes, also waiting for all;
+    # on a group that rank 1 leaves out, rank 0 names rank 1 and the others
+    # say rank 0 failed them, in gloo's words (torch's tests match them).
+    limit = datetime.timedelta(seconds=2)
+    dist.monitored_barrier(timeout=limit)
+    dist.monitored_barrier(timeout=limit, wait_all_ranks=True)
+    x = torch.ones(3)
+    dist.all_reduce(x)
+    same(x, torch.full((3,), float(n)), "allreduce after monitored_barrier")
+    mb = dist.new_group()
+    t0 = time.time()
+    if rank == 0:
+        try:
+            dist.monitored_barrier(mb, timeout=datetime.timedelta(seconds=1))
+            raise AssertionError("monitored_barrier passed without rank 1")
+        except RuntimeError as e:
+            assert "Rank 1 failed to pass monitoredBarrier" in str(e), str(e)
+            print(f"rank 0: monitored_barrier: {e}")
+    elif rank != 1:
+        try:
+            dist.monitored_barrier(mb, timeout=datetime.timedelta(seconds=1))
+            raise AssertionError("monitored_barrier passed without rank 1")
+        except RuntimeError as e:
+            assert (f"Rank {rank} successfully reached monitoredBarrier, but received errors "
+                    "while waiting for send/recv from rank 0") in str(e), str(e)
+    took = time.time() - t0
+    assert took < 5, f"monitored_barrier took {took:.1f} s to fail"
+    dist.barrier(group=gloo)
+    # The communicator's own timeout: rank 0 alone in an allreduce of a
+    # group whose timeout is 1 s.
+    short = dist.new_group(timeout=datetime.timedelta(seconds=1))
+    if rank == 0:
+        t0 = time.time()
+        try:
+            dist.all_reduce(torch.ones(4), group=short)
+            raise AssertionError("an allreduce nobody joined returned")
+        except RuntimeError as e:
+            took = time.time() - t0
+            assert " Timed out " in str(e), str(e)
+            assert took < 5, f"{took:.1f} s to time out"
+            print(f"rank 0: communicator timeout after {took:.2f} s: {str(e)[:160]}")
+    dist.barrier(group=gloo)
+    os._exit(0)  # the short group failed; skip torch's teardown
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
     import autoinfra.torch  # noqa: F401 (registers the backend)
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    timeout = datetime.timedelta(seconds=10 if case == "kill" else 60)
+    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall", "features") else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
-     "deferred": deferred, "groups": groups, "mismatch": mismatch}[case](rank, n)
+     "deferred": deferred, "groups": groups, "mismatch": mismatch, "p2p": p2p,
+     "asyncsmall": asyncsmall, "features": features}[case](rank, n)
     dist.destroy_process_group()
 
 

@@ -593,7 +593,7 @@ static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
 }
 
 /* Block in poll() on the TCP channels of pending requests, briefly. */
-static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp)
+static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp, int max_ms)
 {
     struct pollfd fds[64];
     nfds_t nf = 0;
@@ -611,7 +611,7 @@ static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp)
             }
     }
     if (nf)
-        (void)poll(fds, nf, only_tcp ? (c->wait_hook ? 1 : 10) : 0);
+        (void)poll(fds, nf, only_tcp ? AI_MIN(c->wait_hook ? 1 : 10, max_ms) : 0);
     if (!only_tcp || !nf)
         sched_yield();
 }
@@ -693,7 +693,8 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
         return AI_OK;
     }
     /* With a hook, block briefly: it must run at least every millisecond. */
-    futex_wait(&me->seq, w->seq, c->wait_hook ? 1 : COMM_BLOCK_MS);
+    int block = w->block_ms > 0 ? AI_MIN(w->block_ms, COMM_BLOCK_MS) : COMM_BLOCK_MS;
+    futex_wait(&me->seq, w->seq, c->wait_hook ? 1 : block);
     atomic_store_explicit(&me->sleeping, 0, memory_order_relaxed);
     w->armed = 0;
     return AI_OK;
@@ -718,17 +719,31 @@ static ai_status_t wait_expired(ai_comm *c, void *ctx, double idle)
 
 static const comm_idle_ops wait_ops = {wait_check, wait_expired};
 
-static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w);
+/* until 0: wait until every request is done. Otherwise also return AI_OK
+ * once one completed or until passed (ai_now() seconds), and *moved_at
+ * holds when the requests last moved, across calls: the timeout counts
+ * from there. */
+static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w, double until,
+                                 double *moved_at);
 
 ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n)
 {
     comm_idle w = {0};
-    ai_status_t st = wait_requests(c, reqs, n, &w);
+    ai_status_t st = wait_requests(c, reqs, n, &w, 0, NULL);
     comm_idle_reset(c, &w);
     return st;
 }
 
-static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w)
+ai_status_t comm_wait_some(ai_comm *c, comm_req *reqs, int n, double until, double *moved_at)
+{
+    comm_idle w = {0};
+    ai_status_t st = wait_requests(c, reqs, n, &w, until, moved_at);
+    comm_idle_reset(c, &w);
+    return st;
+}
+
+static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w, double until,
+                                 double *moved_at)
 {
     if (c->state != AI_OK)
         return comm_state_error(c, "wait");
@@ -737,7 +752,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
     int idle = 0;
     wait_ctx ctx = {reqs, n};
     for (;;) {
-        int pending = 0, moved = 0, tcp_only = 1, tcp_pending = 0;
+        int pending = 0, moved = 0, tcp_only = 1, tcp_pending = 0, completed = 0;
         for (int i = 0; i < n; i++) {
             comm_req *r = &reqs[i];
             if (r->done)
@@ -768,6 +783,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
                 return comm_abort(c, st);
             if (r->done) {
                 (*next)++;
+                completed = 1;
                 if (r->stamp)
                     r->t_done = ai_now();
             } else {
@@ -778,6 +794,16 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         }
         if (!pending)
             return AI_OK;
+        double now = 0;
+        if (until > 0) {
+            now = ai_now();
+            if (moved)
+                *moved_at = now;
+            if (completed || now >= until)
+                return AI_OK;
+            /* Block no longer than until leaves. */
+            w->block_ms = AI_MAX(1, (int)((until - now) * 1e3));
+        }
         if (moved) {
             idle = 0;
             comm_idle_reset(c, w);
@@ -785,6 +811,8 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         }
         if (!tcp_pending) { /* shared memory only: spin, yield, block */
             ai_status_t st = comm_idle_step(c, w, &wait_ops, &ctx);
+            if (moved_at)
+                w->since = *moved_at;
             if (st != AI_OK)
                 return st;
             continue;
@@ -792,9 +820,10 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         /* Spinning on shared memory is a few loads a pass; on TCP it is a
          * system call a pass, so only-TCP waits go to poll() at once. */
         int spin = tcp_only ? 1 : tp->spin_passes;
-        double now = 0;
         if (idle == 0) {
             idle_since = last_check = ai_now();
+            if (moved_at)
+                idle_since = *moved_at;
         } else if (idle >= spin) {
             now = ai_now();
             if (now - last_check > LIVENESS_PERIOD_S) {
@@ -817,7 +846,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
                      tp->tcp_spin_s[atomic_load_explicit(&tp->block_waits, memory_order_relaxed)])
             sched_yield();
         else
-            tcp_poll(c, reqs, n, tcp_only);
+            tcp_poll(c, reqs, n, tcp_only, until > 0 ? w->block_ms : 10);
     }
 }
 

@@ -351,6 +351,7 @@ typedef struct comm_idle {
     int armed;          /* sleeping is set and seq was read: one more pass, then block */
     uint32_t seq;
     double since, last_check;
+    int block_ms;       /* 0: block COMM_BLOCK_MS at a time; else at most this */
 } comm_idle;
 typedef struct comm_idle_ops {
     ai_status_t (*check)(ai_comm *c, void *ctx);                 /* peers alive? */
