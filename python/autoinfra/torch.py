@@ -18,9 +18,11 @@ grow(group, joiners) one with newcomers that called join(addr). Each returns a n
 are this process's place in it); the old one is left to be dropped.
 autoinfra.elastic drives them from a training loop.
 
-The compiled part, _autoinfra_torch.so, is found at $AUTOINFRA_TORCH_LIB (the
-file, or the folder holding it), else next to this file, else in the build
-tree of this source checkout (build/plugins/torch/).
+The compiled part is _autoinfra_torch.so for torch 1.x (a c10d::ProcessGroup)
+and _autoinfra_torch2.so for torch 2.x (a c10d::Backend, registered for CPU
+tensors), chosen by torch.__version__; it is found at $AUTOINFRA_TORCH_LIB
+(the file, or the folder holding it), else next to this file, else in the
+build tree of this source checkout (build/plugins/torch/).
 """
 import datetime
 import importlib.machinery
@@ -28,9 +30,11 @@ import importlib.util
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
-_NAME = "_autoinfra_torch"
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+_NAME = "_autoinfra_torch2" if _TORCH2 else "_autoinfra_torch"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CHECKOUT = os.path.dirname(os.path.dirname(_HERE))
 
@@ -39,6 +43,9 @@ def _module_path():
     env = os.environ.get("AUTOINFRA_TORCH_LIB")
     if env:
         path = env if env.endswith(".so") else os.path.join(env, _NAME + ".so")
+        if os.path.basename(path) != _NAME + ".so":
+            raise ImportError(f"AUTOINFRA_TORCH_LIB={env}: torch {torch.__version__} needs "
+                              f"{_NAME}.so, not {os.path.basename(path)}")
         if not os.path.isfile(path):
             raise ImportError(f"AUTOINFRA_TORCH_LIB={env}: no {_NAME}.so there")
         return path
@@ -88,6 +95,29 @@ def _create(store, rank, size, timeout):
     return pg
 
 
+def _create2(opts, backend_options=None):
+    # torch 2 (extended_api): the creator makes the Backend that the group
+    # torch builds around it dispatches CPU tensors to; the records below
+    # are keyed by that Backend (_key).
+    timeout = opts.timeout.total_seconds()
+    backend = _C.create(opts.store, opts.group_rank, opts.group_size, timeout,
+                        _peer_addr(opts.group_rank))
+    _stores[backend] = (_base_store(opts.store), timeout)
+    return backend
+
+
+def _key(group):
+    # What this module's records know a group by: the group itself on torch
+    # 1.x, its CPU Backend on torch 2 (the object _create2 returned, or a
+    # group's made by shrink, grow or join).
+    if not _TORCH2:
+        return group
+    try:
+        return group._get_backend(torch.device("cpu"))
+    except RuntimeError:
+        return group
+
+
 # ------------------------------------------------------------ elastic groups
 #
 # revoke, shrink and grow are the runtime's (include/autoinfra.h, "fault
@@ -124,15 +154,16 @@ def _group(group):
 
 def _lineage_of(group):
     group = _group(group)
-    if group in _lineage:
-        return _lineage[group]
-    if group not in _stores:
+    key = _key(group)
+    if key in _lineage:
+        return _lineage[key]
+    if key not in _stores:
         raise ValueError("autoinfra: not a group of the autoinfra backend")
-    store, timeout_s = _stores[group]
+    store, timeout_s = _stores[key]
     default = dist.is_initialized() and group is dist.distributed_c10d._get_default_group()
     name = "world" if default else "pg" + dist.distributed_c10d._pg_names.get(group, "?")
     rec = _Lineage(store, _ELASTIC + name + "/", timeout_s)
-    _lineage[group] = rec
+    _lineage[key] = rec
     return rec
 
 
@@ -143,8 +174,8 @@ def _timeout(rec, timeout):
 def forget(group):
     """Drop this module's record of a group that was replaced, so that the
     group (its progress thread and connections) goes when the caller drops it."""
-    _lineage.pop(group, None)
-    _stores.pop(group, None)
+    _lineage.pop(_key(group), None)
+    _stores.pop(_key(group), None)
 
 
 def revoke(group=None, reason=""):
@@ -174,7 +205,7 @@ def shrink(group=None):
     rec = _lineage_of(group)
     revoke(group, "shrinking to the survivors")
     new = _C.shrink(group)
-    _lineage[new] = rec
+    _lineage[_key(new)] = rec
     return new
 
 
@@ -199,7 +230,7 @@ def grow(group, joiners, timeout=None):
         for i in range(joiners):
             rec.store.set(rec.ns + "join/%d" % (first + i + 1), door)
     new = _C.grow(group, joiners, _timeout(rec, timeout))
-    _lineage[new] = rec
+    _lineage[_key(new)] = rec
     return new
 
 
@@ -222,7 +253,7 @@ def join(addr, timeout=60.0, lineage="world"):
         raise RuntimeError("autoinfra join: no member of the job at %s admitted this process "
                            "within %g s (ticket %d): %s" % (addr, timeout, ticket, e)) from None
     pg = _C.join(st.get(key).decode(), float(timeout))
-    _lineage[pg] = _Lineage(st, ns, float(timeout))
+    _lineage[_key(pg)] = _Lineage(st, ns, float(timeout))
     return pg
 
 
@@ -235,7 +266,10 @@ def choice(group, coll, nbytes):
 
 
 if not hasattr(dist.Backend, "AUTOINFRA"):
-    dist.Backend.register_backend("autoinfra", _create)
+    if _TORCH2:
+        dist.Backend.register_backend("autoinfra", _create2, extended_api=True, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("autoinfra", _create)
 
 
 def fingerprint(group=None):
