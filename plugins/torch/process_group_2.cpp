@@ -423,8 +423,8 @@ BackendAutoinfra* autoinfra_group(const c10::intrusive_ptr<c10d::ProcessGroup>& 
       ai = nullptr;  // no backend for CPU
     }
   }
-  TORCH_CHECK(ai, "autoinfra ", what, ": not a process group of the autoinfra backend "
-              "(its CPU backend is ", pg->getBackendName(), ")");
+  TORCH_CHECK(ai, "autoinfra ", what, ": not a process group with the autoinfra backend for CPU "
+              "tensors");
   return ai;
 }
 
