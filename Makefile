@@ -15,7 +15,18 @@ DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev lib
               openmpi-bin libopenmpi-dev mpich libmpich-dev \
               python3-torch libtorch-dev python3-dev pybind11-dev \
               munge slurmctld slurmd slurm-client libslurm-dev
+# python3-venv: the torch 2 venv (TORCH2_VENV below), when python3 is Debian's.
+DEPS       += python3-venv
 BENCH_DEPS :=
+# The torch 2 backend (docs/torch.md) is built and tested against this exact
+# torch from PyPI, in a virtual environment of the python3 on PATH kept
+# outside the checkout (a few GB, made once, shared by every clone).
+TORCH2_VERSION ?= 2.13.0
+TORCH2_PY      ?= python3
+ifndef TORCH2_VENV
+TORCH2_VENV    := $(HOME)/.cache/autoinfra/torch-$(TORCH2_VERSION)-py$(shell $(TORCH2_PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+endif
+TORCH2_CMAKE   := -DAI_TORCH2_PYTHON=$(TORCH2_VENV)/bin/python
 # Fuzzing builds with clang's libFuzzer (fuzz/): not needed to build or test.
 FUZZ_DEPS  := clang
 FUZZ_BUILD ?= build-fuzz
@@ -24,6 +35,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 
 .PHONY: all deps bench-deps fuzz-deps build asan demo test bench-vs-ompi fuzz fuzz-wire fuzz-spec clean
+.PHONY: torch2-venv torch2
 
 all: build
 
@@ -37,11 +49,11 @@ fuzz-deps:
 	@./scripts/install-deps $(FUZZ_DEPS)
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(TORCH2_CMAKE) >/dev/null
 	cmake --build $(BUILD) -j$(JOBS)
 
 asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DAI_SANITIZE=ON >/dev/null
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DAI_SANITIZE=ON $(TORCH2_CMAKE) >/dev/null
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
 # The main job: a GPT-style transformer trained with DDP on 4 local ranks
@@ -50,9 +62,22 @@ asan: deps
 demo: build
 	./scripts/demo $(BUILD)
 
-# Unit and integration tests under AddressSanitizer + UBSan.
-test: asan
+# Unit and integration tests under AddressSanitizer + UBSan; with the torch
+# 2 venv made first, so that the build finds it and the torch 2 backend's
+# tests run too.
+test: torch2-venv asan
 	cd $(ASAN_BUILD) && ctest --output-on-failure --timeout 300
+
+# The virtual environment with torch $(TORCH2_VERSION) (scripts/install-torch-venv:
+# nothing to do once it exists). The builds find it and build the torch 2
+# backend beside the torch 1.13 one, and register its tests (ctest torch2_*).
+torch2-venv: deps
+	@./scripts/install-torch-venv $(TORCH2_VENV) $(TORCH2_VERSION) $(TORCH2_PY)
+
+# The torch 2 backend alone: the venv, the sanitizer build, its tests.
+torch2: torch2-venv
+	$(MAKE) asan
+	cd $(ASAN_BUILD) && ctest -R '^torch2_' --output-on-failure --timeout 300
 
 # Side-by-side benchmark against Open MPI (docs/runtime.md).
 bench-vs-ompi: bench-deps build

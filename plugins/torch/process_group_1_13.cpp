@@ -1,8 +1,8 @@
 // The torch-version-specific part: c10d::ProcessGroup of torch 1.13 over
 // CommRunner (comm_runner.hpp), its Work, the c10d::Store as the C API's
 // key-value store, and the Python module with the creator function that
-// torch.distributed.Backend.register_backend calls. A port to torch 2.x
-// (c10d::Backend) replaces this file only.
+// torch.distributed.Backend.register_backend calls. process_group_2.cpp is
+// the same for torch 2.x (c10d::Backend).
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/python.h>

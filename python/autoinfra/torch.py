@@ -18,18 +18,22 @@ grow(group, joiners) one with newcomers that called join(addr). Each returns a n
 are this process's place in it); the old one is left to be dropped.
 autoinfra.elastic drives them from a training loop.
 
-The compiled part, _autoinfra_torch.so, is found at $AUTOINFRA_TORCH_LIB (the
-file, or the folder holding it), else next to this file, else in the build
-tree of this source checkout (build/plugins/torch/).
+The compiled part is _autoinfra_torch.so for torch 1.x (a c10d::ProcessGroup)
+and _autoinfra_torch2.so for torch 2.x (a c10d::Backend, registered for CPU
+tensors), chosen by torch.__version__; it is found at $AUTOINFRA_TORCH_LIB
+(the file, or the folder holding it), else next to this file, else in the
+build tree of this source checkout (build/plugins/torch/).
 """
 import importlib.machinery
 import importlib.util
 import os
 import socket
 
+import torch
 import torch.distributed as dist
 
-_NAME = "_autoinfra_torch"
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+_NAME = "_autoinfra_torch2" if _TORCH2 else "_autoinfra_torch"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _CHECKOUT = os.path.dirname(os.path.dirname(_HERE))
 
@@ -38,6 +42,9 @@ def _module_path():
     env = os.environ.get("AUTOINFRA_TORCH_LIB")
     if env:
         path = env if env.endswith(".so") else os.path.join(env, _NAME + ".so")
+        if os.path.basename(path) != _NAME + ".so":
+            raise ImportError(f"AUTOINFRA_TORCH_LIB={env}: torch {torch.__version__} needs "
+                              f"{_NAME}.so, not {os.path.basename(path)}")
         if not os.path.isfile(path):
             raise ImportError(f"AUTOINFRA_TORCH_LIB={env}: no {_NAME}.so there")
         return path
@@ -93,13 +100,36 @@ def _peer_addr(rank):
 # door is at one of those addresses whichever process is rank 0, and a
 # newcomer passes that list to join().
 
-_timeouts = {}  # ProcessGroup made by this backend -> its timeout (s)
+_timeouts = {}  # a group made by this backend (_key) -> its timeout (s)
 
 
 def _create(store, rank, size, timeout):
     pg = _C.create(store, rank, size, timeout.total_seconds(), _peer_addr(rank))
     _timeouts[pg] = timeout.total_seconds()
     return pg
+
+
+def _create2(opts, backend_options=None):
+    # torch 2 (extended_api): the creator makes the Backend that the group
+    # torch builds around it dispatches CPU tensors to; the records are
+    # keyed by that Backend (_key).
+    timeout = opts.timeout.total_seconds()
+    backend = _C.create(opts.store, opts.group_rank, opts.group_size, timeout,
+                        _peer_addr(opts.group_rank))
+    _timeouts[backend] = timeout
+    return backend
+
+
+def _key(group):
+    # What the records know a group by: the group itself on torch 1.x, its
+    # CPU Backend on torch 2 (the object _create2 returned, or a group's
+    # made by shrink, grow or join).
+    if not _TORCH2:
+        return group
+    try:
+        return group._get_backend(torch.device("cpu"))
+    except RuntimeError:
+        return group
 
 
 def _group(group):
@@ -109,15 +139,15 @@ def _group(group):
 def _timeout_of(group, timeout):
     if timeout is not None:
         return float(timeout)
-    if group not in _timeouts:
+    if _key(group) not in _timeouts:
         raise ValueError("autoinfra: not a group of the autoinfra backend")
-    return _timeouts[group]
+    return _timeouts[_key(group)]
 
 
 def forget(group):
     """Drop this module's record of a group that was replaced, so that the
     group (its progress thread and connections) goes when the caller drops it."""
-    _timeouts.pop(group, None)
+    _timeouts.pop(_key(group), None)
 
 
 def revoke(group=None, reason=""):
@@ -147,7 +177,7 @@ def shrink(group=None):
     timeout = _timeout_of(group, None)
     revoke(group, "shrinking to the survivors")
     new = _C.shrink(group)
-    _timeouts[new] = timeout
+    _timeouts[_key(new)] = timeout
     return new
 
 
@@ -172,7 +202,7 @@ def grow(group, joiners, timeout=None):
     group = _group(group)
     t = _timeout_of(group, timeout)
     new = _C.grow(group, joiners, t)
-    _timeouts[new] = _timeout_of(group, None)
+    _timeouts[_key(new)] = _timeout_of(group, None)
     return new
 
 
@@ -189,7 +219,7 @@ def join(addr=None, timeout=60.0):
         if not sep or not host or not port.isdigit():
             raise ValueError("autoinfra join: address '%s' is not HOST:PORT" % one)
     pg = _C.join(addr, float(timeout))
-    _timeouts[pg] = float(timeout)
+    _timeouts[_key(pg)] = float(timeout)
     return pg
 
 
@@ -202,7 +232,10 @@ def choice(group, coll, nbytes):
 
 
 if not hasattr(dist.Backend, "AUTOINFRA"):
-    dist.Backend.register_backend("autoinfra", _create)
+    if _TORCH2:
+        dist.Backend.register_backend("autoinfra", _create2, extended_api=True, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("autoinfra", _create)
 
 
 # torch 1.13's dist.monitored_barrier refuses every backend but gloo before

@@ -1,5 +1,7 @@
 """Checks of the autoinfra torch.distributed backend, run by ctest
-(plugins/torch/CMakeLists.txt) with /usr/bin/python3:
+(plugins/torch/CMakeLists.txt) with /usr/bin/python3 (torch 1.13), and with
+the Python of torch 2's venv (plugins/torch/torch2.cmake, the torch 2
+module):
 
     check_backend.py collectives N   every collective on N local ranks against
                                      gloo's result and a reference computed here
