@@ -23,6 +23,7 @@ static void sim_usage(FILE *out)
             "                     [--policy none|young-daly|oracle|learned|rl] [--checkpoint-every MIN]\n"
             "                     [--recovery restart|shrink] [--step-time S]\n"
             "                     [--runs N] [--seed S] [--rl-train-runs N] [--rl-iters N] [--json]\n"
+            "                     [--events]\n"
             "\n"
             "  --reliability    failure rates, recovery and checkpoint costs (docs/formats.md);\n"
             "                   default: Llama 3's interruption rate and causes\n"
@@ -42,6 +43,8 @@ static void sim_usage(FILE *out)
             "  --step-time S    a measured step time in seconds (the planner is not run)\n"
             "  --runs N         Monte Carlo runs (default 100)   --seed S (default 1)\n"
             "  --json           machine-readable output\n"
+            "  --events         with --runs 1 --json: the run's timeline (failures, checkpoints,\n"
+            "                   detection, restarts, shrinks, grows) as an events array\n"
             "\n"
             "       autoinfra sim predict --trace FILE ...   failing nodes from a fault trace\n");
 }
@@ -148,6 +151,8 @@ int cli_sim_main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             as_json = 1;
+        } else if (!strcmp(a, "--events")) {
+            o.events = 1;
         } else if ((m = cli_match_opt(argc, argv, &i, "--cluster", &v)) != 0) {
             if (m < 0)
                 goto missing;
@@ -251,6 +256,10 @@ int cli_sim_main(int argc, char **argv)
     }
     if (o.tokens > 0 && o.days > 0) {
         fprintf(stderr, "autoinfra sim: give --tokens or --days, not both\n");
+        return 2;
+    }
+    if (o.events && (!as_json || o.runs != 1)) {
+        fprintf(stderr, "autoinfra sim: --events needs --json and --runs 1\n");
         return 2;
     }
     if (o.checkpoint_every_min > 0 && !policy_given)
