@@ -658,6 +658,10 @@ typedef struct ai_sim_options {
     /* With runs 1: the report's JSON holds the run's timeline, an `events`
      * array of up to AI_SIM_EVENTS_MAX entries (docs/sim.md). */
     int events;
+    /* > 0: the job's ranks share this many cores (a CPU testbed): its
+     * throughput is proportional to min(ranks, shared_cores), so a shrink
+     * that leaves as many ranks as cores costs no throughput. */
+    int shared_cores;
 } ai_sim_options;
 #define AI_SIM_EVENTS_MAX 200000
 

@@ -612,6 +612,24 @@ static void test_replay_rejoin(void **state)
     assert_near(r.down_s, 11, 1e-9);
     assert_near(r.degraded_s, 332.5, 1e-9);
     assert_near(r.wall_s, 1082.5, 1e-9);
+
+    /* Four ranks on two shared cores: three ranks still fill both, the
+     * shrunk job runs at full speed (step 500 at 262 + 250, the join 20 s
+     * later, the grow to 536, 480 s of compute left). On eight cores it
+     * is three quarters of the throughput, as without the option. */
+    p.shrunk_step_s = 0;
+    p.shared_cores = 2;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.degraded_s, 0, 0);
+    assert_near(r.down_s, 11, 1e-9);
+    assert_near(r.wall_s, 1016, 1e-9);
+    p.shared_cores = 8;
+    sim_result ref;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    p.shared_cores = 0;
+    assert_int_equal(sim_run(&p, NULL, &ref), AI_OK);
+    assert_near(r.wall_s, ref.wall_s, 0);
+    assert_near(r.degraded_s, 250 / 0.75 + 20, 1e-9);
 }
 
 static void test_formulas(void **state)

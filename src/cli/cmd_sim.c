@@ -37,6 +37,8 @@ static void sim_usage(FILE *out)
             "  --fail-at-step N [--rejoin-at-step M] [--shrunk-step-time S]  replay one measured\n"
             "                   run: one failure in step N, the node back at step M, the shrunk\n"
             "                   group's step time (with --step-time, policy none)\n"
+            "  --shared-cores N the ranks share N cores (a CPU testbed): throughput follows\n"
+            "                   min(ranks, N), not the ranks\n"
             "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
             "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
             "                   and go on on fewer devices until a spare joins\n"
@@ -222,6 +224,11 @@ int cli_sim_main(int argc, char **argv)
         } else if ((m = cli_match_opt(argc, argv, &i, "--shrunk-step-time", &v)) != 0) {
             if (m < 0 || parse_pos(a, v, &o.shrunk_step_time_s))
                 return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--shared-cores", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.shared_cores)) {
+                fprintf(stderr, "autoinfra sim: --shared-cores '%s': expected 1..10000000\n", v ? v : "");
+                return 2;
+            }
         } else if ((m = cli_match_opt(argc, argv, &i, "--rl-train-runs", &v)) != 0) {
             if (m < 0 || cli_parse_int(v, 1, 100000, &o.rl_train_runs)) {
                 fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");

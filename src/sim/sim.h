@@ -130,6 +130,9 @@ typedef struct sim_params {
      * instead of replicas left / replicas). */
     double rejoin_at_work_s;
     double shrunk_step_s;
+    /* > 0: the units share this many cores; capacity min(active, cores) /
+     * min(units, cores) instead of active / units. */
+    int shared_cores;
     /* Optional: the run's timeline, up to events_cap entries (the rest
      * are counted in sim_result.events_dropped). */
     sim_event *events;

@@ -251,6 +251,9 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         p.rejoin_at_work_s = opts->rejoin_at_step * step_s;
         p.shrunk_step_s = opts->shrunk_step_time_s;
     }
+    if (opts->shared_cores < 0)
+        return ai_fail(AI_ERR_INVALID, "shared_cores %d: want 0 (none) or more", opts->shared_cores);
+    p.shared_cores = opts->shared_cores;
     int runs = opts->runs < 1 ? 1 : opts->runs;
     sim_event *events = NULL;
     if (opts->events) {

@@ -627,6 +627,8 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
 
     for (;;) {
         double cap = (double)s.active_units / p->units;
+        if (p->shared_cores > 0) /* ranks beyond the cores only share them */
+            cap = (double)AI_MIN(s.active_units, p->shared_cores) / AI_MIN(p->units, p->shared_cores);
         if (p->shrunk_step_s > 0 && s.active_units < p->units)
             cap = p->step_s / p->shrunk_step_s;
         /* Candidate times. */
