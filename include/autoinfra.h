@@ -678,7 +678,15 @@ typedef struct ai_sim_options {
      * when step rejoin_at_step is reached, and the shrunk group steps in
      * shrunk_step_time_s (0: replicas left / replicas of the throughput). */
     double fail_at_step, rejoin_at_step, shrunk_step_time_s;
+    /* With runs 1: the report's JSON holds the run's timeline, an `events`
+     * array of up to AI_SIM_EVENTS_MAX entries (docs/sim.md). */
+    int events;
+    /* > 0: the job's ranks share this many cores (a CPU testbed): its
+     * throughput is proportional to min(ranks, shared_cores), so a shrink
+     * that leaves as many ranks as cores costs no throughput. */
+    int shared_cores;
 } ai_sim_options;
+#define AI_SIM_EVENTS_MAX 200000
 
 /* Means over the runs; *_ci95 are 95% confidence intervals of the mean. */
 typedef struct ai_sim_summary {

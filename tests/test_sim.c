@@ -95,6 +95,93 @@ static void test_one_failure_restart(void **state)
     assert_int_equal(r.by_cause[0], 1);
 }
 
+/* The timeline of test_one_failure_restart and test_one_failure_shrink,
+ * event by event. */
+static void assert_event(const sim_event *e, sim_event_kind kind, double t0, double t1)
+{
+    if (e->kind != kind || fabs(e->t0 - t0) > 1e-9 || fabs(e->t1 - t1) > 1e-9)
+        fail_msg("event %s [%.12g, %.12g], want %s [%.12g, %.12g]", sim_event_kind_name(e->kind),
+                 e->t0, e->t1, sim_event_kind_name(kind), t0, t1);
+}
+
+static void test_events(void **state)
+{
+    (void)state;
+    sim_event ev[64];
+    sim_params p = simple();
+    p.interval_s = 100;
+    p.ckpt_block_s = 10;
+    const double at[] = {255};
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.events = ev;
+    p.events_cap = 64;
+    sim_result r;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    /* Compute to 100, a checkpoint to 110, compute to 210, one to 220,
+     * the failure at 255 (35 s lost), detection to 260, the restart to
+     * 280; then from 200 s of compute kept, checkpoints at 300, ..., 900
+     * (at 380, 490, ..., 1040) and the end at 1150. */
+    assert_int_equal(r.nevents, 3 + 2 + 3 + 8 + 7);
+    assert_int_equal(r.events_dropped, 0);
+    assert_event(&ev[0], SIM_EV_COMPUTE, 0, 100);
+    assert_event(&ev[1], SIM_EV_CHECKPOINT, 100, 110);
+    assert_event(&ev[2], SIM_EV_COMPUTE, 110, 210);
+    assert_event(&ev[3], SIM_EV_CHECKPOINT, 210, 220);
+    assert_event(&ev[4], SIM_EV_COMPUTE, 220, 255);
+    assert_event(&ev[5], SIM_EV_FAILURE, 255, 255);
+    assert_int_equal(ev[5].cause, 0);
+    assert_near(ev[5].lost_s, 35, 1e-9);
+    assert_event(&ev[6], SIM_EV_DETECT, 255, 260);
+    assert_event(&ev[7], SIM_EV_RESTART, 260, 280);
+    for (int k = 0; k < 7; k++) {
+        double c0 = 380 + 110 * k;
+        assert_event(&ev[8 + 2 * k], SIM_EV_COMPUTE, c0 - 100, c0);
+        assert_event(&ev[9 + 2 * k], SIM_EV_CHECKPOINT, c0, c0 + 10);
+    }
+    assert_event(&ev[22], SIM_EV_COMPUTE, 1050, 1150);
+
+    /* Live shrink: the step in flight redone (5 s), detection to 260,
+     * the shrink to 262, three replicas of four to the join at 275, the
+     * grow to 279, full scale to the end. */
+    p = simple();
+    p.recovery = SIM_SHRINK;
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.events = ev;
+    p.events_cap = 64;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_int_equal(r.nevents, 7);
+    assert_event(&ev[0], SIM_EV_COMPUTE, 0, 255);
+    assert_event(&ev[1], SIM_EV_FAILURE, 255, 255);
+    assert_near(ev[1].lost_s, 5, 1e-9);
+    assert_event(&ev[2], SIM_EV_DETECT, 255, 260);
+    assert_event(&ev[3], SIM_EV_SHRINK, 260, 262);
+    assert_event(&ev[4], SIM_EV_DEGRADED, 262, 275);
+    assert_event(&ev[5], SIM_EV_GROW, 275, 279);
+    assert_event(&ev[6], SIM_EV_COMPUTE, 279, r.wall_s);
+
+    /* With no spare left the restart waits for the repaired node. */
+    p = simple();
+    p.spares = 0;
+    p.repair_s = 100;
+    p.fail_at = at;
+    p.nfail_at = 1;
+    p.events = ev;
+    p.events_cap = 64;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_event(&ev[2], SIM_EV_DETECT, 255, 260);
+    assert_event(&ev[3], SIM_EV_WAIT, 260, 355);
+    assert_event(&ev[4], SIM_EV_RESTART, 355, 375);
+
+    /* Capped: the first entries kept, the rest counted. */
+    p.events_cap = 2;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_int_equal(r.nevents, 2);
+    assert_int_equal(r.events_dropped, 4);
+    assert_event(&ev[1], SIM_EV_FAILURE, 255, 255);
+}
+
 static void test_one_failure_shrink(void **state)
 {
     (void)state;
@@ -525,6 +612,24 @@ static void test_replay_rejoin(void **state)
     assert_near(r.down_s, 11, 1e-9);
     assert_near(r.degraded_s, 332.5, 1e-9);
     assert_near(r.wall_s, 1082.5, 1e-9);
+
+    /* Four ranks on two shared cores: three ranks still fill both, the
+     * shrunk job runs at full speed (step 500 at 262 + 250, the join 20 s
+     * later, the grow to 536, 480 s of compute left). On eight cores it
+     * is three quarters of the throughput, as without the option. */
+    p.shrunk_step_s = 0;
+    p.shared_cores = 2;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    assert_near(r.degraded_s, 0, 0);
+    assert_near(r.down_s, 11, 1e-9);
+    assert_near(r.wall_s, 1016, 1e-9);
+    p.shared_cores = 8;
+    sim_result ref;
+    assert_int_equal(sim_run(&p, NULL, &r), AI_OK);
+    p.shared_cores = 0;
+    assert_int_equal(sim_run(&p, NULL, &ref), AI_OK);
+    assert_near(r.wall_s, ref.wall_s, 0);
+    assert_near(r.degraded_s, 250 / 0.75 + 20, 1e-9);
 }
 
 static void test_formulas(void **state)
@@ -776,6 +881,39 @@ static void test_cli(void **state)
         fail_msg("delivered precision %.3f for a spec of 0.9: %s", prec, out);
     assert_non_null(json_object_get(json_object_get(d, "rl"), "policy"));
     json_decref(d);
+    /* One run's timeline: spans that follow each other to the end of the
+     * run, failures as instants with their cause; one run only. */
+    snprintf(args, sizeof args, "%s --days 1 --runs 1 --seed 3 --json --events", specs);
+    static char big[1 << 20];
+    assert_int_equal(run_sim(args, big, sizeof big), 0);
+    d = json_loads(big, 0, &e);
+    if (!d)
+        fail_msg("not JSON: %.200s", big);
+    json_t *evs = json_object_get(d, "events");
+    assert_true(json_array_size(evs) > 10);
+    assert_int_equal(json_integer_value(json_object_get(d, "events_dropped")), 0);
+    double t = 0;
+    int failures = 0;
+    for (size_t i = 0; i < json_array_size(evs); i++) {
+        json_t *x = json_array_get(evs, i);
+        const char *kind = json_string_value(json_object_get(x, "kind"));
+        double t0 = json_real_value(json_object_get(x, "t0_s"));
+        double t1 = json_real_value(json_object_get(x, "t1_s"));
+        assert_non_null(kind);
+        assert_near(t0, t, 1e-6);
+        if (!strcmp(kind, "failure")) {
+            failures++;
+            assert_near(t1, t0, 0);
+            assert_non_null(json_string_value(json_object_get(x, "cause")));
+        }
+        t = t1;
+    }
+    assert_near(t, 86400, 1e-3);
+    assert_int_equal(failures, (int)json_real_value(json_object_get(d, "interruptions_mean")));
+    json_decref(d);
+    snprintf(args, sizeof args, "%s --days 1 --runs 2 --json --events", specs);
+    assert_int_equal(run_sim(args, out, sizeof out), 2);
+    assert_non_null(strstr(out, "--runs 1"));
     snprintf(args, sizeof args, "%s --policy daly", specs);
     assert_int_equal(run_sim(args, out, sizeof out), 2);
     assert_non_null(strstr(out, "young-daly"));
@@ -803,6 +941,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_one_failure_restart, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_one_failure_shrink, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_restart_waits_for_repair, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_events, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_async_checkpoint, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_oracle_loses_nothing, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_learned_policy, cmdtest_setup, cmdtest_teardown),

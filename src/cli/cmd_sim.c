@@ -23,6 +23,7 @@ static void sim_usage(FILE *out)
             "                     [--policy none|young-daly|oracle|learned|rl] [--checkpoint-every MIN]\n"
             "                     [--recovery restart|shrink] [--step-time S]\n"
             "                     [--runs N] [--seed S] [--rl-train-runs N] [--rl-iters N] [--json]\n"
+            "                     [--events]\n"
             "\n"
             "  --reliability    failure rates, recovery and checkpoint costs (docs/formats.md);\n"
             "                   default: Llama 3's interruption rate and causes\n"
@@ -36,12 +37,16 @@ static void sim_usage(FILE *out)
             "  --fail-at-step N [--rejoin-at-step M] [--shrunk-step-time S]  replay one measured\n"
             "                   run: one failure in step N, the node back at step M, the shrunk\n"
             "                   group's step time (with --step-time, policy none)\n"
+            "  --shared-cores N the ranks share N cores (a CPU testbed): throughput follows\n"
+            "                   min(ranks, N), not the ranks\n"
             "  --checkpoint-every MIN  with policy none: a checkpoint every MIN minutes of compute\n"
             "  --recovery       restart the job from the last checkpoint (default), or shrink\n"
             "                   and go on on fewer devices until a spare joins\n"
             "  --step-time S    a measured step time in seconds (the planner is not run)\n"
             "  --runs N         Monte Carlo runs (default 100)   --seed S (default 1)\n"
             "  --json           machine-readable output\n"
+            "  --events         with --runs 1 --json: the run's timeline (failures, checkpoints,\n"
+            "                   detection, restarts, shrinks, grows) as an events array\n"
             "\n"
             "       autoinfra sim predict --trace FILE ...   failing nodes from a fault trace\n");
 }
@@ -148,6 +153,8 @@ int cli_sim_main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--json")) {
             as_json = 1;
+        } else if (!strcmp(a, "--events")) {
+            o.events = 1;
         } else if ((m = cli_match_opt(argc, argv, &i, "--cluster", &v)) != 0) {
             if (m < 0)
                 goto missing;
@@ -217,6 +224,11 @@ int cli_sim_main(int argc, char **argv)
         } else if ((m = cli_match_opt(argc, argv, &i, "--shrunk-step-time", &v)) != 0) {
             if (m < 0 || parse_pos(a, v, &o.shrunk_step_time_s))
                 return 2;
+        } else if ((m = cli_match_opt(argc, argv, &i, "--shared-cores", &v)) != 0) {
+            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.shared_cores)) {
+                fprintf(stderr, "autoinfra sim: --shared-cores '%s': expected 1..10000000\n", v ? v : "");
+                return 2;
+            }
         } else if ((m = cli_match_opt(argc, argv, &i, "--rl-train-runs", &v)) != 0) {
             if (m < 0 || cli_parse_int(v, 1, 100000, &o.rl_train_runs)) {
                 fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");
@@ -251,6 +263,10 @@ int cli_sim_main(int argc, char **argv)
     }
     if (o.tokens > 0 && o.days > 0) {
         fprintf(stderr, "autoinfra sim: give --tokens or --days, not both\n");
+        return 2;
+    }
+    if (o.events && (!as_json || o.runs != 1)) {
+        fprintf(stderr, "autoinfra sim: --events needs --json and --runs 1\n");
         return 2;
     }
     if (o.checkpoint_every_min > 0 && !policy_given)

@@ -58,6 +58,33 @@ ai_status_t sim_reliability_load(const char *path, sim_reliability *out);
 typedef enum { SIM_RESTART, SIM_SHRINK } sim_recovery;
 
 /* Everything one run needs, in seconds and node counts. */
+/* One entry of a run's timeline (sim_params.events): a span [t0, t1] of
+ * wall time in one state, or a failure (t0 == t1). Consecutive spans of
+ * the same kind are merged. */
+typedef enum {
+    SIM_EV_COMPUTE,    /* running at full scale */
+    SIM_EV_DEGRADED,   /* running below full scale (live shrink, exclusion) */
+    SIM_EV_CHECKPOINT, /* stalled for a checkpoint (one that a failure cuts short too) */
+    SIM_EV_FAILURE,    /* a failure of cause `cause`; lost_s: compute it rolled back */
+    SIM_EV_DETECT,     /* from a failure to the start of its recovery */
+    SIM_EV_RESTART,    /* restarting from the last checkpoint */
+    SIM_EV_WAIT,       /* waiting for a repaired node to restart on */
+    SIM_EV_SHRINK,     /* the survivors rebuild without the failed node */
+    SIM_EV_GROW,       /* the group grows back with a spare */
+    SIM_EV_DRAIN,      /* rl: a warned node swapped for a spare */
+    SIM_EV_NKINDS
+} sim_event_kind;
+
+typedef struct sim_event {
+    sim_event_kind kind;
+    int cause;         /* SIM_EV_FAILURE: index into the causes; else -1 */
+    double t0, t1;     /* wall seconds */
+    double lost_s;     /* SIM_EV_FAILURE: compute redone */
+} sim_event;
+
+/* The kind's name in reports ("compute", "failure", ...). */
+const char *sim_event_kind_name(sim_event_kind k);
+
 typedef struct sim_params {
     double work_s;        /* compute to finish at full scale (> 0), or 0 with horizon_s */
     double horizon_s;     /* > 0: stop at this wall time instead */
@@ -103,6 +130,13 @@ typedef struct sim_params {
      * instead of replicas left / replicas). */
     double rejoin_at_work_s;
     double shrunk_step_s;
+    /* > 0: the units share this many cores; capacity min(active, cores) /
+     * min(units, cores) instead of active / units. */
+    int shared_cores;
+    /* Optional: the run's timeline, up to events_cap entries (the rest
+     * are counted in sim_result.events_dropped). */
+    sim_event *events;
+    int events_cap;
 } sim_params;
 
 typedef struct sim_result {
@@ -119,6 +153,8 @@ typedef struct sim_result {
     long warnings_true, warnings_false; /* telemetry raised (learned, rl) */
     long drains, excludes; /* rl: warned nodes swapped for a spare, or dropped */
     long averted;         /* failures that struck a node already drained or excluded */
+    int nevents;          /* entries written to sim_params.events */
+    long events_dropped;  /* entries past events_cap */
 } sim_result;
 
 /* One run. The RNG is only read when failures are random. */

@@ -251,12 +251,29 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         p.rejoin_at_work_s = opts->rejoin_at_step * step_s;
         p.shrunk_step_s = opts->shrunk_step_time_s;
     }
+    if (opts->shared_cores < 0)
+        return ai_fail(AI_ERR_INVALID, "shared_cores %d: want 0 (none) or more", opts->shared_cores);
+    p.shared_cores = opts->shared_cores;
     int runs = opts->runs < 1 ? 1 : opts->runs;
+    sim_event *events = NULL;
+    if (opts->events) {
+        if (runs != 1)
+            return ai_fail(AI_ERR_INVALID, "the events of a run are reported for one run only "
+                                           "(runs 1, not %d)", runs);
+        events = malloc(sizeof *events * AI_SIM_EVENTS_MAX);
+        if (!events)
+            return ai_fail(AI_ERR_NOMEM, "ai_sim: events");
+        p.events = events;
+        p.events_cap = AI_SIM_EVENTS_MAX;
+    }
+    int nevents = 0;
+    long events_dropped = 0;
     double *ettr = malloc(sizeof(double) * (size_t)runs);
     double *days = malloc(sizeof(double) * (size_t)runs);
     if (!ettr || !days) {
         free(ettr);
         free(days);
+        free(events);
         return ai_fail(AI_ERR_NOMEM, "ai_sim: %d runs", runs);
     }
     double sum_wall = 0, sum_useful = 0, sum_ckpt_s = 0, sum_lost = 0, sum_down = 0, sum_degr = 0;
@@ -275,8 +292,11 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         if (st != AI_OK) {
             free(ettr);
             free(days);
+            free(events);
             return st;
         }
+        nevents = res.nevents;
+        events_dropped = res.events_dropped;
         ettr[i] = res.wall_s > 0 ? res.useful_s / res.wall_s : 1;
         days[i] = res.wall_s / 86400;
         sum_wall += res.wall_s;
@@ -302,6 +322,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
     if (!rep) {
         free(ettr);
         free(days);
+        free(events);
         return ai_fail(AI_ERR_NOMEM, "ai_sim: report");
     }
     ai_sim_summary *s = &rep->sum;
@@ -412,6 +433,24 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
                       "averted_mean", (double)sum_avert / runs, "base_interval_min",
                       p.interval_s / 60));
     }
+    if (events) {
+        /* The timeline: spans of one state each, failures as instants
+         * with their cause and the compute they rolled back. */
+        json_t *ev = json_array();
+        for (int i = 0; i < nevents; i++) {
+            const sim_event *e = &events[i];
+            json_t *o = json_pack("{ss sf sf}", "kind", sim_event_kind_name(e->kind), "t0_s", e->t0,
+                                  "t1_s", e->t1);
+            if (e->kind == SIM_EV_FAILURE) {
+                json_object_set_new(o, "cause", json_string(r.causes[e->cause].name));
+                json_object_set_new(o, "lost_s", json_real(e->lost_s));
+            }
+            json_array_append_new(ev, o);
+        }
+        json_object_set_new(d, "events", ev);
+        json_object_set_new(d, "events_dropped", json_integer(events_dropped));
+        free(events);
+    }
     json_object_set_new(d, "plan_s", json_real(plan_s));
     json_object_set_new(d, "sim_s", json_real(sim_s));
     rep->doc = d;
@@ -439,7 +478,9 @@ ai_status_t ai_sim_report_json(const ai_sim_report *report, char **out)
 {
     if (!report || !out)
         return ai_fail(AI_ERR_INVALID, "ai_sim_report_json: NULL argument");
-    char *text = json_dumps(report->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
+    /* A timeline's times need more digits than the figures: 1 ms over weeks. */
+    int digits = json_object_get(report->doc, "events") ? 10 : 6;
+    char *text = json_dumps(report->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits));
     if (!text)
         return ai_fail(AI_ERR_NOMEM, "ai_sim_report_json");
     *out = text;

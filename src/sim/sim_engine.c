@@ -89,8 +89,41 @@ typedef struct state {
     int warned_fired;     /* the next failure's warning has been raised */
     int rejoined;         /* rejoin_at_work_s has been reached */
     double cur_rate;      /* the job's failure rate the next failure was drawn at */
+    sim_event_kind down_kind; /* what a down phase is doing, after detection */
+    double detect_until;  /* the last failure's detection ends here */
     sim_result r;
 } state;
+
+/* ---- the timeline (sim_params.events) ---- */
+
+static const char *const ev_names[SIM_EV_NKINDS] = {
+    "compute", "degraded", "checkpoint", "failure", "detect",
+    "restart", "wait", "shrink", "grow", "drain",
+};
+
+const char *sim_event_kind_name(sim_event_kind k)
+{
+    return k >= 0 && k < SIM_EV_NKINDS ? ev_names[k] : "?";
+}
+
+static void ev_add(state *s, sim_event_kind kind, double t0, double t1, int cause, double lost)
+{
+    const sim_params *p = s->p;
+    if (!p->events || !(t1 >= t0))
+        return;
+    if (kind != SIM_EV_FAILURE && s->r.nevents > 0) {
+        sim_event *last = &p->events[s->r.nevents - 1];
+        if (last->kind == kind && last->t1 == t0) { /* the same state goes on */
+            last->t1 = t1;
+            return;
+        }
+    }
+    if (s->r.nevents >= p->events_cap) {
+        s->r.events_dropped++;
+        return;
+    }
+    p->events[s->r.nevents++] = (sim_event){kind, cause, t0, t1, lost};
+}
 
 static double exp_draw(ai_rng *rng, double rate)
 {
@@ -283,9 +316,10 @@ static void try_join(state *s)
     s->join_at = s->t + s->p->join_s;
 }
 
-static void go_down(state *s, double until)
+static void go_down(state *s, double until, sim_event_kind kind)
 {
     s->ph = PH_DOWN;
+    s->down_kind = kind;
     s->t_up = until;
 }
 
@@ -299,7 +333,7 @@ static void try_restart(state *s, double after)
         s->ph = PH_WAIT;
         s->t_up = INFINITY;
     } else {
-        go_down(s, s->t + after);
+        go_down(s, s->t + after, SIM_EV_RESTART);
     }
 }
 
@@ -307,6 +341,7 @@ static void on_failure(state *s)
 {
     const sim_params *p = s->p;
     s->r.interruptions++;
+    s->detect_until = s->t + p->detect_s;
     if (p->fail_at)
         s->fail_i++;
     int cause = s->next_cause;
@@ -360,6 +395,7 @@ static void on_failure(state *s)
         s->need_nodes++;
     }
     if (rollback) {
+        ev_add(s, SIM_EV_FAILURE, s->t, s->t, cause, s->done - s->saved);
         s->r.lost_s += s->done - s->saved;
         s->done = s->saved;
         s->since = 0;
@@ -372,7 +408,8 @@ static void on_failure(state *s)
             s->r.lost_s += partial;
             s->done -= partial;
         }
-        go_down(s, s->t + p->detect_s + p->shrink_s);
+        ev_add(s, SIM_EV_FAILURE, s->t, s->t, cause, partial > 0 ? partial : 0);
+        go_down(s, s->t + p->detect_s + p->shrink_s, SIM_EV_SHRINK);
     }
     try_join(s);
     draw_next_fail(s);
@@ -512,7 +549,7 @@ static void rl_on_warning(state *s, double score, int was_true)
         node_leaves(s, was_true);
         if (!was_true)
             redraw_for_rate(s); /* fewer nodes: a lower rate from now on */
-        go_down(s, s->t + p->shrink_s);
+        go_down(s, s->t + p->shrink_s, SIM_EV_SHRINK);
         try_join(s);
         return;
     }
@@ -535,7 +572,7 @@ static void rl_drain(state *s)
     s->drain_at = -1;
     s->r.drains++;
     node_leaves(s, s->drain_true);
-    go_down(s, s->t + s->p->shrink_s + s->p->grow_s);
+    go_down(s, s->t + s->p->shrink_s + s->p->grow_s, SIM_EV_DRAIN);
 }
 
 ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
@@ -557,6 +594,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
     s.spares_free = p->spares;
     s.job_lemons = p->lemon_nodes;
     s.pending_at = -1;
+    s.detect_until = -INFINITY;
     s.join_at = -1;
     s.drain_at = -1;
     s.ph = PH_RUN;
@@ -589,6 +627,8 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
 
     for (;;) {
         double cap = (double)s.active_units / p->units;
+        if (p->shared_cores > 0) /* ranks beyond the cores only share them */
+            cap = (double)AI_MIN(s.active_units, p->shared_cores) / AI_MIN(p->units, p->shared_cores);
         if (p->shrunk_step_s > 0 && s.active_units < p->units)
             cap = p->step_s / p->shrunk_step_s;
         /* Candidate times. */
@@ -640,10 +680,20 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
                 s.since += dt;
                 if (cap < 1)
                     s.r.degraded_s += dt;
+                ev_add(&s, s.active_units < p->units ? SIM_EV_DEGRADED : SIM_EV_COMPUTE, s.t, tn, -1, 0);
             } else if (s.ph == PH_CKPT) {
                 s.r.ckpt_s += dt;
+                ev_add(&s, SIM_EV_CHECKPOINT, s.t, tn, -1, 0);
             } else {
                 s.r.down_s += dt;
+                double t = s.t;
+                if (t < s.detect_until) { /* the failure is not yet detected */
+                    double e = s.detect_until < tn ? s.detect_until : tn;
+                    ev_add(&s, SIM_EV_DETECT, t, e, -1, 0);
+                    t = e;
+                }
+                if (tn > t)
+                    ev_add(&s, s.ph == PH_WAIT ? SIM_EV_WAIT : s.down_kind, t, tn, -1, 0);
             }
         }
         s.t = tn;
@@ -664,7 +714,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
             if (s.ph == PH_CKPT) {
                 ckpt_end(&s);
                 if (s.add_at_up > 0) /* joiners became ready during the stall */
-                    go_down(&s, s.t + p->grow_s);
+                    go_down(&s, s.t + p->grow_s, SIM_EV_GROW);
             } else {
                 s.ph = PH_RUN;
                 if (s.add_at_up > 0) {
@@ -686,7 +736,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
                 s.add_at_up += s.joining;
                 s.joining = 0;
                 s.join_at = -1;
-                go_down(&s, s.t + p->grow_s);
+                go_down(&s, s.t + p->grow_s, SIM_EV_GROW);
                 try_join(&s);
             } else {
                 /* Fold into the current stall: grown when it ends (after a
