@@ -179,9 +179,10 @@ def check_args(a):
     a.pipe_layers = layers
 
 
-def layout(a, world):
+def layout(a, world, T=None):
     """The run's Layout from the checked arguments; ValueError naming the
-    flag when it does not fit the job."""
+    flag when it does not fit the job. T is the train module, whose
+    even_shares splits the batch over the replicas without a plan."""
     P = len(a.pipe_layers)
     if a.plan_obj is not None:
         if a.plan_obj["ranks"] != world:
@@ -199,7 +200,7 @@ def layout(a, world):
     if B < k:
         raise ValueError("--pipeline %s: a global batch of %d cannot give each of %d replicas a "
                          "sample (--global-batch)" % (a.pipeline, B, k))
-    shares = [B // k + (j < B % k) for j in range(k)]
+    shares = T.even_shares(B, k)
     if a.micro_batch is not None:
         m = a.micro_batch
     else:
@@ -404,7 +405,7 @@ def main(a, T):
     data, ds = T.setup(a)
     backend = T.load_backend(a.backend)
     try:
-        lay = layout(a, world)
+        lay = layout(a, world, T)
     except ValueError as e:
         T.usage_error(str(e))
     B, P, k = lay.B, lay.P, lay.k

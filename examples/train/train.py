@@ -345,6 +345,16 @@ def load_backend(name):
     return backend
 
 
+def even_shares(B, n):
+    """B samples over n ranks, the first B % n one more: ai_shares_split of
+    equal throughputs when the autoinfra extension is loaded, the same split
+    here when the job runs on another backend without it."""
+    backend = sys.modules.get("autoinfra.torch")
+    if backend is not None:
+        return list(backend.shares_split([1.0] * n, B))
+    return [B // n + (i < B % n) for i in range(n)]
+
+
 def bucket_sizes(ddp):
     """The byte sizes of DDP's gradient buckets, as its logging data has
     them: after the first step's rebuild (in backward order, capped by
@@ -386,7 +396,7 @@ def resolve_shares(a, world, backend):
         else:
             if B < world:
                 usage_error("a global batch of %d cannot give each of %d ranks a sample" % (B, world))
-            shares = [B // world + (i < B % world) for i in range(world)]
+            shares = even_shares(B, world)
         micro = a.micro_batch or max(shares)
         cap = a.bucket_cap_mb or 25.0
     balancer = None

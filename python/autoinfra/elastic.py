@@ -53,13 +53,12 @@ _SHRINK_TRIES = 4
 
 def shares(global_batch, nranks):
     """Even shares of global_batch over nranks (the first global_batch %
-    nranks ranks one more): [(lo, hi)] per rank."""
-    base, extra = divmod(global_batch, nranks)
+    nranks ranks one more, as ai_shares_split splits equal throughputs):
+    [(lo, hi)] per rank."""
     out, lo = [], 0
-    for r in range(nranks):
-        hi = lo + base + (r < extra)
-        out.append((lo, hi))
-        lo = hi
+    for b in at.shares_split([1.0] * nranks, global_batch):
+        out.append((lo, lo + b))
+        lo += b
     return out
 
 
