@@ -83,11 +83,10 @@ function(ai_torch2_test prefix script case kb timeout)
 endfunction()
 
 # check_backend.py's cases as for torch 1.13 (gloo of torch 2 has what
-# 1.13's lacks, but the comparisons stay the same). Not `features 3`
-# (allgather_coalesced, monitored_barrier, the timeout wording: the torch
-# 1.13 module's alone so far).
+# 1.13's lacks, but the comparisons stay the same).
 foreach(t "collectives 2" "collectives 3" "collectives 4" "ddp 2" "ddp 3" "kill 3"
-          "deferred 3" "groups 3" "revoke 2" "mismatch 3" "p2p 2" "p2p 3" "asyncsmall 3")
+          "deferred 3" "groups 3" "revoke 2" "mismatch 3" "p2p 2" "p2p 3" "asyncsmall 3"
+          "features 3")
   ai_torch2_test(torch2 check_backend.py "${t}" test-kb-torch2.sqlite 180)
 endforeach()
 

@@ -1,6 +1,7 @@
 // What the torch-version files (process_group_1_13.cpp, process_group_2.cpp)
 // share word for word: reduce ops, the Work the progress thread completes,
-// and the c10d::Store as the C API's key-value store. Each of those files
+// the c10d::Store as the C API's key-value store, and the group's
+// collectives (AutoinfraGroup, over either torch's base class). Each of those files
 // builds into its own module against its own torch, and includes this
 // after its torch headers; c10d::Work, c10d::Store and c10d::ReduceOp are
 // the same in both torches as far as this uses them.
@@ -191,6 +192,256 @@ struct StoreAdapter {
       return AI_ERR_IO;
     }
   }
+};
+
+// The collectives of a group over its CommRunner, the same for torch 1.13's
+// c10d::ProcessGroup and torch 2's c10d::Backend (Base): each torch's file
+// names its class from this.
+template <class Base>
+class AutoinfraGroup : public Base {
+ public:
+  explicit AutoinfraGroup(std::unique_ptr<CommRunner> runner)
+      : Base(runner->rank(), runner->size()), runner_(std::move(runner)) {}
+
+  const std::string getBackendName() const override { return "autoinfra"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& ts,
+                                           const c10d::BroadcastOptions& o) override {
+    auto t = one(ts, "broadcast");
+    int root = static_cast<int>(o.rootRank);
+    return post(c10d::OpType::BROADCAST, ts, [r = runner_.get(), t, root]() mutable { r->broadcast(t, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& ts,
+                                           const c10d::AllreduceOptions& o) override {
+    auto t = one(ts, "allreduce");
+    Op op = to_op(o.reduceOp, "allreduce");
+    return post(c10d::OpType::ALLREDUCE, ts, [r = runner_.get(), t, op]() mutable { r->allreduce(t, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& ts, const c10d::AllreduceCoalescedOptions& o) override {
+    Op op = to_op(o.reduceOp, "allreduce_coalesced");
+    return post(c10d::OpType::ALLREDUCE_COALESCED, ts,
+                [r = runner_.get(), ts, op]() mutable { r->allreduce_coalesced(ts, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& ts,
+                                        const c10d::ReduceOptions& o) override {
+    auto t = one(ts, "reduce");
+    Op op = to_op(o.reduceOp, "reduce");
+    int root = static_cast<int>(o.rootRank);
+    return post(c10d::OpType::REDUCE, ts, [r = runner_.get(), t, op, root]() mutable { r->reduce(t, op, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outs,
+                                           std::vector<at::Tensor>& ins,
+                                           const c10d::AllgatherOptions&) override {
+    auto in = one(ins, "allgather");
+    TORCH_CHECK(outs.size() == 1, "autoinfra allgather: one output list expected");
+    auto out = outs[0];
+    return post(c10d::OpType::ALLGATHER, out, [r = runner_.get(), out, in]() mutable { r->allgather(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outs,
+                                                     std::vector<at::Tensor>& ins,
+                                                     const c10d::AllgatherOptions&) override {
+    std::vector<at::Tensor> all;
+    for (const auto& list : outs) all.insert(all.end(), list.begin(), list.end());
+    return post(c10d::OpType::ALLGATHER_COALESCED, all,
+                [r = runner_.get(), outs, ins]() mutable { r->allgather_coalesced(outs, ins); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& out, at::Tensor& in,
+                                                 const c10d::AllgatherOptions&) override {
+    return post(c10d::OpType::_ALLGATHER_BASE, {out},
+                [r = runner_.get(), out, in]() mutable { r->allgather_base(out, in); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outs,
+                                                std::vector<std::vector<at::Tensor>>& ins,
+                                                const c10d::ReduceScatterOptions& o) override {
+    auto out = one(outs, "reduce_scatter");
+    TORCH_CHECK(ins.size() == 1, "autoinfra reduce_scatter: one input list expected");
+    Op op = to_op(o.reduceOp, "reduce_scatter");
+    auto in = ins[0];
+    return post(c10d::OpType::REDUCE_SCATTER, outs,
+                [r = runner_.get(), out, in, op]() mutable { r->reduce_scatter(out, in, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(at::Tensor& out, at::Tensor& in,
+                                                      const c10d::ReduceScatterOptions& o) override {
+    Op op = to_op(o.reduceOp, "_reduce_scatter_base");
+    return post(c10d::OpType::_REDUCE_SCATTER_BASE, {out},
+                [r = runner_.get(), out, in, op]() mutable { r->reduce_scatter_base(out, in, op); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& out, at::Tensor& in,
+                                               std::vector<int64_t>& out_splits,
+                                               std::vector<int64_t>& in_splits,
+                                               const c10d::AllToAllOptions&) override {
+    return post(c10d::OpType::ALLTOALL_BASE, {out},
+                [r = runner_.get(), out, in, out_splits, in_splits]() mutable {
+                  r->alltoall_base(out, in, out_splits, in_splits);
+                });
+  }
+
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outs,
+                                          std::vector<at::Tensor>& ins,
+                                          const c10d::AllToAllOptions&) override {
+    return post(c10d::OpType::ALLTOALL, outs,
+                [r = runner_.get(), outs, ins]() mutable { r->alltoall(outs, ins); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outs,
+                                        std::vector<at::Tensor>& ins,
+                                        const c10d::GatherOptions& o) override {
+    auto in = one(ins, "gather");
+    int root = static_cast<int>(o.rootRank);
+    TORCH_CHECK(this->getRank() != root || outs.size() == 1,
+                "autoinfra gather: the root wants one output list");
+    TORCH_CHECK(this->getRank() == root || outs.empty() || (outs.size() == 1 && outs[0].empty()),
+                "autoinfra gather: only the root passes output tensors");
+    std::vector<at::Tensor> out = outs.empty() ? std::vector<at::Tensor>() : outs[0];
+    return post(c10d::OpType::GATHER, out,
+                [r = runner_.get(), out, in, root]() mutable { r->gather(out, in, root); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outs,
+                                         std::vector<std::vector<at::Tensor>>& ins,
+                                         const c10d::ScatterOptions& o) override {
+    auto out = one(outs, "scatter");
+    int root = static_cast<int>(o.rootRank);
+    TORCH_CHECK(this->getRank() != root || ins.size() == 1,
+                "autoinfra scatter: the root wants one input list");
+    std::vector<at::Tensor> in = ins.empty() ? std::vector<at::Tensor>() : ins[0];
+    return post(c10d::OpType::SCATTER, outs,
+                [r = runner_.get(), out, in, root]() mutable { r->scatter(out, in, root); });
+  }
+
+  // Messages between two ranks match in issue order; tags are not matched.
+  // Each request moves on its own once posted (CommRunner::enqueue_p2p).
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
+    auto t = one(ts, "send");
+    return post_p2p(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { return r->isend(t, dst); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
+    auto t = one(ts, "recv");
+    return post_p2p(c10d::OpType::RECV, ts,
+                    [r = runner_.get(), t, src]() mutable { return r->irecv(t, src); });
+  }
+
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
+    return post(c10d::OpType::BARRIER, {}, [r = runner_.get()]() { r->barrier(); });
+  }
+
+  // As gloo's: every other rank sends rank 0 a byte and waits for its
+  // answer; rank 0 answers once all arrived within the timeout, else names
+  // the first that did not (every one with waitAllRanks). The requests of
+  // ranks that did not arrive stay posted.
+  void monitoredBarrier(const c10d::BarrierOptions& o, bool waitAllRanks) override {
+    using ms = std::chrono::milliseconds;
+    ms timeout = o.timeout.count() > 0 ? o.timeout : ms(1800 * 1000);
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    // Work::wait with 0 ms waits forever: at least 1 ms.
+    auto left = [&] {
+      auto l = std::chrono::duration_cast<ms>(deadline - std::chrono::steady_clock::now());
+      return l.count() > 0 ? l : ms(1);
+    };
+    auto byte = [] { return std::vector<at::Tensor>{at::zeros({1}, at::kByte)}; };
+    int me = this->getRank(), n = this->getSize();
+    if (me != 0) {
+      auto out = byte(), in = byte();
+      auto ws = send(out, 0, 0);
+      auto wr = recv(in, 0, 0);
+      try {
+        ws->wait(left());
+        wr->wait(left());
+      } catch (const std::exception& e) {
+        TORCH_CHECK(false, "Rank ", me, " successfully reached monitoredBarrier, but received "
+                    "errors while waiting for send/recv from rank 0. Please check rank 0 logs "
+                    "for faulty rank. (autoinfra: ", e.what(), ")");
+      }
+      return;
+    }
+    std::vector<std::vector<at::Tensor>> bufs(n);
+    std::vector<c10::intrusive_ptr<c10d::Work>> works(n);
+    for (int r = 1; r < n; r++) {
+      bufs[r] = byte();
+      works[r] = recv(bufs[r], r, 0);
+    }
+    std::string failed;
+    for (int r = 1; r < n; r++) {
+      try {
+        works[r]->wait(left());
+      } catch (const std::exception&) {
+        TORCH_CHECK(waitAllRanks, "Rank ", r, " failed to pass monitoredBarrier in ",
+                    timeout.count(), " ms");
+        failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+      }
+    }
+    TORCH_CHECK(failed.empty(), "Ranks ", failed, " failed to pass monitoredBarrier in ",
+                timeout.count(), " ms");
+    for (int r = 1; r < n; r++) works[r] = send(bufs[r], r, 0);
+    for (int r = 1; r < n; r++) works[r]->wait(left());
+  }
+
+  void revoke(const std::string& reason) { runner_->revoke(reason); }
+  bool revoked() { return runner_->revoked(); }
+  CommRunner& runner() { return *runner_; }
+
+  // What `auto` runs next for coll at bytes, asked in issue order.
+  ai_choice choice(ai_coll coll, size_t bytes) {
+    ai_choice c{};
+    auto w = post(c10d::OpType::UNKNOWN, {},
+                  [r = runner_.get(), coll, bytes, &c]() { c = r->choice(coll, bytes); });
+    w->wait();
+    return c;
+  }
+
+  // The communicator's topology fingerprint, asked in issue order.
+  std::string fingerprint() {
+    std::string fp;
+    auto w = post(c10d::OpType::UNKNOWN, {}, [r = runner_.get(), &fp]() { fp = r->fingerprint(); });
+    w->wait();
+    return fp;
+  }
+
+ private:
+  static at::Tensor one(const std::vector<at::Tensor>& ts, const char* what) {
+    TORCH_CHECK(ts.size() == 1, "autoinfra ", what, ": one tensor expected, got ", ts.size());
+    return ts[0];
+  }
+
+  // Every call is queued and returns before it ran: small ones
+  // (comm_runner.hpp, kInlineBytes) without waking the progress thread
+  // while it looks out, so that a caller waiting at once runs them
+  // itself; large ones so while their caller waits at once (kWaitStreak).
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
+    size_t bytes = 0;
+    for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
+    bool large = bytes > kInlineBytes;
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), this->getRank(), type,
+                                                   std::move(outputs), large);
+    if (large) runner_->large_posted();
+    work->queued(runner_->enqueue(std::move(fn), [work](std::exception_ptr e) { work->complete(e); },
+                                  large && runner_->waits_at_once(), !large));
+    work->posted();
+    return work;
+  }
+
+  template <typename F>
+  c10::intrusive_ptr<c10d::Work> post_p2p(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                          F fn) {
+    auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), this->getRank(), type,
+                                                   std::move(outputs), false);
+    work->queued(runner_->enqueue_p2p(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
+    return work;
+  }
+
+  std::unique_ptr<CommRunner> runner_;
 };
 
 }  // namespace

@@ -238,8 +238,8 @@ if not hasattr(dist.Backend, "AUTOINFRA"):
         dist.Backend.register_backend("autoinfra", _create)
 
 
-# torch 1.13's dist.monitored_barrier refuses every backend but gloo before
-# it reaches the group; the backend has one (ProcessGroup.monitored_barrier,
+# torch's dist.monitored_barrier (1.13 and 2.x) refuses every backend but
+# gloo before it reaches the group; the backend has one (ProcessGroup.monitored_barrier,
 # gloo's semantics and messages), so groups of this backend go to it.
 _torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
 
@@ -247,7 +247,7 @@ _torch_monitored_barrier = dist.distributed_c10d.monitored_barrier
 def monitored_barrier(group=dist.GroupMember.WORLD, timeout=None, wait_all_ranks=False):
     """dist.monitored_barrier, for groups of this backend too."""
     pg = _group(group) if group is not dist.GroupMember.NON_GROUP_MEMBER else None
-    if pg is None or pg.name() != "autoinfra":
+    if pg is None or dist.get_backend(pg) != "autoinfra":
         return _torch_monitored_barrier(group, timeout, wait_all_ranks)
     if timeout is None:
         timeout = dist.distributed_c10d.default_pg_timeout
