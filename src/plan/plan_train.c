@@ -970,160 +970,170 @@ static ai_status_t explain_choices(ai_train_plan *p, const train_ctx *x, const t
     return AI_OK;
 }
 
-ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
+/* The --fix shares cover the global batch, and exclude a pipeline. */
+static ai_status_t check_fix(const train_fix *fix, int R, int B)
 {
-    if (!kb || !o || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_plan_train: kb, options or out is NULL");
-    if (o->global_batch < 1 || o->global_batch > TRAIN_MAX_BATCH)
-        return ai_fail(AI_ERR_INVALID, "global batch %d: want 1..%d", o->global_batch,
-                       TRAIN_MAX_BATCH);
-    if (o->ranks < 0)
-        return ai_fail(AI_ERR_INVALID, "%d ranks", o->ranks);
-    ai_train_plan *p = calloc(1, sizeof *p);
-    train_ctx x = {0};
-    train_eval e = {0};
-    int fixed_shares[TRAIN_MAX_RANKS];
-    train_fix fix = {.shares = fixed_shares};
-    if (!p)
-        return ai_fail(AI_ERR_NOMEM, "plan train");
-    ai_status_t st = load_profiles(kb, o, p, &x);
-    if (st != AI_OK)
-        goto fail;
-    int R = x.R, B = o->global_batch;
-    x.rr = malloc((size_t)R * sizeof *x.rr);
-    x.bsz = malloc(2 * TRAIN_MAX_BUCKETS * sizeof *x.bsz);
-    x.bsec = x.bsz ? x.bsz + TRAIN_MAX_BUCKETS : NULL;
-    if (!x.rr || !x.bsz) {
-        st = ai_fail(AI_ERR_NOMEM, "plan train");
-        goto fail;
-    }
-    p->R = R;
-    p->B = B;
-    if ((st = fix_parse(o->fix, R, &fix)) != AI_OK)
-        goto fail;
-    if (fix.shares_n) {
-        long sum = 0;
-        for (int i = 0; i < R; i++)
-            sum += fix.shares[i];
-        if (sum != B) {
-            st = ai_fail(AI_ERR_INVALID, "--fix shares sum to %ld, not the global batch %d", sum,
-                         B);
-            goto fail;
-        }
-        if (fix.pp > 1) {
-            st = ai_fail(AI_ERR_INVALID, "--fix: shares and a pipeline exclude each other (a"
-                                         " pipeline's replicas split the batch)");
-            goto fail;
-        }
-    }
-    snprintf(x.ar.fp, sizeof x.ar.fp, "%s", p->fp);
-    x.ar.cat_alpha = TRAIN_CAT_ALPHA;
-    x.ar.cat_bps = TRAIN_CAT_BPS;
-    snprintf(x.ar.cat, sizeof x.ar.cat, "10 Gbit/s, 50 us");
+    if (!fix->shares_n)
+        return AI_OK;
+    long sum = 0;
+    for (int i = 0; i < R; i++)
+        sum += fix->shares[i];
+    if (sum != B)
+        return ai_fail(AI_ERR_INVALID, "--fix shares sum to %ld, not the global batch %d", sum, B);
+    if (fix->pp > 1)
+        return ai_fail(AI_ERR_INVALID, "--fix: shares and a pipeline exclude each other (a"
+                                       " pipeline's replicas split the batch)");
+    return AI_OK;
+}
+
+/* The allreduce model: the catalogue link (the cluster spec's slowest NIC
+ * when one is given), the learner's timings of the fingerprint and the
+ * ring fitted to them; the notes say which the plan stands on. */
+static ai_status_t load_allreduce(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan *p,
+                                  train_ctx *x)
+{
+    int R = x->R;
+    snprintf(x->ar.fp, sizeof x->ar.fp, "%s", p->fp);
+    x->ar.cat_alpha = TRAIN_CAT_ALPHA;
+    x->ar.cat_bps = TRAIN_CAT_BPS;
+    snprintf(x->ar.cat, sizeof x->ar.cat, "10 Gbit/s, 50 us");
     for (int i = 0; o->cluster && i < ai_cluster_node_count(o->cluster); i++) {
         ai_node_info ni;
         if (ai_cluster_node(o->cluster, i, &ni) != AI_OK || !(ni.nic_Gbps > 0))
             continue;
-        if (i == 0 || ni.nic_Gbps * 0.125e9 < x.ar.cat_bps)
-            x.ar.cat_bps = ni.nic_Gbps * 0.125e9;
-        if (i == 0 || ni.nic_latency_us * 1e-6 > x.ar.cat_alpha)
-            x.ar.cat_alpha = ni.nic_latency_us * 1e-6;
-        snprintf(x.ar.cat, sizeof x.ar.cat, "%.3g Gbit/s, %.3g us, the cluster's slowest NIC",
-                 x.ar.cat_bps * 8e-9, x.ar.cat_alpha * 1e6);
+        if (i == 0 || ni.nic_Gbps * 0.125e9 < x->ar.cat_bps)
+            x->ar.cat_bps = ni.nic_Gbps * 0.125e9;
+        if (i == 0 || ni.nic_latency_us * 1e-6 > x->ar.cat_alpha)
+            x->ar.cat_alpha = ni.nic_latency_us * 1e-6;
+        snprintf(x->ar.cat, sizeof x->ar.cat, "%.3g Gbit/s, %.3g us, the cluster's slowest NIC",
+                 x->ar.cat_bps * 8e-9, x->ar.cat_alpha * 1e6);
     }
-    if ((st = ai_kb_foreach(kb, p->fp, collect_arm, &x.ar)) != AI_OK)
-        goto fail;
-    if (x.ar.n && x.ar.nranks != R)
+    ai_status_t st = ai_kb_foreach(kb, p->fp, collect_arm, &x->ar);
+    if (st != AI_OK)
+        return st;
+    if (x->ar.n && x->ar.nranks != R)
         note(p, "kb:learner timings of %s are of %d ranks, the plan has %d: scaled by the ring"
-                " model", p->fp, x.ar.nranks, R);
-    if (!x.ar.n)
-        x.ar.nranks = R;
-    ar_fit(&x.ar);
-    if (x.ar.fitted)
+                " model", p->fp, x->ar.nranks, R);
+    if (!x->ar.n)
+        x->ar.nranks = R;
+    ar_fit(&x->ar);
+    if (x->ar.fitted)
         note(p, "allreduce model: %d measured sizes (%s), ring fit %.1f us + %.3f ns/B",
-             x.ar.n, p->fp, x.ar.A * 1e6, x.ar.B * 1e9);
-    else if (x.ar.n >= 2)
+             x->ar.n, p->fp, x->ar.A * 1e6, x->ar.B * 1e9);
+    else if (x->ar.n >= 2)
         note(p, "allreduce model: %d measured sizes (%s) fit a per-byte cost of %.3g ns, not"
-                " positive: sizes outside them from the catalogue", x.ar.n, p->fp, x.ar.B * 1e9);
+                " positive: sizes outside them from the catalogue", x->ar.n, p->fp, x->ar.B * 1e9);
     else
-        note(p, "allreduce model: %s", x.ar.n ? "one measured size: other sizes from the"
-                                                " catalogue" : "no kb:learner allreduce timings"
-                                                               " for this fingerprint: catalogue");
-    for (int i = 0; i < R; i++)
+        note(p, "allreduce model: %s", x->ar.n ? "one measured size: other sizes from the"
+                                                 " catalogue" : "no kb:learner allreduce timings"
+                                                                " for this fingerprint: catalogue");
+    return AI_OK;
+}
+
+/* One note per rank: the compute model its profile gave. */
+static void note_ranks(ai_train_plan *p, const train_ctx *x)
+{
+    for (int i = 0; i < x->R; i++)
         note(p, "rank %d (%s): t(b) = %.4f + %.4f b s fitted to %d points, optimizer %.4f s,"
                 " compute lost per gradient allreduce %.4f s, step overhead %.4f s (kb:profile"
-                " rank %d)", i, x.rk[i].host, x.rk[i].fit.a, x.rk[i].fit.c, x.rk[i].fit.n, x.rk[i].opt_s,
-             x.rk[i].red_s, x.rk[i].over_s, i);
-    if ((st = eval_alloc(&e, R)) != AI_OK || (st = eval_alloc(&p->best, R)) != AI_OK ||
-        (st = eval_alloc(&p->best_dp, R)) != AI_OK || (st = eval_alloc(&p->best_pipe, R)) != AI_OK)
-        goto fail;
-    p->best.step = p->best_dp.step = p->best_pipe.step = INFINITY;
+                " rank %d)", i, x->rk[i].host, x->rk[i].fit.a, x->rk[i].fit.c, x->rk[i].fit.n, x->rk[i].opt_s,
+             x->rk[i].red_s, x->rk[i].over_s, i);
+}
 
-    /* candidates: no accumulation (one micro-batch), then the measured
-     * points from the largest down; bucket caps around DDP's default. A
-     * micro-batch below the best one so far must predict TRAIN_MB_MARGIN
-     * less: the profile's points scatter by that much (above), and
-     * accumulating gradients on noise costs a pass per micro-batch. */
-    int mbs[AI_PROFILE_POINTS + 2], nmb = 0, last_mb = 0;
-    static const double caps[] = {1, 2, 4, 8, 16, 25, 32, 64, 128};
-    if (fix.mb) {
-        mbs[nmb++] = fix.mb;
-    } else {
-        mbs[nmb++] = B;
-        for (int j = x.rk[0].fit.n - 1; j >= 0; j--)
-            mbs[nmb++] = x.rk[0].fit.b[j];
-    }
-    char sbuf[256];
-    int ncaps = fix.cap_mb > 0 ? 1 : (int)(sizeof caps / sizeof caps[0]);
-    /* what each candidate predicted, for the decisions: per micro-batch
-     * its best step and cap, and every cap's step */
-    int tried_mb[AI_PROFILE_POINTS + 2], ntried = 0;
+/* Bucket caps around DDP's default. */
+static const double train_caps[] = {1, 2, 4, 8, 16, 25, 32, 64, 128};
+#define TRAIN_NCAPS ((int)(sizeof train_caps / sizeof train_caps[0]))
+
+/* The search's candidates, and what each predicted, for the decisions:
+ * per micro-batch its best step and cap, and every cap's step. */
+typedef struct {
+    int mbs[AI_PROFILE_POINTS + 2], nmb;
+    int ncaps;
+    int tried_mb[AI_PROFILE_POINTS + 2], ntried;
     double tried_s[AI_PROFILE_POINTS + 2], tried_cap[AI_PROFILE_POINTS + 2];
-    double cap_s[AI_PROFILE_POINTS + 2][sizeof caps / sizeof caps[0]];
-    for (int mi = 0; mi < nmb && fix.pp <= 1; mi++) {
-        e.mb = mbs[mi];
-        if (fix.shares_n)
-            memcpy(e.shares, fix.shares, (size_t)R * sizeof *e.shares);
+    double cap_s[AI_PROFILE_POINTS + 2][TRAIN_NCAPS];
+} train_search;
+
+/* candidates: no accumulation (one micro-batch), then the measured
+ * points from the largest down; bucket caps around DDP's default. A
+ * micro-batch below the best one so far must predict TRAIN_MB_MARGIN
+ * less: the profile's points scatter by that much (above), and
+ * accumulating gradients on noise costs a pass per micro-batch. */
+static void search_candidates(const train_ctx *x, const train_fix *fix, int B, train_search *sr)
+{
+    sr->nmb = 0;
+    sr->ntried = 0;
+    if (fix->mb) {
+        sr->mbs[sr->nmb++] = fix->mb;
+    } else {
+        sr->mbs[sr->nmb++] = B;
+        for (int j = x->rk[0].fit.n - 1; j >= 0; j--)
+            sr->mbs[sr->nmb++] = x->rk[0].fit.b[j];
+    }
+    sr->ncaps = fix->cap_mb > 0 ? 1 : TRAIN_NCAPS;
+}
+
+/* Data parallel: each micro-batch candidate with its shares, at every
+ * bucket cap; the best into p->best_dp. */
+static ai_status_t search_dp(ai_train_plan *p, const train_ctx *x, const train_fix *fix,
+                             train_eval *e, int B, train_search *sr)
+{
+    int R = x->R, last_mb = 0;
+    char sbuf[256];
+    ai_status_t st;
+    for (int mi = 0; mi < sr->nmb && fix->pp <= 1; mi++) {
+        e->mb = sr->mbs[mi];
+        if (fix->shares_n)
+            memcpy(e->shares, fix->shares, (size_t)R * sizeof *e->shares);
         else
-            balance(&x, B, e.mb, e.shares);
+            balance(x, B, e->mb, e->shares);
         int maxb = 1;
         for (int i = 0; i < R; i++)
-            maxb = e.shares[i] > maxb ? e.shares[i] : maxb;
-        e.mb = e.mb < maxb ? e.mb : maxb; /* above the largest share: no accumulation */
-        if (e.mb == last_mb)
+            maxb = e->shares[i] > maxb ? e->shares[i] : maxb;
+        e->mb = e->mb < maxb ? e->mb : maxb; /* above the largest share: no accumulation */
+        if (e->mb == last_mb)
             continue; /* the candidates above the largest share, once */
-        last_mb = e.mb;
+        last_mb = e->mb;
         double mb_best = INFINITY, mb_cap = 0;
-        for (int ci = 0; ci < ncaps; ci++) {
-            e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : caps[ci];
-            if ((st = eval_dp(&x, &e)) != AI_OK)
-                goto fail;
-            if (e.step < mb_best) {
-                mb_best = e.step;
-                mb_cap = e.cap_mb;
+        for (int ci = 0; ci < sr->ncaps; ci++) {
+            e->cap_mb = fix->cap_mb > 0 ? fix->cap_mb : train_caps[ci];
+            if ((st = eval_dp(x, e)) != AI_OK)
+                return st;
+            if (e->step < mb_best) {
+                mb_best = e->step;
+                mb_cap = e->cap_mb;
             }
-            cap_s[ntried][ci] = e.step;
-            double need = e.mb < p->best_dp.mb ? 1 - TRAIN_MB_MARGIN : 1;
-            if (e.step < need * p->best_dp.step && (st = eval_copy(&p->best_dp, &e, R)) != AI_OK)
-                goto fail;
+            sr->cap_s[sr->ntried][ci] = e->step;
+            double need = e->mb < p->best_dp.mb ? 1 - TRAIN_MB_MARGIN : 1;
+            if (e->step < need * p->best_dp.step && (st = eval_copy(&p->best_dp, e, R)) != AI_OK)
+                return st;
         }
         note(p, "data parallel, micro-batch %d (shares %s): best bucket cap %g MiB, %.4f s",
-             e.mb, shares_str(e.shares, R, sbuf, sizeof sbuf), mb_cap, mb_best);
-        tried_mb[ntried] = e.mb;
-        tried_s[ntried] = mb_best;
-        tried_cap[ntried++] = mb_cap;
+             e->mb, shares_str(e->shares, R, sbuf, sizeof sbuf), mb_cap, mb_best);
+        sr->tried_mb[sr->ntried] = e->mb;
+        sr->tried_s[sr->ntried] = mb_best;
+        sr->tried_cap[sr->ntried++] = mb_cap;
     }
-    /* pipelines of 2+ stages, R divisible */
-    for (int P = 2; P <= R && P <= x.L && (fix.pp == 0 || fix.pp > 1) && !fix.shares_n; P++) {
-        if (R % P || (fix.pp && P != fix.pp))
+    return AI_OK;
+}
+
+/* Pipelines of 2+ stages, R divisible; the best into p->best_pipe, and a
+ * note on why it wins or not. */
+static ai_status_t search_pipe(ai_train_plan *p, const train_ctx *x, const train_fix *fix,
+                               train_eval *e, int B, const train_search *sr)
+{
+    int R = x->R;
+    ai_status_t st;
+    for (int P = 2; P <= R && P <= x->L && (fix->pp == 0 || fix->pp > 1) && !fix->shares_n; P++) {
+        if (R % P || (fix->pp && P != fix->pp))
             continue;
-        for (int mi = 0; mi < nmb; mi++) {
-            e.mb = mbs[mi] < B ? mbs[mi] : B;
-            e.cap_mb = fix.cap_mb > 0 ? fix.cap_mb : 25;
-            if ((st = eval_pipe(&x, B, P, &e)) != AI_OK)
-                goto fail;
-            if (e.step < p->best_pipe.step && (st = eval_copy(&p->best_pipe, &e, R)) != AI_OK)
-                goto fail;
+        for (int mi = 0; mi < sr->nmb; mi++) {
+            e->mb = sr->mbs[mi] < B ? sr->mbs[mi] : B;
+            e->cap_mb = fix->cap_mb > 0 ? fix->cap_mb : 25;
+            if ((st = eval_pipe(x, B, P, e)) != AI_OK)
+                return st;
+            if (e->step < p->best_pipe.step && (st = eval_copy(&p->best_pipe, e, R)) != AI_OK)
+                return st;
             p->has_pipe = 1;
         }
     }
@@ -1141,10 +1151,56 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
                     " the reduction it shrinks (data parallel exposes %.4f s)",
                  p->best_dp.step, p->best_pipe.compute, p->best_pipe.exposed,
                  p->best_dp.exposed);
-    } else if (!fix.shares_n && fix.pp != 1) {
-        note(p, "no pipeline: %s", x.L < 2 ? "the model has one layer" : "no stage count divides"
-                                                                        " the ranks");
+    } else if (!fix->shares_n && fix->pp != 1) {
+        note(p, "no pipeline: %s", x->L < 2 ? "the model has one layer" : "no stage count divides"
+                                                                         " the ranks");
     }
+    return AI_OK;
+}
+
+ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
+{
+    if (!kb || !o || !out)
+        return ai_fail(AI_ERR_INVALID, "ai_plan_train: kb, options or out is NULL");
+    if (o->global_batch < 1 || o->global_batch > TRAIN_MAX_BATCH)
+        return ai_fail(AI_ERR_INVALID, "global batch %d: want 1..%d", o->global_batch,
+                       TRAIN_MAX_BATCH);
+    if (o->ranks < 0)
+        return ai_fail(AI_ERR_INVALID, "%d ranks", o->ranks);
+    ai_train_plan *p = calloc(1, sizeof *p);
+    train_ctx x = {0};
+    train_eval e = {0};
+    int fixed_shares[TRAIN_MAX_RANKS];
+    train_fix fix = {.shares = fixed_shares};
+    train_search sr;
+    if (!p)
+        return ai_fail(AI_ERR_NOMEM, "plan train");
+    ai_status_t st = load_profiles(kb, o, p, &x);
+    if (st != AI_OK)
+        goto fail;
+    int R = x.R, B = o->global_batch;
+    x.rr = malloc((size_t)R * sizeof *x.rr);
+    x.bsz = malloc(2 * TRAIN_MAX_BUCKETS * sizeof *x.bsz);
+    x.bsec = x.bsz ? x.bsz + TRAIN_MAX_BUCKETS : NULL;
+    if (!x.rr || !x.bsz) {
+        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        goto fail;
+    }
+    p->R = R;
+    p->B = B;
+    if ((st = fix_parse(o->fix, R, &fix)) != AI_OK || (st = check_fix(&fix, R, B)) != AI_OK ||
+        (st = load_allreduce(kb, o, p, &x)) != AI_OK)
+        goto fail;
+    note_ranks(p, &x);
+    if ((st = eval_alloc(&e, R)) != AI_OK || (st = eval_alloc(&p->best, R)) != AI_OK ||
+        (st = eval_alloc(&p->best_dp, R)) != AI_OK || (st = eval_alloc(&p->best_pipe, R)) != AI_OK)
+        goto fail;
+    p->best.step = p->best_dp.step = p->best_pipe.step = INFINITY;
+
+    search_candidates(&x, &fix, B, &sr);
+    if ((st = search_dp(p, &x, &fix, &e, B, &sr)) != AI_OK ||
+        (st = search_pipe(p, &x, &fix, &e, B, &sr)) != AI_OK)
+        goto fail;
     const train_eval *win = p->best_dp.step <= p->best_pipe.step ? &p->best_dp : &p->best_pipe;
     if (!isfinite(win->step)) {
         st = ai_fail(AI_ERR_INFEASIBLE, "no plan could be evaluated");
@@ -1152,8 +1208,8 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     }
     if ((st = eval_copy(&p->best, win, R)) != AI_OK)
         goto fail;
-    if ((st = explain_choices(p, &x, &fix, &e, B, ntried, tried_mb, tried_s, tried_cap, caps,
-                              ncaps, cap_s)) != AI_OK)
+    if ((st = explain_choices(p, &x, &fix, &e, B, sr.ntried, sr.tried_mb, sr.tried_s,
+                              sr.tried_cap, train_caps, sr.ncaps, sr.cap_s)) != AI_OK)
         goto fail;
     eval_free(&e);
     free(x.rk);
