@@ -79,7 +79,7 @@ uint16_t ai_f32_to_f16(float f);
 float ai_bf16_to_f32(uint16_t h);
 uint16_t ai_f32_to_bf16(float f);
 
-/* -------------------------------------- communicator (tune/communicator.c) */
+/* --------------------------------------- communicator (api/communicator.c) */
 
 typedef struct ai_comm ai_comm;
 
@@ -189,7 +189,7 @@ ai_status_t ai_comm_link(const ai_comm *comm, int from_host, int to_host,
 /* A host's bottleneck bandwidth (GB/s) as measured; NaN before a probe. */
 double ai_comm_host_bw_GBps(const ai_comm *comm, int host);
 
-/* ------------------------------------- fault tolerance (tune/fault.c)
+/* ------------------------------------- fault tolerance (api/fault.c)
  * Living through a failed or stalled rank without restarting the job
  * (docs/faults.md has the semantics in full and their measured costs).
  * The usual recovery: a call fails (AI_ERR_PEER, AI_ERR_TIMEOUT,
@@ -360,7 +360,7 @@ void ai_p2p_free(ai_p2p *req);
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);
 
-/* ------------------------ job level: specs, model, planner (plan/plan_api.c) */
+/* ------------------------ job level: specs, model, planner (plan/spec/plan_api.c) */
 
 /*
  * The three specs of docs/formats.md. Loaders validate everything; on
@@ -430,7 +430,7 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out);
 ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *holdout, int as_json,
                               char **out);
 
-/* ------------------------------- cluster queries (plan/plan_cluster.c)
+/* ------------------------------- cluster queries (plan/spec/plan_cluster.c)
  * The testbed's and the network model's view of a cluster. */
 
 typedef struct ai_node_info {
@@ -604,7 +604,7 @@ ai_status_t ai_kb_profile_foreach(ai_kb *kb, const char *fingerprint, ai_kb_prof
  * *nranks (may be NULL) receives how many ranks it held. */
 ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks);
 
-/* ---------------------- training-job planner (plan/plan_train.c)
+/* ---------------------- training-job planner (plan/job/plan_train.c)
  * The data-parallel training job (examples/train) planned from what the
  * knowledge base measured: each rank's compute profile and the learner's
  * allreduce timings of the same fingerprint (docs/planner.md, "Planning
@@ -750,7 +750,7 @@ ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const ch
  * fingerprint as for the Open MPI export. */
 ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path);
 
-/* --------------------------------------- batch shares (plan/shares.c)
+/* --------------------------------------- batch shares (balance/shares.c)
  * How a global batch of B samples is split over data-parallel ranks of
  * different speeds, and re-split as the ranks' measured step times say.
  * Python reaches these through the torch extension's bindings

@@ -3,18 +3,22 @@
 # calls of the sources (grep only: well under a second).
 #
 #  1. src/<layer> includes headers of its own layer or of layers below it,
-#     in the order util <- topo <- model <- comm <- tune <- plan <- cli.
+#     in the order util <- balance <- topo <- model <- comm <- tune <- api
+#     <- plan <- sim <- cli.
 #  2. Layers above comm reach comm through its narrow headers only
 #     (comm/comm.h, comm/algo_registry.h, comm/select/*.h), never the
 #     algorithm, transport or kernel rooms.
 #  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
 #     or ft/ (the rooms built on them).
-#  4. src/cli and plugins/ include autoinfra.h, autoinfra/introspect.h and
+#  4. plan's two rooms stand apart: plan/spec (the spec planner) and
+#     plan/job (the training-job planner) include nothing of each other,
+#     and no source sits in src/plan outside them.
+#  5. src/cli and plugins/ include autoinfra.h, autoinfra/introspect.h and
 #     their own headers only.
-#  5. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
+#  6. No per-collective algorithm file (src/comm/algo/*.c but core_*.c and
 #     registry.c) calls an algorithm another per-collective file defines:
 #     shared steps live in the cores.
-#  6. The library reads the environment only through util's table of
+#  7. The library reads the environment only through util's table of
 #     settings (src/util/param.c): no file of a layer outside src/util
 #     calls getenv, secure_getenv or the ai_env_* helpers. (The CLI is a
 #     program, not the library: its launcher reads PATH and builds its
@@ -23,7 +27,7 @@
 # Usage: check_layers.sh SOURCE_DIR. Exit 1 listing every violation.
 root=${1:-.}
 cd "$root" || exit 2
-order="util topo model comm tune plan sim cli"
+order="util balance topo model comm tune api plan sim cli"
 bad=0
 
 rank_of() {
@@ -82,6 +86,19 @@ for hit in $(includes src/comm/transport src/comm/kernel); do
     case "${hit##*:}" in
     comm/algo/* | comm/select/* | comm/ft/*) fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
     esac
+done
+
+for room in spec job; do
+    [ -d "src/plan/$room" ] || fail "src/plan/$room: missing"
+    for hit in $(includes "src/plan/$room"); do
+        case "${hit##*:}" in
+        plan/"$room"/*) ;;
+        plan/*) fail "${hit%:*}: plan/$room includes \"${hit##*:}\" of another plan room" ;;
+        esac
+    done
+done
+for f in src/plan/*.c src/plan/*.h; do
+    [ -e "$f" ] && fail "$f: plan's sources live in its rooms (src/plan/spec, src/plan/job)"
 done
 
 for hit in $(includes src/cli plugins); do

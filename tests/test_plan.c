@@ -6,7 +6,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "plan/plan.h"
+#include "plan/spec/plan.h"
 
 #include <math.h>
 #include <stdio.h>

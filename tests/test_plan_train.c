@@ -1,6 +1,6 @@
 /*
  * Compute profiles in the knowledge base and the training-job planner
- * (src/tune/kb.c profiles, src/plan/plan_train.c), on a KB each test
+ * (src/tune/kb.c profiles, src/plan/job/plan_train.c), on a KB each test
  * builds in a temporary directory:
  *  - a profile JSON round-trips through the KB; bad files are refused
  *    whole, the message naming the JSON path; a read-only KB takes none;

@@ -1,5 +1,5 @@
 /*
- * Batch shares (src/plan/shares.c): the split sums to the global batch and
+ * Batch shares (src/balance/shares.c): the split sums to the global batch and
  * follows the throughputs, the gradient weights make the update the
  * global-batch mean exactly, the step-time model recovers a and c from
  * noisy steps with an outlier, and the balancer re-equalises the ranks'

@@ -1,5 +1,5 @@
 // Python bindings of the batch-share balancer (include/autoinfra.h, "batch
-// shares"; src/plan/shares.c), registered into _autoinfra_torch by
+// shares"; src/balance/shares.c), registered into _autoinfra_torch by
 // register_shares: the training job's per-rank step-time models and
 // re-balancing. Thin: every call is one C call, its status turned into a
 // Python exception carrying ai_last_error(). Independent of torch's

@@ -4,7 +4,7 @@
  * engine's parameters, runs the Monte Carlo and builds the report. The
  * report is one JSON document; the text form is rendered from it.
  */
-#include "plan/plan_api.h"
+#include "plan/spec/plan.h"
 #include "sim/sim.h"
 
 #include <math.h>

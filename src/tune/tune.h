@@ -43,7 +43,7 @@ typedef struct tune_bucket_info {
 ai_status_t tune_learner_attach(ai_comm *c, const char *kb_path);
 /* The KB path a communicator's learner settled on; NULL: none. */
 const char *tune_kb_path(const ai_comm *c);
-/* A public communicator from comm's (tune/communicator.c): when st is
+/* A public communicator from comm's (api/communicator.c): when st is
  * AI_OK, the learner attached to c and c into *out; c destroyed if that
  * fails. On a failed st, st (c is not looked at). */
 ai_status_t tune_with_learner(ai_status_t st, ai_comm *c, const char *kb_path, ai_comm **out);

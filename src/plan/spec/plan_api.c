@@ -4,8 +4,7 @@
  * is built once as a JSON document; the text table is rendered from it, so
  * the two can never disagree.
  */
-#include "plan/plan.h"
-#include "plan/plan_api.h"
+#include "plan/spec/plan.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * (after overrides), and collective lower bounds on its network.
  */
 #include "model/model_net.h"
-#include "plan/plan_api.h"
+#include "plan/spec/plan.h"
 
 #include <stdio.h>
 

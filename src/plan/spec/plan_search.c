@@ -13,7 +13,7 @@
  * Everything else is evaluated; plans that do not fit are counted and
  * dropped, never returned.
  */
-#include "plan/plan.h"
+#include "plan/spec/plan.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -8,7 +8,7 @@
  * to be the slowest present: one pool with the smallest peak, memory, HBM
  * and link bandwidths of all pools.
  */
-#include "plan/plan.h"
+#include "plan/spec/plan.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -7,11 +7,27 @@
  * micro-batches split between pools), evaluates each with the step model
  * and keeps the fastest that fit in memory. docs/planner.md describes the
  * search order and its pruning rules.
+ *
+ * The room's one header: the search and baselines for the files that
+ * implement the job-level API (plan_api.c, plan_cluster.c), and the public
+ * wrapper types for the layers above that take them (sim).
  */
 #ifndef AI_PLAN_H
 #define AI_PLAN_H
 
 #include "model/model.h"
+#include "topo/topo.h"
+
+/* The public wrapper types of the job-level API. */
+struct ai_cluster {
+    topo_cluster *c;
+};
+struct ai_model_spec {
+    topo_model m;
+};
+struct ai_training {
+    topo_training t;
+};
 
 /* Plan fields pinned by --fix; -1 = free. */
 typedef struct plan_fix {
