@@ -1,6 +1,6 @@
 /*
  * tune layer internals: the online learner behind `auto` (learn.c) and the
- * SQLite knowledge base it remembers into (kb.c). docs/learner.md has the
+ * SQLite knowledge base it remembers into (kb*.c). docs/learner.md has the
  * design; the public side is the "learner and knowledge base" section of
  * autoinfra.h.
  */
@@ -97,6 +97,39 @@ ai_status_t kb_note_rates(ai_kb *kb, const char *fp, const char *shape, int nhos
                           const double *bps);
 ai_status_t kb_match_rates(ai_kb *kb, const char *shape, int nhosts, const double *bps,
                            double tol, char out[17]);
+
+/* What the knowledge base's files share: kb.c (open and ownership, the
+ * schema), kb_arms.c (the learner's arms, buckets, choices and rates),
+ * kb_json.c (the JSON exchange), kb_profile.c (compute profiles). */
+struct sqlite3;
+struct sqlite3_stmt;
+struct ai_kb {
+    struct sqlite3 *db;
+    char path[1024];
+    int readonly;   /* opened read-only: nothing is written */
+    int need_setup; /* schema, stamp or WAL still to be written (was busy) */
+    int busy;       /* the last write found the KB locked by another process */
+    int setup_rc;   /* what the last kb_setup's SQLite call returned */
+    char why_ro[256]; /* readonly: why */
+};
+/* An AI_ERR_IO naming the file, what was being done and SQLite's message. */
+ai_status_t kb_err(const ai_kb *kb, const char *what);
+/* Statements without result rows; SQLite's message on failure. */
+ai_status_t kb_exec(ai_kb *kb, const char *sql);
+/* The first column of a query's first row; 0 when there is none. */
+int kb_pragma_int(ai_kb *kb, const char *sql, int *out);
+/* A SQLite code of a lock held by another connection. */
+int kb_is_busy_rc(int rc);
+/* Create the schema, stamp the file as ours and switch it to WAL; all
+ * idempotent. A lock held elsewhere leaves it for the next write. */
+ai_status_t kb_setup(ai_kb *kb);
+/* Run a write statement to completion and release it. */
+ai_status_t kb_step_done(ai_kb *kb, struct sqlite3_stmt *q, const char *what);
+/* Insert or update a fingerprint's row, an arm's posterior (kb_arms.c). */
+ai_status_t kb_put_fingerprint(ai_kb *kb, const char *fp, int nranks, int nhosts,
+                               const char *desc);
+ai_status_t kb_put_arm(ai_kb *kb, const char *fp, const char *coll, size_t bytes,
+                       const tune_arm_stat *a);
 
 /* ------------------------------------------------------------ bandit.c
  * The learner's statistics for one bucket, apart from ranks and the
