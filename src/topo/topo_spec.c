@@ -399,11 +399,224 @@ static ai_status_t cluster_make_pools(topo_cluster *c)
     return AI_OK;
 }
 
+/* node_groups, first pass: each group's name, count and size (the nodes
+ * are then allocated at once). */
+static ai_status_t cluster_group_sizes(const spec_ctx *sc, topo_cluster *c, json_t *groups)
+{
+    char p[256];
+    ai_status_t st;
+    long total = 0, devices = 0;
+    for (int g = 0; g < c->ngroups; g++) {
+        json_t *gj = json_array_get(groups, (size_t)g);
+        snprintf(p, sizeof p, "node_groups[%d]", g);
+        if (!json_is_object(gj))
+            return spec_err(sc, p, "expected an object");
+        topo_group *gr = &c->groups[g];
+        if ((st = check_keys(sc, gj, p, KEYS("name", "count", "devices_per_node", "device", "intra",
+                                             "nic", "speed"))) != AI_OK ||
+            (st = get_name(sc, gj, p, "name", 1, gr->name)) != AI_OK ||
+            (st = get_int(sc, gj, p, "count", 1, 1, 1000000, &gr->count)) != AI_OK ||
+            (st = get_int(sc, gj, p, "devices_per_node", 1, 1, 4096, &gr->devices_per_node)) != AI_OK)
+            return st;
+        for (int q = 0; q < g; q++)
+            if (strcmp(c->groups[q].name, gr->name) == 0) {
+                char np[300];
+                path_key(np, sizeof np, p, "name");
+                return spec_err(sc, np, "group name '%s' is also used by node_groups[%d]",
+                                gr->name, q);
+            }
+        gr->first_node = (int)total;
+        total += gr->count;
+        if (total > 1000000)
+            return spec_err(sc, p, "more than 1000000 nodes");
+        devices += (long)gr->count * gr->devices_per_node;
+        if (devices > TOPO_MAX_DEVICES)
+            return spec_err(sc, p, "%d nodes x %d devices per node: more than %ld devices in the "
+                                   "cluster", gr->count, gr->devices_per_node, TOPO_MAX_DEVICES);
+    }
+    c->nnodes = (int)total;
+    return AI_OK;
+}
+
+/* node_groups, second pass: each group's nodes, from its device, links
+ * and speed. */
+static ai_status_t cluster_group_nodes(const spec_ctx *sc, topo_cluster *c, json_t *groups)
+{
+    char p[256];
+    ai_status_t st;
+    for (int g = 0; g < c->ngroups; g++) {
+        json_t *gj = json_array_get(groups, (size_t)g);
+        topo_group *gr = &c->groups[g];
+        topo_node proto;
+        memset(&proto, 0, sizeof proto);
+        proto.group = g;
+        proto.rack = -1;
+        /* Defaults for latency follow the formats.md example (NVLink-class
+         * 2 us, InfiniBand-class 5 us end to end including software). */
+        proto.intra_latency_us = 2;
+        proto.nic_latency_us = 5;
+        proto.nic_count = 1;
+        proto.speed = 1;
+        snprintf(p, sizeof p, "node_groups[%d]", g);
+        char dp[300];
+        path_key(dp, sizeof dp, p, "device");
+        json_t *dj = json_object_get(gj, "device");
+        if (!dj)
+            return spec_err(sc, dp, "required device (catalog name or object) is missing");
+        if ((st = parse_device(sc, dj, dp, &proto.device)) != AI_OK ||
+            (st = parse_speed(sc, gj, p, &proto)) != AI_OK)
+            return st;
+        json_t *intra = NULL, *nic = NULL;
+        char ip[300], nicp[300];
+        path_key(ip, sizeof ip, p, "intra");
+        path_key(nicp, sizeof nicp, p, "nic");
+        if ((st = get_object(sc, gj, p, "intra", gr->devices_per_node > 1, &intra)) != AI_OK)
+            return st;
+        if (intra) {
+            if ((st = get_number(sc, intra, ip, "bw_GBps", 1, 1e-3, 1e7, &proto.intra_bw_GBps)) != AI_OK ||
+                (st = parse_link(sc, intra, ip, 0, &proto)) != AI_OK)
+                return st;
+        } else {
+            proto.intra_bw_GBps = 1e6; /* one device per node: never used */
+        }
+        if ((st = get_object(sc, gj, p, "nic", 1, &nic)) != AI_OK)
+            return st;
+        if ((st = get_number(sc, nic, nicp, "bw_Gbps", 1, 1e-3, 1e7, &proto.nic_bw_Gbps)) != AI_OK ||
+            (st = parse_link(sc, nic, nicp, 1, &proto)) != AI_OK)
+            return st;
+        for (int i = 0; i < gr->count; i++) {
+            c->nodes[gr->first_node + i] = proto;
+            c->nodes[gr->first_node + i].index = i;
+        }
+        c->devices += gr->count * gr->devices_per_node;
+    }
+    return AI_OK;
+}
+
+/* racks: named nodes under an uplink, each node in one rack at most. */
+static ai_status_t cluster_racks(const spec_ctx *sc, topo_cluster *c, json_t *racks)
+{
+    char p[256];
+    ai_status_t st;
+    if (!json_is_array(racks))
+        return spec_err(sc, "racks", "expected an array");
+    c->nracks = (int)json_array_size(racks);
+    c->racks = calloc((size_t)c->nracks + 1, sizeof *c->racks);
+    if (!c->racks)
+        return ai_fail(AI_ERR_NOMEM, "racks");
+    for (int r = 0; r < c->nracks; r++) {
+        json_t *rj = json_array_get(racks, (size_t)r);
+        snprintf(p, sizeof p, "racks[%d]", r);
+        if (!json_is_object(rj))
+            return spec_err(sc, p, "expected an object");
+        snprintf(c->racks[r].name, TOPO_NAME_MAX, "rack%d", r);
+        if ((st = check_keys(sc, rj, p, KEYS("name", "uplink_Gbps", "nodes"))) != AI_OK ||
+            (st = get_name(sc, rj, p, "name", 0, c->racks[r].name)) != AI_OK ||
+            (st = get_number(sc, rj, p, "uplink_Gbps", 1, 1e-3, 1e9, &c->racks[r].uplink_Gbps)) != AI_OK)
+            return st;
+        json_t *nodes = json_object_get(rj, "nodes");
+        char np[300];
+        path_key(np, sizeof np, p, "nodes");
+        if (!json_is_array(nodes))
+            return spec_err(sc, np, "expected an array of node names");
+        for (size_t k = 0; k < json_array_size(nodes); k++) {
+            char ep[320];
+            snprintf(ep, sizeof ep, "%s[%zu]", np, k);
+            json_t *nj = json_array_get(nodes, k);
+            if (!json_is_string(nj))
+                return spec_err(sc, ep, "expected a node name such as \"%s-0\"", c->groups[0].name);
+            int node = cluster_node_find(c, json_string_value(nj));
+            if (node < 0)
+                return spec_err(sc, ep, "no node named '%s' (nodes are <group>-<index>)",
+                                json_string_value(nj));
+            if (c->nodes[node].rack >= 0)
+                return spec_err(sc, ep, "node '%s' is already in rack '%s'", json_string_value(nj),
+                                c->racks[c->nodes[node].rack].name);
+            c->nodes[node].rack = r;
+            c->racks[r].nodes++;
+        }
+    }
+    return AI_OK;
+}
+
+/* overrides: one node's links, device (an inline object without a name
+ * changes figures of its own device) or speed. */
+static ai_status_t cluster_overrides(const spec_ctx *sc, topo_cluster *c, json_t *ovs)
+{
+    char p[256];
+    ai_status_t st;
+    if (!json_is_array(ovs))
+        return spec_err(sc, "overrides", "expected an array");
+    for (size_t k = 0; k < json_array_size(ovs); k++) {
+        json_t *oj = json_array_get(ovs, k);
+        snprintf(p, sizeof p, "overrides[%zu]", k);
+        if (!json_is_object(oj))
+            return spec_err(sc, p, "expected an object");
+        const char *nname = NULL;
+        if ((st = check_keys(sc, oj, p, KEYS("node", "nic", "intra", "device", "speed"))) != AI_OK ||
+            (st = get_string(sc, oj, p, "node", 1, &nname)) != AI_OK)
+            return st;
+        int node = cluster_node_find(c, nname);
+        if (node < 0) {
+            char np[300];
+            path_key(np, sizeof np, p, "node");
+            return spec_err(sc, np, "no node named '%s' (nodes are <group>-<index>)", nname);
+        }
+        topo_node *n = &c->nodes[node];
+        json_t *sub = NULL;
+        char sp[300];
+        path_key(sp, sizeof sp, p, "nic");
+        if ((st = get_object(sc, oj, p, "nic", 0, &sub)) != AI_OK)
+            return st;
+        if (sub && (st = parse_link(sc, sub, sp, 1, n)) != AI_OK)
+            return st;
+        path_key(sp, sizeof sp, p, "intra");
+        if ((st = get_object(sc, oj, p, "intra", 0, &sub)) != AI_OK)
+            return st;
+        if (sub && (st = parse_link(sc, sub, sp, 0, n)) != AI_OK)
+            return st;
+        json_t *dj = json_object_get(oj, "device");
+        if (dj) {
+            path_key(sp, sizeof sp, p, "device");
+            /* An inline override without a name changes figures of
+             * the node's own device. */
+            if (json_is_object(dj) && !json_object_get(dj, "name")) {
+                json_t *copy = json_deep_copy(dj);
+                if (!copy) {
+                    return ai_fail(AI_ERR_NOMEM, "override");
+                }
+                json_object_set_new(copy, "name", json_string(n->device.name));
+                topo_device base = n->device;
+                const topo_device *cat = topo_catalog_find(n->device.name);
+                if (cat) {
+                    st = parse_device(sc, copy, sp, &n->device);
+                } else {
+                    /* Custom device: apply the given fields only. */
+                    json_t *v;
+                    n->device = base;
+                    st = check_keys(sc, copy, sp, KEYS("name", "memory_GB", "memory_bw_GBps"));
+                    if (st == AI_OK && (v = json_object_get(copy, "memory_GB")))
+                        st = get_number(sc, copy, sp, "memory_GB", 1, 1e-3, 1e6, &n->device.memory_GB);
+                    if (st == AI_OK && (v = json_object_get(copy, "memory_bw_GBps")))
+                        st = get_number(sc, copy, sp, "memory_bw_GBps", 1, 1e-3, 1e7,
+                                        &n->device.memory_bw_GBps);
+                }
+                json_decref(copy);
+                if (st != AI_OK)
+                    return st;
+            } else if ((st = parse_device(sc, dj, sp, &n->device)) != AI_OK)
+                return st;
+        }
+        if ((st = parse_speed(sc, oj, p, n)) != AI_OK)
+            return st;
+    }
+    return AI_OK;
+}
+
 ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster **out)
 {
     spec_ctx sc = {path};
     ai_status_t st;
-    char p[256];
     if (!json_is_object(doc))
         return spec_err(&sc, "", "a cluster is a JSON object");
     topo_cluster *c = calloc(1, sizeof *c);
@@ -432,229 +645,22 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         st = ai_fail(AI_ERR_NOMEM, "cluster groups");
         goto err;
     }
-    /* First pass: group sizes (nodes are allocated once). */
-    long total = 0, devices = 0;
-    for (int g = 0; g < c->ngroups; g++) {
-        json_t *gj = json_array_get(groups, (size_t)g);
-        snprintf(p, sizeof p, "node_groups[%d]", g);
-        if (!json_is_object(gj)) {
-            st = spec_err(&sc, p, "expected an object");
-            goto err;
-        }
-        topo_group *gr = &c->groups[g];
-        if ((st = check_keys(&sc, gj, p, KEYS("name", "count", "devices_per_node", "device", "intra",
-                                              "nic", "speed"))) != AI_OK ||
-            (st = get_name(&sc, gj, p, "name", 1, gr->name)) != AI_OK ||
-            (st = get_int(&sc, gj, p, "count", 1, 1, 1000000, &gr->count)) != AI_OK ||
-            (st = get_int(&sc, gj, p, "devices_per_node", 1, 1, 4096, &gr->devices_per_node)) != AI_OK)
-            goto err;
-        for (int q = 0; q < g; q++)
-            if (strcmp(c->groups[q].name, gr->name) == 0) {
-                char np[300];
-                path_key(np, sizeof np, p, "name");
-                st = spec_err(&sc, np, "group name '%s' is also used by node_groups[%d]",
-                              gr->name, q);
-                goto err;
-            }
-        gr->first_node = (int)total;
-        total += gr->count;
-        if (total > 1000000) {
-            st = spec_err(&sc, p, "more than 1000000 nodes");
-            goto err;
-        }
-        devices += (long)gr->count * gr->devices_per_node;
-        if (devices > TOPO_MAX_DEVICES) {
-            st = spec_err(&sc, p, "%d nodes x %d devices per node: more than %ld devices in the "
-                                  "cluster", gr->count, gr->devices_per_node, TOPO_MAX_DEVICES);
-            goto err;
-        }
-    }
-    c->nnodes = (int)total;
+    if ((st = cluster_group_sizes(&sc, c, groups)) != AI_OK)
+        goto err;
     c->nodes = calloc((size_t)c->nnodes, sizeof *c->nodes);
     if (!c->nodes) {
         st = ai_fail(AI_ERR_NOMEM, "cluster nodes");
         goto err;
     }
-    for (int g = 0; g < c->ngroups; g++) {
-        json_t *gj = json_array_get(groups, (size_t)g);
-        topo_group *gr = &c->groups[g];
-        topo_node proto;
-        memset(&proto, 0, sizeof proto);
-        proto.group = g;
-        proto.rack = -1;
-        /* Defaults for latency follow the formats.md example (NVLink-class
-         * 2 us, InfiniBand-class 5 us end to end including software). */
-        proto.intra_latency_us = 2;
-        proto.nic_latency_us = 5;
-        proto.nic_count = 1;
-        proto.speed = 1;
-        snprintf(p, sizeof p, "node_groups[%d]", g);
-        char dp[300];
-        path_key(dp, sizeof dp, p, "device");
-        json_t *dj = json_object_get(gj, "device");
-        if (!dj) {
-            st = spec_err(&sc, dp, "required device (catalog name or object) is missing");
-            goto err;
-        }
-        if ((st = parse_device(&sc, dj, dp, &proto.device)) != AI_OK ||
-            (st = parse_speed(&sc, gj, p, &proto)) != AI_OK)
-            goto err;
-        json_t *intra = NULL, *nic = NULL;
-        char ip[300], nicp[300];
-        path_key(ip, sizeof ip, p, "intra");
-        path_key(nicp, sizeof nicp, p, "nic");
-        if ((st = get_object(&sc, gj, p, "intra", gr->devices_per_node > 1, &intra)) != AI_OK)
-            goto err;
-        if (intra) {
-            if ((st = get_number(&sc, intra, ip, "bw_GBps", 1, 1e-3, 1e7, &proto.intra_bw_GBps)) != AI_OK ||
-                (st = parse_link(&sc, intra, ip, 0, &proto)) != AI_OK)
-                goto err;
-        } else {
-            proto.intra_bw_GBps = 1e6; /* one device per node: never used */
-        }
-        if ((st = get_object(&sc, gj, p, "nic", 1, &nic)) != AI_OK)
-            goto err;
-        if ((st = get_number(&sc, nic, nicp, "bw_Gbps", 1, 1e-3, 1e7, &proto.nic_bw_Gbps)) != AI_OK ||
-            (st = parse_link(&sc, nic, nicp, 1, &proto)) != AI_OK)
-            goto err;
-        for (int i = 0; i < gr->count; i++) {
-            c->nodes[gr->first_node + i] = proto;
-            c->nodes[gr->first_node + i].index = i;
-        }
-        c->devices += gr->count * gr->devices_per_node;
-    }
+    if ((st = cluster_group_nodes(&sc, c, groups)) != AI_OK)
+        goto err;
 
     json_t *racks = json_object_get(doc, "racks");
-    if (racks && !json_is_null(racks)) {
-        if (!json_is_array(racks)) {
-            st = spec_err(&sc, "racks", "expected an array");
-            goto err;
-        }
-        c->nracks = (int)json_array_size(racks);
-        c->racks = calloc((size_t)c->nracks + 1, sizeof *c->racks);
-        if (!c->racks) {
-            st = ai_fail(AI_ERR_NOMEM, "racks");
-            goto err;
-        }
-        for (int r = 0; r < c->nracks; r++) {
-            json_t *rj = json_array_get(racks, (size_t)r);
-            snprintf(p, sizeof p, "racks[%d]", r);
-            if (!json_is_object(rj)) {
-                st = spec_err(&sc, p, "expected an object");
-                goto err;
-            }
-            snprintf(c->racks[r].name, TOPO_NAME_MAX, "rack%d", r);
-            if ((st = check_keys(&sc, rj, p, KEYS("name", "uplink_Gbps", "nodes"))) != AI_OK ||
-                (st = get_name(&sc, rj, p, "name", 0, c->racks[r].name)) != AI_OK ||
-                (st = get_number(&sc, rj, p, "uplink_Gbps", 1, 1e-3, 1e9, &c->racks[r].uplink_Gbps)) != AI_OK)
-                goto err;
-            json_t *nodes = json_object_get(rj, "nodes");
-            char np[300];
-            path_key(np, sizeof np, p, "nodes");
-            if (!json_is_array(nodes)) {
-                st = spec_err(&sc, np, "expected an array of node names");
-                goto err;
-            }
-            for (size_t k = 0; k < json_array_size(nodes); k++) {
-                char ep[320];
-                snprintf(ep, sizeof ep, "%s[%zu]", np, k);
-                json_t *nj = json_array_get(nodes, k);
-                if (!json_is_string(nj)) {
-                    st = spec_err(&sc, ep, "expected a node name such as \"%s-0\"", c->groups[0].name);
-                    goto err;
-                }
-                int node = cluster_node_find(c, json_string_value(nj));
-                if (node < 0) {
-                    st = spec_err(&sc, ep, "no node named '%s' (nodes are <group>-<index>)",
-                                  json_string_value(nj));
-                    goto err;
-                }
-                if (c->nodes[node].rack >= 0) {
-                    st = spec_err(&sc, ep, "node '%s' is already in rack '%s'", json_string_value(nj),
-                                  c->racks[c->nodes[node].rack].name);
-                    goto err;
-                }
-                c->nodes[node].rack = r;
-                c->racks[r].nodes++;
-            }
-        }
-    }
-
+    if (racks && !json_is_null(racks) && (st = cluster_racks(&sc, c, racks)) != AI_OK)
+        goto err;
     json_t *ovs = json_object_get(doc, "overrides");
-    if (ovs && !json_is_null(ovs)) {
-        if (!json_is_array(ovs)) {
-            st = spec_err(&sc, "overrides", "expected an array");
-            goto err;
-        }
-        for (size_t k = 0; k < json_array_size(ovs); k++) {
-            json_t *oj = json_array_get(ovs, k);
-            snprintf(p, sizeof p, "overrides[%zu]", k);
-            if (!json_is_object(oj)) {
-                st = spec_err(&sc, p, "expected an object");
-                goto err;
-            }
-            const char *nname = NULL;
-            if ((st = check_keys(&sc, oj, p, KEYS("node", "nic", "intra", "device", "speed"))) != AI_OK ||
-                (st = get_string(&sc, oj, p, "node", 1, &nname)) != AI_OK)
-                goto err;
-            int node = cluster_node_find(c, nname);
-            if (node < 0) {
-                char np[300];
-                path_key(np, sizeof np, p, "node");
-                st = spec_err(&sc, np, "no node named '%s' (nodes are <group>-<index>)", nname);
-                goto err;
-            }
-            topo_node *n = &c->nodes[node];
-            json_t *sub = NULL;
-            char sp[300];
-            path_key(sp, sizeof sp, p, "nic");
-            if ((st = get_object(&sc, oj, p, "nic", 0, &sub)) != AI_OK)
-                goto err;
-            if (sub && (st = parse_link(&sc, sub, sp, 1, n)) != AI_OK)
-                goto err;
-            path_key(sp, sizeof sp, p, "intra");
-            if ((st = get_object(&sc, oj, p, "intra", 0, &sub)) != AI_OK)
-                goto err;
-            if (sub && (st = parse_link(&sc, sub, sp, 0, n)) != AI_OK)
-                goto err;
-            json_t *dj = json_object_get(oj, "device");
-            if (dj) {
-                path_key(sp, sizeof sp, p, "device");
-                /* An inline override without a name changes figures of
-                 * the node's own device. */
-                if (json_is_object(dj) && !json_object_get(dj, "name")) {
-                    json_t *copy = json_deep_copy(dj);
-                    if (!copy) {
-                        st = ai_fail(AI_ERR_NOMEM, "override");
-                        goto err;
-                    }
-                    json_object_set_new(copy, "name", json_string(n->device.name));
-                    topo_device base = n->device;
-                    const topo_device *cat = topo_catalog_find(n->device.name);
-                    if (cat) {
-                        st = parse_device(&sc, copy, sp, &n->device);
-                    } else {
-                        /* Custom device: apply the given fields only. */
-                        json_t *v;
-                        n->device = base;
-                        st = check_keys(&sc, copy, sp, KEYS("name", "memory_GB", "memory_bw_GBps"));
-                        if (st == AI_OK && (v = json_object_get(copy, "memory_GB")))
-                            st = get_number(&sc, copy, sp, "memory_GB", 1, 1e-3, 1e6, &n->device.memory_GB);
-                        if (st == AI_OK && (v = json_object_get(copy, "memory_bw_GBps")))
-                            st = get_number(&sc, copy, sp, "memory_bw_GBps", 1, 1e-3, 1e7,
-                                            &n->device.memory_bw_GBps);
-                    }
-                    json_decref(copy);
-                    if (st != AI_OK)
-                        goto err;
-                } else if ((st = parse_device(&sc, dj, sp, &n->device)) != AI_OK) {
-                    goto err;
-                }
-            }
-            if ((st = parse_speed(&sc, oj, p, n)) != AI_OK)
-                goto err;
-        }
-    }
+    if (ovs && !json_is_null(ovs) && (st = cluster_overrides(&sc, c, ovs)) != AI_OK)
+        goto err;
     /* A node at speed s computes s times as fast: its peaks scale, so
      * nodes of different speeds fall into different pools. */
     for (int i = 0; i < c->nnodes; i++)
