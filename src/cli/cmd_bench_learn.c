@@ -184,135 +184,178 @@ static int same_arm(const ai_algo_opts *a, const char *algo, size_t chunk, int c
     return !strcmp(a->algo, algo) && a->chunk_bytes == chunk && a->channels == channels;
 }
 
-/* One size of --learn: auto calls (with a drift in the middle if asked),
- * then the sweep over every arm; one JSON line (or table row) on rank 0. */
-int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands *cands,
-                     size_t req, void *sbuf, void *rbuf)
-{
-    int rank = ai_comm_rank(comm), p = ai_comm_size(comm);
-    bench_shape s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), p);
-    size_t call_bytes = s.count * ai_dtype_size(o->dt);
-    int n1 = o->drift_after, n = n1 + o->calls, rc = 0;
-    ai_algo_opts autoo = {0}, arms[LEARN_MAX_ARMS];
-    double *t = calloc((size_t)n + (size_t)o->more +
-                           LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) + 2 * (size_t)o->judge,
-                       sizeof *t);
-    double arm_us[LEARN_MAX_ARMS];
+/* One size of --learn through its steps. */
+typedef struct {
+    ai_comm *comm;
+    const bench_opts *o;
+    bench_shape s;
+    void *sbuf, *rbuf;
+    int rank, p;
+    size_t call_bytes;
+    int n1, n;    /* auto calls before --drift-cmd; all auto calls */
+    double *t;    /* the auto calls, the --more calls, then the arms' (at) */
     ai_choice ch, last;
+    ai_algo_opts arms[LEARN_MAX_ARMS];
+    int na, swept, chosen; /* arms weighed, timed in the sweep; the choice's */
+    double arm_us[LEARN_MAX_ARMS];
+    double *at;
+    int cand[LEARN_CONFIRM + 1], nc, best, jc, rounds;
+    double conf_us[LEARN_CONFIRM + 1];
+    double oracle, chosen_us;
+    int judged;
+    double *jt;
+} learn_run;
+
+/* The auto calls (with --drift-cmd in the middle when asked), the choice
+ * they end on, and with --more the job going on and where it settles. */
+static int learn_auto(learn_run *lr)
+{
+    const bench_opts *o = lr->o;
+    ai_algo_opts autoo = {0};
     ai_status_t st;
-    if (!t)
-        return bench_fail(rank, AI_ERR_NOMEM, "timings");
-    bench_fill_inputs(o, &s, rank, p, sbuf, rbuf);
-    if (n1 > 0) {
-        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t, n1)) != 0)
-            goto out;
-        if (rank == 0) {
+    int rc;
+    if (lr->n1 > 0) {
+        if ((rc = timed_calls(lr->comm, o, &lr->s, &autoo, lr->sbuf, lr->rbuf, lr->t, lr->n1)) != 0)
+            return rc;
+        if (lr->rank == 0) {
             int w = system(o->drift_cmd);
             if (w != 0)
                 fprintf(stderr, "autoinfra bench: --drift-cmd '%s' exited with %d\n",
                         o->drift_cmd, w);
         }
-        if ((st = ai_barrier(comm, NULL)) != AI_OK) {
-            rc = bench_fail(rank, st, "barrier after --drift-cmd");
-            goto out;
-        }
+        if ((st = ai_barrier(lr->comm, NULL)) != AI_OK)
+            return bench_fail(lr->rank, st, "barrier after --drift-cmd");
     }
-    if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n1, o->calls)) != 0)
-        goto out;
-    if ((st = ai_comm_choice(comm, o->coll, call_bytes, &ch)) != AI_OK) {
-        rc = bench_fail(rank, st, "choice");
-        goto out;
-    }
+    if ((rc = timed_calls(lr->comm, o, &lr->s, &autoo, lr->sbuf, lr->rbuf, lr->t + lr->n1,
+                          o->calls)) != 0)
+        return rc;
+    if ((st = ai_comm_choice(lr->comm, o->coll, lr->call_bytes, &lr->ch)) != AI_OK)
+        return bench_fail(lr->rank, st, "choice");
     /* --more: the job goes on; what it settles on then is for the KB. */
     if (o->more > 0) {
-        if ((rc = timed_calls(comm, o, &s, &autoo, sbuf, rbuf, t + n, o->more)) != 0)
-            goto out;
-        if ((st = ai_comm_choice(comm, o->coll, call_bytes, &last)) != AI_OK) {
-            rc = bench_fail(rank, st, "choice");
-            goto out;
-        }
+        if ((rc = timed_calls(lr->comm, o, &lr->s, &autoo, lr->sbuf, lr->rbuf, lr->t + lr->n,
+                              o->more)) != 0)
+            return rc;
+        if ((st = ai_comm_choice(lr->comm, o->coll, lr->call_bytes, &lr->last)) != AI_OK)
+            return bench_fail(lr->rank, st, "choice");
     }
-    int na = o->no_sweep ? 0 : LMIN(ai_comm_arms(comm, o->coll, call_bytes, arms, LEARN_MAX_ARMS),
+    return 0;
+}
+
+/* Every arm the learner weighs, which of them it chose, and (without
+ * --oracle-from) each timed: the sweep. */
+static int learn_sweep(learn_run *lr, const bench_learn_cands *cands)
+{
+    const bench_opts *o = lr->o;
+    int rc;
+    lr->na = o->no_sweep ? 0 : LMIN(ai_comm_arms(lr->comm, o->coll, lr->call_bytes, lr->arms,
+                                                 LEARN_MAX_ARMS),
                                     LEARN_MAX_ARMS);
-    int swept = cands ? 0 : na; /* arms timed in the sweep */
-    int chosen = -1;
-    double *at = t + n + o->more;
-    for (int a = 0; a < na; a++)
-        if (same_arm(&arms[a], ch.algo, ch.chunk_bytes, ch.channels))
-            chosen = a;
-    for (int a = 0; a < swept; a++) {
-        if ((rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, 1)) != 0 || /* warm-up */
-            (rc = timed_calls(comm, o, &s, &arms[a], sbuf, rbuf, at, o->iters)) != 0)
-            goto out;
-        arm_us[a] = median(at, o->iters) * 1e6;
+    lr->swept = cands ? 0 : lr->na;
+    lr->chosen = -1;
+    lr->at = lr->t + lr->n + o->more;
+    for (int a = 0; a < lr->na; a++)
+        if (same_arm(&lr->arms[a], lr->ch.algo, lr->ch.chunk_bytes, lr->ch.channels))
+            lr->chosen = a;
+    for (int a = 0; a < lr->swept; a++) {
+        if ((rc = timed_calls(lr->comm, o, &lr->s, &lr->arms[a], lr->sbuf, lr->rbuf, lr->at,
+                              1)) != 0 || /* warm-up */
+            (rc = timed_calls(lr->comm, o, &lr->s, &lr->arms[a], lr->sbuf, lr->rbuf, lr->at,
+                              o->iters)) != 0)
+            return rc;
+        lr->arm_us[a] = median(lr->at, o->iters) * 1e6;
     }
-    /* The confirmation: the sweep's best few (or those of --oracle-from)
-     * and the learner's choice again, interleaved round by round, so that
-     * the oracle is not just the arm that drew the luckiest noise in a
-     * sweep of many. */
-    int order[LEARN_MAX_ARMS], cand[LEARN_CONFIRM + 1] = {0}, nc = 0, best = -1;
-    double conf_us[LEARN_CONFIRM + 1];
+    return 0;
+}
+
+/* The confirmation: the sweep's best few (or those of --oracle-from)
+ * and the learner's choice again, interleaved round by round, so that
+ * the oracle is not just the arm that drew the luckiest noise in a
+ * sweep of many. */
+static int learn_confirm(learn_run *lr, const bench_learn_cands *cands)
+{
+    int order[LEARN_MAX_ARMS], na = lr->na, rc;
+    lr->nc = 0;
+    lr->best = -1;
     if (cands) {
         for (int k = 0; k < cands->nsizes; k++) {
-            if (cands->size[k].bytes != s.bytes)
+            if (cands->size[k].bytes != lr->s.bytes)
                 continue;
-            for (int j = 0; j < cands->size[k].n && nc < LEARN_CONFIRM; j++)
+            for (int j = 0; j < cands->size[k].n && lr->nc < LEARN_CONFIRM; j++)
                 for (int a = 0; a < na; a++)
-                    if (same_arm(&arms[a], cands->size[k].algo[j], cands->size[k].chunk[j],
+                    if (same_arm(&lr->arms[a], cands->size[k].algo[j], cands->size[k].chunk[j],
                                  cands->size[k].channels[j])) {
-                        cand[nc++] = a;
+                        lr->cand[lr->nc++] = a;
                         break;
                     }
         }
     } else {
         for (int a = 0; a < na; a++) { /* by sweep time */
             int k = a;
-            for (; k > 0 && arm_us[order[k - 1]] > arm_us[a]; k--)
+            for (; k > 0 && lr->arm_us[order[k - 1]] > lr->arm_us[a]; k--)
                 order[k] = order[k - 1];
             order[k] = a;
         }
-        for (; nc < LEARN_CONFIRM && nc < na; nc++)
-            cand[nc] = order[nc];
+        for (; lr->nc < LEARN_CONFIRM && lr->nc < na; lr->nc++)
+            lr->cand[lr->nc] = order[lr->nc];
     }
-    int jc = -1; /* the choice's place in the confirmation */
-    for (int j = 0; j < nc; j++)
-        if (cand[j] == chosen)
-            jc = j;
-    if (chosen >= 0 && jc < 0 && (nc > 0 || !cands))
-        cand[jc = nc++] = chosen;
-    int rounds = o->confirm;
+    lr->jc = -1; /* the choice's place in the confirmation */
+    for (int j = 0; j < lr->nc; j++)
+        if (lr->cand[j] == lr->chosen)
+            lr->jc = j;
+    if (lr->chosen >= 0 && lr->jc < 0 && (lr->nc > 0 || !cands))
+        lr->cand[lr->jc = lr->nc++] = lr->chosen;
+    int rounds = lr->rounds = lr->o->confirm;
     for (int r = 0; r < rounds; r++)
-        for (int j = 0; j < nc; j++)
-            if ((rc = timed_calls(comm, o, &s, &arms[cand[j]], sbuf, rbuf,
-                                  at + (size_t)j * (size_t)rounds + (size_t)r, 1)) != 0)
-                goto out;
-    for (int j = 0; j < nc; j++) {
-        conf_us[j] = rounds > 0 ? median(at + (size_t)j * (size_t)rounds, rounds) * 1e6
-                                : arm_us[cand[j]];
-        if (best < 0 || conf_us[j] < conf_us[best])
-            best = j;
+        for (int j = 0; j < lr->nc; j++)
+            if ((rc = timed_calls(lr->comm, lr->o, &lr->s, &lr->arms[lr->cand[j]], lr->sbuf,
+                                  lr->rbuf, lr->at + (size_t)j * (size_t)rounds + (size_t)r,
+                                  1)) != 0)
+                return rc;
+    for (int j = 0; j < lr->nc; j++) {
+        lr->conf_us[j] = rounds > 0 ? median(lr->at + (size_t)j * (size_t)rounds, rounds) * 1e6
+                                    : lr->arm_us[lr->cand[j]];
+        if (lr->best < 0 || lr->conf_us[j] < lr->conf_us[lr->best])
+            lr->best = j;
     }
-    double oracle = nc > 0 ? conf_us[best] : NAN, chosen_us = jc >= 0 ? conf_us[jc] : NAN;
-    /* The judgement: the oracle is the fastest of a few medians, each off
-     * by the noise, so it is biased low against the choice (by about the
-     * noise of one median when all are equal). When the choice is another
-     * arm, both are timed again, interleaved, their order alternating
-     * round by round, and judged by these new calls alone. */
-    int judged = o->judge > 0 && jc >= 0 && jc != best;
-    double *jt = at + (size_t)nc * (size_t)rounds;
-    for (int r = 0; judged && r < o->judge; r++)
+    lr->oracle = lr->nc > 0 ? lr->conf_us[lr->best] : NAN;
+    lr->chosen_us = lr->jc >= 0 ? lr->conf_us[lr->jc] : NAN;
+    return 0;
+}
+
+/* The judgement: the oracle is the fastest of a few medians, each off
+ * by the noise, so it is biased low against the choice (by about the
+ * noise of one median when all are equal). When the choice is another
+ * arm, both are timed again, interleaved, their order alternating
+ * round by round, and judged by these new calls alone. */
+static int learn_judge(learn_run *lr)
+{
+    const bench_opts *o = lr->o;
+    int rc;
+    lr->judged = o->judge > 0 && lr->jc >= 0 && lr->jc != lr->best;
+    lr->jt = lr->at + (size_t)lr->nc * (size_t)lr->rounds;
+    for (int r = 0; lr->judged && r < o->judge; r++)
         for (int k = 0; k < 2; k++) {
             int c = (r + k) % 2; /* 0: the choice, 1: the oracle */
-            if ((rc = timed_calls(comm, o, &s, &arms[cand[c ? best : jc]], sbuf, rbuf,
-                                  jt + (size_t)c * (size_t)o->judge + (size_t)r, 1)) != 0)
-                goto out;
+            if ((rc = timed_calls(lr->comm, o, &lr->s, &lr->arms[lr->cand[c ? lr->best : lr->jc]],
+                                  lr->sbuf, lr->rbuf,
+                                  lr->jt + (size_t)c * (size_t)o->judge + (size_t)r, 1)) != 0)
+                return rc;
         }
-    if (judged) {
-        chosen_us = median(jt, o->judge) * 1e6;
-        oracle = median(jt + o->judge, o->judge) * 1e6;
+    if (lr->judged) {
+        lr->chosen_us = median(lr->jt, o->judge) * 1e6;
+        lr->oracle = median(lr->jt + o->judge, o->judge) * 1e6;
     }
-    if (rank != 0)
-        goto out;
+    return 0;
+}
+
+/* Rank 0's line: a table row, or the JSON object of docs/learner.md. */
+static void learn_print(const learn_run *lr)
+{
+    const bench_opts *o = lr->o;
+    const double *t = lr->t;
+    int n1 = lr->n1, n = lr->n;
+    double oracle = lr->oracle, chosen_us = lr->chosen_us;
     double extra = 0, tail = median(t + n - LMIN(8, o->calls), LMIN(8, o->calls)) * 1e6;
     for (int i = n1; i < n; i++)
         extra += t[i] - oracle * 1e-6;
@@ -321,18 +364,18 @@ int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands
     int recovered = -1;
     for (int i = n - 5; i >= n1 && median(t + i, 5) * 1e6 <= 1.10 * oracle; i--)
         recovered = i - n1;
-    const ai_algo_opts *ob = nc > 0 ? &arms[cand[best]] : NULL;
+    const ai_algo_opts *ob = lr->nc > 0 ? &lr->arms[lr->cand[lr->best]] : NULL;
     if (!o->json) {
-        printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", s.bytes,
-               ob ? ob->algo : "-", oracle, ch.algo, chosen_us, chosen_us / oracle, tail / oracle,
-               ch.explored, extra);
+        printf(" %12zu  %-28s %10.1f  %-28s %10.1f %7.3f %7.3f %4d %9.4f\n", lr->s.bytes,
+               ob ? ob->algo : "-", oracle, lr->ch.algo, chosen_us, chosen_us / oracle,
+               tail / oracle, lr->ch.explored, extra);
         fflush(stdout);
-        goto out;
+        return;
     }
     printf("{");
     bench_json_str(stdout, "coll", ai_coll_name(o->coll));
-    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":", s.bytes, p,
-           ai_comm_nhosts(comm), o->calls);
+    printf(",\"bytes\":%zu,\"ranks\":%d,\"hosts\":%d,\"calls\":%d,\"oracle\":", lr->s.bytes, lr->p,
+           ai_comm_nhosts(lr->comm), o->calls);
     if (ob) {
         printf("{");
         bench_json_str(stdout, "algo", ob->algo);
@@ -342,7 +385,7 @@ int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands
         printf("null");
     }
     printf(",");
-    bench_print_choice(&ch);
+    bench_print_choice(&lr->ch);
     printf(",\"first_us\":%.6g,\"tail_us\":%.6g", t[n1] * 1e6, tail);
     /* Without a sweep there is no oracle to compare with: nulls. */
     const char *keys[] = {"choice_time_us", "choice_ratio", "tail_ratio", "explore_extra_s"};
@@ -353,39 +396,71 @@ int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands
         printf(",\"drift_after\":%d,\"recovered_after\":%d", n1, recovered);
     print_times("calls_us", t, n);
     printf(",\"judge\":");
-    if (judged) {
+    if (lr->judged) {
         printf("{\"rounds\":%d,\"choice_us\":%.6g,\"oracle_us\":%.6g", o->judge, chosen_us,
                oracle);
-        print_times("choice_calls_us", jt, o->judge);
-        print_times("oracle_calls_us", jt + o->judge, o->judge);
+        print_times("choice_calls_us", lr->jt, o->judge);
+        print_times("oracle_calls_us", lr->jt + o->judge, o->judge);
         printf("}");
     } else {
         printf("null");
     }
     printf(",\"more\":");
     if (o->more > 0) {
-        double more_extra = 0, *tm = t + n;
+        double more_extra = 0;
+        const double *tm = t + n;
         for (int i = 0; i < o->more; i++)
             more_extra += tm[i] - oracle * 1e-6;
         int k = LMIN(8, o->more);
         printf("{\"calls\":%d,", o->more);
-        bench_print_choice(&last);
+        bench_print_choice(&lr->last);
         printf(isfinite(more_extra) ? ",\"extra_s\":%.6g" : ",\"extra_s\":null", more_extra);
         printf(",\"tail_us\":%.6g}", median(tm + o->more - k, k) * 1e6);
     } else {
         printf("null");
     }
     printf(",\"arms\":");
-    print_arms(arms, arm_us, NULL, swept, NULL, 0);
+    print_arms(lr->arms, lr->arm_us, NULL, lr->swept, NULL, 0);
     printf(",\"confirm\":");
-    print_arms(arms, conf_us, cand, nc, at, rounds);
+    print_arms(lr->arms, lr->conf_us, lr->cand, lr->nc, lr->at, lr->rounds);
     printf("}\n");
     fflush(stdout);
-out:
-    free(t);
-    return rc;
 }
 
+/* One size of --learn: auto calls (with a drift in the middle if asked),
+ * then the sweep over every arm; one JSON line (or table row) on rank 0. */
+int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands *cands,
+                     size_t req, void *sbuf, void *rbuf)
+{
+    learn_run *lr = calloc(1, sizeof *lr);
+    int rank = ai_comm_rank(comm), rc;
+    if (!lr)
+        return bench_fail(rank, AI_ERR_NOMEM, "timings");
+    lr->comm = comm;
+    lr->o = o;
+    lr->sbuf = sbuf;
+    lr->rbuf = rbuf;
+    lr->rank = rank;
+    lr->p = ai_comm_size(comm);
+    lr->s = bench_shape_of(o->coll, req, ai_dtype_size(o->dt), lr->p);
+    lr->call_bytes = lr->s.count * ai_dtype_size(o->dt);
+    lr->n1 = o->drift_after;
+    lr->n = lr->n1 + o->calls;
+    lr->t = calloc((size_t)lr->n + (size_t)o->more +
+                       LEARN_MAX_ARMS * (size_t)(o->iters + o->confirm) + 2 * (size_t)o->judge,
+                   sizeof *lr->t);
+    if (!lr->t) {
+        free(lr);
+        return bench_fail(rank, AI_ERR_NOMEM, "timings");
+    }
+    bench_fill_inputs(o, &lr->s, rank, lr->p, sbuf, rbuf);
+    if ((rc = learn_auto(lr)) == 0 && (rc = learn_sweep(lr, cands)) == 0 &&
+        (rc = learn_confirm(lr, cands)) == 0 && (rc = learn_judge(lr)) == 0 && rank == 0)
+        learn_print(lr);
+    free(lr->t);
+    free(lr);
+    return rc;
+}
 
 int bench_learn_load(const bench_opts *o, int quiet, bench_learn_cands **out)
 {
