@@ -1,7 +1,10 @@
 /*
  * What `autoinfra bench` (cmd_bench.c) shares with its learner evaluation,
- * `bench --learn` (cmd_bench_learn.c): the options, the buffer shape of a
- * call, running one call, and the error and JSON output helpers.
+ * `bench --learn` (cmd_bench_learn.c), implemented in bench.c: the
+ * options, the buffer shape of a call, checkable inputs, running one call,
+ * and the error and JSON output helpers. The evaluation's own entry points
+ * are in bench_learn.h, so that the two commands' files call bench.c and
+ * cmd_bench.c calls cmd_bench_learn.c, never the other way round.
  */
 #ifndef AI_CLI_BENCH_H
 #define AI_CLI_BENCH_H
@@ -9,6 +12,7 @@
 #include "autoinfra.h"
 #include "autoinfra/introspect.h"
 
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct bench_opts {
@@ -48,10 +52,14 @@ typedef struct bench_shape {
 /* The buffer shape of one call of `coll` for a requested `bytes`
  * (element size esize, p ranks). */
 bench_shape bench_shape_of(ai_coll coll, size_t bytes, size_t esize, int p);
-/* Checkable inputs in sbuf and the sentinel in rbuf (cmd_bench.c's
- * comment says why these values). */
+/* Checkable inputs in sbuf and the sentinel in rbuf (bench.c's comment
+ * says why these values). */
 void bench_fill_inputs(const bench_opts *o, const bench_shape *s, int rank, int p, void *sbuf,
                        void *rbuf);
+/* Elements of the result in rbuf that differ from the locally computed
+ * reference. */
+int64_t bench_count_wrong(const bench_opts *o, const bench_shape *s, int rank, int p,
+                          const void *rbuf);
 /* One call of the benchmarked collective with options ao. */
 ai_status_t bench_run_once(ai_comm *comm, const bench_opts *o, const bench_shape *s,
                            const ai_algo_opts *ao, const void *sbuf, void *rbuf);
@@ -66,17 +74,5 @@ int bench_fail(int rank, ai_status_t st, const char *fmt, ...) __attribute__((fo
 void bench_json_str(FILE *f, const char *key, const char *v);
 /* "choice":{...}: the arm auto settled on (ai_choice), on stdout. */
 void bench_print_choice(const ai_choice *c);
-
-/* --learn (cmd_bench_learn.c). --oracle-from's candidates: read before
- * the communicator exists, so that every rank stops on a bad file (quiet:
- * only rank 0 says why). Returns 0 with *out set (free it), else the exit
- * status. */
-typedef struct bench_learn_cands bench_learn_cands;
-int bench_learn_load(const bench_opts *o, int quiet, bench_learn_cands **out);
-/* The table's heading (without --json), on rank 0. */
-void bench_learn_header(const bench_opts *o, int p, int nhosts);
-/* One size: auto calls, the sweep, the confirmation; 0 or an exit status. */
-int bench_learn_size(ai_comm *comm, const bench_opts *o, const bench_learn_cands *cands,
-                     size_t req, void *sbuf, void *rbuf);
 
 #endif

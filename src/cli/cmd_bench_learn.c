@@ -9,6 +9,7 @@
  */
 #include "autoinfra.h"
 #include "bench.h"
+#include "bench_learn.h"
 #include "cli.h"
 
 #include <errno.h>
