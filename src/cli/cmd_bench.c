@@ -24,6 +24,7 @@
 #include "cli.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,148 +122,142 @@ static int algo_known(ai_coll coll, const char *name)
     return 0;
 }
 
-/* 0 run, 1 help printed, 2 usage error. */
-static int bench_parse(int argc, char **argv, bench_opts *o)
+/* The flags without a value: 1 if a is one (set in o). */
+static int bench_parse_flag(const char *a, bench_opts *o)
 {
-    o->coll = AI_ALLREDUCE;
-    o->min_bytes = BENCH_DEFAULT_MIN;
-    o->max_bytes = BENCH_DEFAULT_MAX;
-    o->dt = AI_F32;
-    o->op = AI_SUM;
-    o->iters = 20;
-    o->warmup = 5;
-    o->confirm = -1;
-    o->judge = -1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int m;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {{"--check", offsetof(bench_opts, check)},
+                 {"--json", offsetof(bench_opts, json)},
+                 {"--list", offsetof(bench_opts, list)},
+                 {"--learn", offsetof(bench_opts, learn)},
+                 {"--no-sweep", offsetof(bench_opts, no_sweep)}};
+    for (size_t k = 0; k < sizeof flags / sizeof flags[0]; k++)
+        if (!strcmp(a, flags[k].name)) {
+            *(int *)((char *)o + flags[k].off) = 1;
             return 1;
-        if (!strcmp(a, "--check")) {
-            o->check = 1;
-            continue;
         }
-        if (!strcmp(a, "--json")) {
-            o->json = 1;
-            continue;
-        }
-        if (!strcmp(a, "--list")) {
-            o->list = 1;
-            continue;
-        }
-        if (!strcmp(a, "--learn")) {
-            o->learn = 1;
-            continue;
-        }
-        if (!strcmp(a, "--no-sweep")) {
-            o->no_sweep = 1;
-            continue;
-        }
-#define OPT(name) ((m = cli_match_opt(argc, argv, &i, name, &v)) != 0)
-        if (OPT("--coll")) {
-            if (m < 0)
-                goto missing;
-            if (ai_coll_parse(v, &o->coll) != AI_OK)
-                return bench_usage_err("--coll '%s': unknown collective", v);
-        } else if (OPT("--bytes")) {
-            const char *colon, *end;
-            if (m < 0)
-                goto missing;
-            colon = strchr(v, ':');
-            end = v + strlen(v);
-            if (cli_parse_size(v, colon ? colon : end, &o->min_bytes) ||
-                (colon && cli_parse_size(colon + 1, end, &o->max_bytes)))
-                return bench_usage_err("--bytes '%s': expected MIN[:MAX] like 1K:64M", v);
-            if (!colon)
-                o->max_bytes = o->min_bytes;
-            if (o->max_bytes < o->min_bytes)
-                return bench_usage_err("--bytes '%s': MAX is smaller than MIN", v);
-        } else if (OPT("--dtype")) {
-            if (m < 0)
-                goto missing;
-            if (ai_dtype_parse(v, &o->dt) != AI_OK)
-                return bench_usage_err("--dtype '%s': unknown type "
-                                       "(f32, f64, f16, bf16, i32, i64, u8)", v);
-        } else if (OPT("--op")) {
-            if (m < 0)
-                goto missing;
-            if (ai_op_parse(v, &o->op) != AI_OK)
-                return bench_usage_err("--op '%s': unknown operation "
-                                       "(sum, prod, min, max, avg)", v);
-        } else if (OPT("--algo")) {
-            if (m < 0)
-                goto missing;
-            o->algo = strcasecmp(v, "auto") ? v : NULL;
-        } else if (OPT("--iters")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 1, 1000000000, &o->iters))
-                return bench_usage_err("--iters '%s': expected a number >= 1", v);
-        } else if (OPT("--warmup")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 0, 1000000000, &o->warmup))
-                return bench_usage_err("--warmup '%s': expected a number >= 0", v);
-        } else if (OPT("--chunk")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_size(v, v + strlen(v), &o->chunk) || !o->chunk)
-                return bench_usage_err("--chunk '%s': expected a size > 0 like 64K", v);
-        } else if (OPT("--channels")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 1, 1024, &o->channels))
-                return bench_usage_err("--channels '%s': expected a number >= 1", v);
-        } else if (OPT("--kb")) {
-            if (m < 0)
-                goto missing;
-            o->kb = v;
-        } else if (OPT("--confirm")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 0, 64, &o->confirm))
-                return bench_usage_err("--confirm '%s': expected a number from 0 to 64", v);
-        } else if (OPT("--judge")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 0, 64, &o->judge))
-                return bench_usage_err("--judge '%s': expected a number from 0 to 64", v);
-        } else if (OPT("--oracle-from")) {
-            if (m < 0)
-                goto missing;
-            o->oracle_from = v;
-        } else if (OPT("--calls")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 1, 100000, &o->calls))
-                return bench_usage_err("--calls '%s': expected a number >= 1", v);
-        } else if (OPT("--more")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 0, 100000, &o->more))
-                return bench_usage_err("--more '%s': expected a number >= 0", v);
-        } else if (OPT("--drift-after")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 1, 100000, &o->drift_after))
-                return bench_usage_err("--drift-after '%s': expected a number >= 1", v);
-        } else if (OPT("--drift-cmd")) {
-            if (m < 0)
-                goto missing;
-            o->drift_cmd = v;
-        } else if (OPT("--root")) {
-            if (m < 0)
-                goto missing;
-            if (cli_parse_int(v, 0, 1 << 30, &o->root))
-                return bench_usage_err("--root '%s': expected a rank >= 0", v);
-        } else {
-            return bench_usage_err("unknown option '%s'", a);
-        }
-#undef OPT
-        continue;
-missing:
-        return bench_usage_err("option '%s' needs a value", a);
+    return 0;
+}
+
+/* The option at argv[*i] with its value (--coll X or --coll=X; *i moves
+ * past the value): 0 taken, 2 a usage error (said). */
+static int bench_parse_value(int argc, char **argv, int *i, bench_opts *o)
+{
+    const char *a = argv[*i], *v = NULL;
+    int m;
+#define OPT(name) ((m = cli_match_opt(argc, argv, i, name, &v)) != 0)
+    if (OPT("--coll")) {
+        if (m < 0)
+            goto missing;
+        if (ai_coll_parse(v, &o->coll) != AI_OK)
+            return bench_usage_err("--coll '%s': unknown collective", v);
+    } else if (OPT("--bytes")) {
+        const char *colon, *end;
+        if (m < 0)
+            goto missing;
+        colon = strchr(v, ':');
+        end = v + strlen(v);
+        if (cli_parse_size(v, colon ? colon : end, &o->min_bytes) ||
+            (colon && cli_parse_size(colon + 1, end, &o->max_bytes)))
+            return bench_usage_err("--bytes '%s': expected MIN[:MAX] like 1K:64M", v);
+        if (!colon)
+            o->max_bytes = o->min_bytes;
+        if (o->max_bytes < o->min_bytes)
+            return bench_usage_err("--bytes '%s': MAX is smaller than MIN", v);
+    } else if (OPT("--dtype")) {
+        if (m < 0)
+            goto missing;
+        if (ai_dtype_parse(v, &o->dt) != AI_OK)
+            return bench_usage_err("--dtype '%s': unknown type "
+                                   "(f32, f64, f16, bf16, i32, i64, u8)", v);
+    } else if (OPT("--op")) {
+        if (m < 0)
+            goto missing;
+        if (ai_op_parse(v, &o->op) != AI_OK)
+            return bench_usage_err("--op '%s': unknown operation "
+                                   "(sum, prod, min, max, avg)", v);
+    } else if (OPT("--algo")) {
+        if (m < 0)
+            goto missing;
+        o->algo = strcasecmp(v, "auto") ? v : NULL;
+    } else if (OPT("--iters")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 1, 1000000000, &o->iters))
+            return bench_usage_err("--iters '%s': expected a number >= 1", v);
+    } else if (OPT("--warmup")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 0, 1000000000, &o->warmup))
+            return bench_usage_err("--warmup '%s': expected a number >= 0", v);
+    } else if (OPT("--chunk")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_size(v, v + strlen(v), &o->chunk) || !o->chunk)
+            return bench_usage_err("--chunk '%s': expected a size > 0 like 64K", v);
+    } else if (OPT("--channels")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 1, 1024, &o->channels))
+            return bench_usage_err("--channels '%s': expected a number >= 1", v);
+    } else if (OPT("--kb")) {
+        if (m < 0)
+            goto missing;
+        o->kb = v;
+    } else if (OPT("--confirm")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 0, 64, &o->confirm))
+            return bench_usage_err("--confirm '%s': expected a number from 0 to 64", v);
+    } else if (OPT("--judge")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 0, 64, &o->judge))
+            return bench_usage_err("--judge '%s': expected a number from 0 to 64", v);
+    } else if (OPT("--oracle-from")) {
+        if (m < 0)
+            goto missing;
+        o->oracle_from = v;
+    } else if (OPT("--calls")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 1, 100000, &o->calls))
+            return bench_usage_err("--calls '%s': expected a number >= 1", v);
+    } else if (OPT("--more")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 0, 100000, &o->more))
+            return bench_usage_err("--more '%s': expected a number >= 0", v);
+    } else if (OPT("--drift-after")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 1, 100000, &o->drift_after))
+            return bench_usage_err("--drift-after '%s': expected a number >= 1", v);
+    } else if (OPT("--drift-cmd")) {
+        if (m < 0)
+            goto missing;
+        o->drift_cmd = v;
+    } else if (OPT("--root")) {
+        if (m < 0)
+            goto missing;
+        if (cli_parse_int(v, 0, 1 << 30, &o->root))
+            return bench_usage_err("--root '%s': expected a rank >= 0", v);
+    } else {
+        return bench_usage_err("unknown option '%s'", a);
     }
+#undef OPT
+    return 0;
+missing:
+    return bench_usage_err("option '%s' needs a value", a);
+}
+
+/* What the options say together: the pairs and exclusions, --learn's
+ * defaults, and --algo against --coll (checked after the loop: --algo may
+ * come before --coll). */
+static int bench_parse_check(bench_opts *o)
+{
     if (!o->drift_after != !o->drift_cmd)
         return bench_usage_err("--drift-after and --drift-cmd go together");
     if ((o->drift_after || o->calls || o->more || o->no_sweep || o->confirm >= 0 ||
@@ -279,7 +274,6 @@ missing:
         o->judge = 8;
     if (!o->calls)
         o->calls = 32;
-    /* Checked after the loop: --algo may come before --coll. */
     if (o->algo && !algo_known(o->coll, o->algo)) {
         const char *r = bench_env_rank();
         int n = ai_coll_algo_count(o->coll);
@@ -296,6 +290,31 @@ missing:
         return 2;
     }
     return 0;
+}
+
+/* 0 run, 1 help printed, 2 usage error. */
+static int bench_parse(int argc, char **argv, bench_opts *o)
+{
+    o->coll = AI_ALLREDUCE;
+    o->min_bytes = BENCH_DEFAULT_MIN;
+    o->max_bytes = BENCH_DEFAULT_MAX;
+    o->dt = AI_F32;
+    o->op = AI_SUM;
+    o->iters = 20;
+    o->warmup = 5;
+    o->confirm = -1;
+    o->judge = -1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help"))
+            return 1;
+        if (bench_parse_flag(a, o))
+            continue;
+        if ((rc = bench_parse_value(argc, argv, &i, o)) != 0)
+            return rc;
+    }
+    return bench_parse_check(o);
 }
 
 /* ------------------------------------------------------------ shapes */
