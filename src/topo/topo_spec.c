@@ -75,7 +75,7 @@ static ai_status_t check_keys(const spec_ctx *sc, json_t *obj, const char *base,
             size_t len = strlen(list);
             snprintf(list + len, sizeof list - len, "%s%s", i ? ", " : "", known[i]);
         }
-        const char *near = ai_nearest_name(key, known, n);
+        const char *near = util_nearest_name(key, known, n);
         return spec_err(sc, path, "unknown key%s%s%s (known here: %s)",
                         near ? "; did you mean '" : "", near ? near : "", near ? "'?" : "", list);
     }

@@ -71,7 +71,7 @@ static int edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-const char *ai_nearest_name(const char *word, const char *const *names, int n)
+const char *util_nearest_name(const char *word, const char *const *names, int n)
 {
     const char *best = NULL;
     int bd = 1 << 30, limit = AI_MAX(1, (int)strlen(word) / 3);

@@ -211,7 +211,7 @@ static void parse(const util_param_info *p, const char *v, slot *s)
             size_t len = strlen(list);
             snprintf(list + len, sizeof list - len, "%s%s", k ? ", " : "", p->choices[k]);
         }
-        const char *near = ai_nearest_name(v, p->choices, p->nchoices);
+        const char *near = util_nearest_name(v, p->choices, p->nchoices);
         snprintf(want, sizeof want, "one of %s%s%s%s", list, near ? " (did you mean '" : "",
                  near ? near : "", near ? "'?)" : "");
         refuse(s, p, v, want);

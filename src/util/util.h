@@ -89,7 +89,7 @@ ai_status_t ai_log_level_env(ai_log_level *out);
 /* The name of names[0..n) nearest to word by edit distance, if it is
  * close enough to be a likely misspelling (at most a third of the word's
  * letters, at least 1, differ); NULL otherwise. */
-const char *ai_nearest_name(const char *word, const char *const *names, int n);
+const char *util_nearest_name(const char *word, const char *const *names, int n);
 
 /* ai_parse_size (sizes: "64K", "4MiB", ...): autoinfra/introspect.h. */
 /* Strict integer / double parsing of a whole string. */
