@@ -486,7 +486,7 @@ ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out);
 /* topology.conf text for the cluster spec at spec_path; free() it. */
 ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out);
 
-/* ------------------------------ learner and knowledge base (tune/kb.c) */
+/* ----------------------------- learner and knowledge base (tune/kb*.c) */
 
 /*
  * The learner behind `auto` (algorithm x chunk x channels per collective,
