@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """A small GPT-style transformer trained with DDP on CPU: the project's main job.
 
 One process per rank; the job comes from torch's env:// variables (RANK,
@@ -7,7 +6,7 @@ WORLD_SIZE, MASTER_ADDR, MASTER_PORT), which `autoinfra launch` and
 (Debian's base-files, on every Debian system), read byte by byte: the
 tokenizer is the identity on bytes, a vocabulary of 256.
 
-    build/autoinfra launch -n 4 -- /usr/bin/python3 examples/train/train.py \\
+    PYTHONPATH=python build/autoinfra launch -n 4 -- /usr/bin/python3 -m autoinfra.train \\
         --backend autoinfra --model tiny --steps 40
 
 Every step takes the next --global-batch windows of ctx+1 bytes from one
@@ -29,7 +28,7 @@ dropout).
 
 --pipeline L0,L1,... (or a plan with a pipeline) runs the model as a
 pipeline of stages holding L0, L1, ... blocks instead, 1F1B over
-send/recv (pipeline.py, docs/train.md "Pipelines").
+send/recv (autoinfra.train.pipeline, docs/train.md "Pipelines").
 
 --elastic trains through autoinfra.elastic (docs/train.md "Elastic
 training"): a rank that dies costs the survivors at most the interrupted
@@ -158,7 +157,7 @@ class GPT(nn.Module):
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+    p = argparse.ArgumentParser(prog="python -m autoinfra.train", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--backend", default="autoinfra", choices=("autoinfra", "gloo"))
     p.add_argument("--model", default="tiny", choices=sorted(PRESETS),
@@ -267,11 +266,8 @@ def parse_args(argv):
 
 
 def pipeline_module():
-    """examples/train/pipeline.py, beside this file: the pipeline's run."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import pipeline
+    """autoinfra.train.pipeline: the pipeline's run (imported when used)."""
+    from autoinfra.train import pipeline
     return pipeline
 
 
@@ -307,16 +303,8 @@ def load_plan(p, path):
     return plan
 
 
-def python_package():
-    """The repo's python/ folder on sys.path (autoinfra.torch, autoinfra.slurm)."""
-    pkg = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
-    if os.path.isdir(pkg) and pkg not in sys.path:
-        sys.path.insert(0, pkg)
-
-
 def job_from_env():
     if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
-        python_package()
         import autoinfra.slurm  # srun: torch's env:// from Slurm's variables
         try:
             autoinfra.slurm.torch_env()
@@ -340,7 +328,6 @@ def load_backend(name):
     """The autoinfra backend registers itself with torch.distributed on import."""
     if name != "autoinfra":
         return None
-    python_package()
     import autoinfra.torch as backend  # noqa: F401 (registers "autoinfra")
     return backend
 
@@ -498,10 +485,10 @@ def smoothed_time_to(losses, times, target, window=5):
 
 
 def profile_compute(a, world, B, cap, ds):
-    """This rank's entry of the compute profile (compute_profile.py), on a
+    """This rank's entry of the compute profile (autoinfra.train.compute_profile), on a
     fresh model under DDP with its own AdamW and its own order of the
     windows (the job's own model and order are left as they are)."""
-    import compute_profile
+    from autoinfra.train import compute_profile
     torch.manual_seed(a.seed)
     model = GPT(a.layers, a.dim, a.heads, a.ctx)
     ddp = DDP(model, bucket_cap_mb=cap)
@@ -792,7 +779,3 @@ def finish(a, result):
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
