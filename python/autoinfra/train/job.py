@@ -203,6 +203,10 @@ def parse_args(argv):
     p.add_argument("--quiet", action="store_true", help="no per-step lines")
     p.add_argument("--die-at", type=int, metavar="STEP",
                    help="the last rank kills itself (SIGKILL) at this step: the failure test")
+    p.add_argument("--fsdp", action="store_true",
+                   help="shard the model with FSDP (torch 2's fully_shard: every block and the "
+                        "root; gradients reduce-scattered, parameters all-gathered) instead of DDP "
+                        "(default: DDP)")
     p.add_argument("--elastic", action="store_true",
                    help="train on through lost ranks and joiners (autoinfra.elastic; autoinfra backend)")
     p.add_argument("--join", metavar="HOST:PORT",
@@ -222,6 +226,11 @@ def parse_args(argv):
     if a.elastic and (a.shares or a.plan or a.profile_out or a.micro_batch):
         p.error("--elastic splits each step evenly over the ranks of the moment: no --shares, "
                 "--plan, --profile-out or --micro-batch")
+    if a.fsdp and (a.elastic or a.pipeline or a.profile_out or a.die_at is not None):
+        p.error("--fsdp trains the data-parallel job only: no --elastic, --pipeline, "
+                "--profile-out or --die-at")
+    if a.fsdp and not torch.__version__.startswith("2"):
+        p.error("--fsdp needs torch 2 (fully_shard); this is torch %s" % torch.__version__)
     layers, dim, heads, ctx = PRESETS[a.model]
     a.layers = a.layers or layers
     a.dim = a.dim or dim
@@ -443,6 +452,44 @@ class Ready:
         return grad
 
 
+@contextlib.contextmanager
+def _fsdp_no_sync(model):
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+def no_sync(model):
+    """Gradients accumulate locally, not reduced: DDP's no_sync, or FSDP's
+    set_requires_gradient_sync(False) for the block."""
+    return model.no_sync() if hasattr(model, "no_sync") else _fsdp_no_sync(model)
+
+
+def shard(model):
+    """The model under FSDP (torch 2's fully_shard): every block a unit of
+    its own, then the root (embeddings, final norm, head), so that a
+    block's parameters are all-gathered just before it runs and its
+    gradients reduce-scattered as soon as its backward ends. Its
+    reduce-scatter averages over the ranks as DDP's allreduce does, so
+    run_share's loss scaling holds for both."""
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch 2.4/2.5 keep it under _composable
+        from torch.distributed._composable.fsdp import fully_shard
+    for blk in model.blocks:
+        fully_shard(blk)
+    fully_shard(model)
+    return model
+
+
+class NoReady:
+    """FSDP: the gradients' readiness is not hooked (its parameters are
+    replaced by shards); compute is timed to the backward's end."""
+    t = 0.0
+
+
 def run_share(ddp, order, idx, B, world, micro, ready):
     """Forward and backward of this rank's share idx of a global batch of
     B: micro-batches of at most micro, all but the last under no_sync,
@@ -458,7 +505,7 @@ def run_share(ddp, order, idx, B, world, micro, ready):
     ready.t = 0.0
     for j, part in enumerate(parts):
         x, y = order.batch(part)
-        sync = contextlib.nullcontext() if j == len(parts) - 1 else ddp.no_sync()
+        sync = contextlib.nullcontext() if j == len(parts) - 1 else no_sync(ddp)
         with sync:
             logits = ddp(x)
             loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
@@ -666,17 +713,21 @@ def main(argv):
             dist.destroy_process_group()
             return 0
 
-    ready = Ready(model)
-    ddp = DDP(model, bucket_cap_mb=cap)
+    if a.fsdp:
+        ready, ddp = NoReady(), shard(model)
+    else:
+        ready = Ready(model)
+        ddp = DDP(model, bucket_cap_mb=cap)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, weight_decay=0.01)
     tokens = B * a.ctx
     if rank == 0:
         print("train: %s, %d ranks, %d layers dim %d heads %d ctx %d, %.2fM parameters (%.1f MiB of "
-              "gradients), global batch %d, shares %s%s, micro-batch %d, buckets %g MiB, corpus %s "
+              "gradients), global batch %d, shares %s%s, micro-batch %d, %s, corpus %s "
               "(%d bytes)" % (a.backend, world, a.layers, a.dim, a.heads, a.ctx, params / 1e6,
                               grad_bytes / 2**20, B, ",".join(map(str, shares)),
                               " (adaptive, every %d steps)" % a.rebalance_every if balancer else "",
-                              micro, cap, a.corpus, len(data)), flush=True)
+                              micro, "FSDP (fully_shard per block)" if a.fsdp else "buckets %g MiB" % cap,
+                              a.corpus, len(data)), flush=True)
 
     times, losses, straggle, waits, computes, history = [], [], [], [], [], [[0, list(shares)]]
     predicted = None
@@ -733,7 +784,7 @@ def main(argv):
     except Exception as e:  # a dead or stalled peer: name it and how long it took
         return step_failed(a, rank, len(times) + 1, t_fail, e)
 
-    buckets = bucket_sizes(ddp)
+    buckets = [] if a.fsdp else bucket_sizes(ddp)
     choice = learner_choice(backend, buckets)
     if rank == 0:
         step_times = both.tolist()
@@ -750,7 +801,8 @@ def main(argv):
             "plan": a.plan, "predicted_step_time_s": a.plan_obj.get("predicted_step_time_s")
             if a.plan_obj else None, "balancer_predicted_s": predicted,
             "steps": a.steps, "warmup": a.warmup, "seed": a.seed, "lr": a.lr,
-            "bucket_cap_mb": cap, "threads": a.threads,
+            "bucket_cap_mb": None if a.fsdp else cap, "threads": a.threads,
+            "parallel": "fsdp" if a.fsdp else "ddp", "torch": torch.__version__,
             "corpus": a.corpus, "corpus_bytes": len(data),
             "grad_bytes": grad_bytes, "bucket_bytes": buckets, "tokens_per_step": tokens,
             "step_times_s": step_times, "losses": losses,
