@@ -101,7 +101,7 @@ def add_where(p, scenario_what, local_what=None):
     with local_what, --local N: where the ranks run."""
     p.add_argument("scenario", nargs="?",
                    help="T0..T6 (bench/scenarios) or a cluster spec path: %s" % scenario_what)
-    if local_what:
+    if local_what is not None:
         p.add_argument("--local", type=int, metavar="N",
                        help="N ranks on this machine instead of a scenario%s (default: none, a "
                             "SCENARIO runs)" % local_what)
