@@ -8,7 +8,7 @@ JOBS       ?= 2
 # Open MPI and MPICH: the MPI shim is built against them and the tests run
 # the KB's exported tuning files through both. torch (with Python headers
 # and pybind11): the torch.distributed backend (docs/torch.md) and the
-# training job (examples/train) the demo and the tests run. Slurm and munge:
+# training job (autoinfra.train) the demo and the tests run. Slurm and munge:
 # a real Slurm on this machine (bench/slurm) and the SPANK plugin. libsodium:
 # the job token's challenge-response (docs/runtime.md, "Security").
 DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev libcmocka-dev iproute2 libsodium-dev \
@@ -57,7 +57,7 @@ asan: deps
 	cmake --build $(ASAN_BUILD) -j$(JOBS)
 
 # The main job: a GPT-style transformer trained with DDP on 4 local ranks
-# (examples/train), what the learner chose, then the planner's plan of the
+# (autoinfra.train), what the learner chose, then the planner's plan of the
 # embedded default scenario.
 demo: build
 	./scripts/demo $(BUILD)

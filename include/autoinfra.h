@@ -605,7 +605,7 @@ ai_status_t ai_kb_profile_foreach(ai_kb *kb, const char *fingerprint, ai_kb_prof
 ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks);
 
 /* ---------------------- training-job planner (plan/job/plan_train.c)
- * The data-parallel training job (examples/train) planned from what the
+ * The data-parallel training job (autoinfra.train) planned from what the
  * knowledge base measured: each rank's compute profile and the learner's
  * allreduce timings of the same fingerprint (docs/planner.md, "Planning
  * the training job from the knowledge base"). */
@@ -626,7 +626,7 @@ typedef struct ai_train_plan ai_train_plan;
 ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *opts, ai_train_plan **out);
 void ai_train_plan_destroy(ai_train_plan *plan);
 double ai_train_plan_step_time(const ai_train_plan *plan);
-/* The plan as the training-plan JSON of docs/formats.md (what train.py
+/* The plan as the training-plan JSON of docs/formats.md (what autoinfra.train
  * --plan runs), or as text (explain: every term with its source, and what
  * else was considered). The caller free()s *out. */
 ai_status_t ai_train_plan_json(const ai_train_plan *plan, char **out);

@@ -10,7 +10,7 @@
  *    measured ones, "catalogue" when the KB has no allreduce timings;
  *  - the terms sum to the predicted step; ranks of different speeds get
  *    uneven shares, equal ranks even ones; --fix pins what it names.
- * The profile figures are a real measurement of examples/train's medium
+ * The profile figures are a real measurement of autoinfra.train's medium
  * model on one rank of this machine (1 torch thread: fwd+bwd at batch 1,
  * 2, 4, 8, 16 and one AdamW step), the half-speed ranks doubled.
  */

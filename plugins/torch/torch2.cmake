@@ -95,3 +95,8 @@ endforeach()
 # machine: the run's limit is 150 s instead of 50.
 ai_torch2_test(torch2_elastic check_elastic.py 3 test-kb-torch2.sqlite 200
                AUTOINFRA_ELASTIC_LIMIT_S=150)
+
+# check_fsdp.py: the training job under FSDP (fully_shard: reduce_scatter
+# and allgather) on 2 ranks, autoinfra's losses against gloo's; mostly two starts of
+# torch 2 per backend, minutes on a loaded machine.
+ai_torch2_test(torch2_fsdp check_fsdp.py 2 test-kb-torch2.sqlite 420)

@@ -21,7 +21,7 @@ static void usage(FILE *out)
             "                            [--model PRESET] [--ranks N] [--fix key=value,...]\n"
             "                            [--explain] [--json] [--out FILE]\n"
             "\n"
-            "Plans the data-parallel training job (examples/train) from the knowledge\n"
+            "Plans the data-parallel training job (autoinfra.train) from the knowledge\n"
             "base: each rank's compute profile (`autoinfra profile import`) and the\n"
             "learner's allreduce timings of the same fingerprint.\n"
             "  --global-batch B  samples per step over all ranks\n"
@@ -37,7 +37,7 @@ static void usage(FILE *out)
             "  --explain         every term of the predicted step with its source, and\n"
             "                    what else was considered\n"
             "  --json            print the plan JSON (docs/formats.md, training plan)\n"
-            "  --out FILE        write the plan JSON to FILE (train.py --plan FILE)\n"
+            "  --out FILE        write the plan JSON to FILE (autoinfra.train --plan FILE)\n"
             "--kb KB as for `autoinfra kb` (default: $AUTOINFRA_KB, else the user's cache).\n");
 }
 

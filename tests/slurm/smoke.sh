@@ -2,7 +2,7 @@
 # A real Slurm (bench/slurm: munged, slurmctld, four slurmd) runs autoinfra:
 #  1. srun --autoinfra -N4 autoinfra bench --check: every result right,
 #     4 ranks on 4 hosts, and the knowledge base named by --autoinfra grew;
-#  2. srun -N4 python train.py (torch's env:// from Slurm's variables, no
+#  2. srun -N4 python -m autoinfra.train (torch's env:// from Slurm's variables, no
 #     launcher) on gloo, and with --autoinfra on the autoinfra backend:
 #     4 ranks, finite losses;
 #  3. a bad --autoinfra option is refused by srun, naming it;
@@ -49,12 +49,13 @@ assert all(math.isfinite(x) for x in r["losses"]), r["losses"]
 print("srun train %s: 4 ranks, loss %.4f -> %.4f" % (r["backend"], r["losses"][0], r["losses"][-1]))
 PY
 }
-TRAIN="/usr/bin/python3 $SRC/examples/train/train.py --model tiny --ctx 32 --batch 4 --steps 3 --warmup 1 --seed 1 --quiet"
+export PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}"  # autoinfra.train, srun passes it on
+TRAIN="/usr/bin/python3 -m autoinfra.train --model tiny --ctx 32 --batch 4 --steps 3 --warmup 1 --seed 1 --quiet"
 "$SLURM" run --timeout 150 -- srun -N4 -n4 $TRAIN --backend gloo --json "$DIR/gloo.json" ||
-    fail "srun train.py on gloo failed"
+    fail "srun autoinfra.train on gloo failed"
 check_train "$DIR/gloo.json"
 "$SLURM" run --timeout 150 -- srun -N4 -n4 --autoinfra=kb:"$DIR/kb.sqlite" $TRAIN --backend autoinfra \
-    --json "$DIR/autoinfra.json" || fail "srun --autoinfra train.py on autoinfra failed"
+    --json "$DIR/autoinfra.json" || fail "srun --autoinfra autoinfra.train on autoinfra failed"
 check_train "$DIR/autoinfra.json"
 
 # 3. a bad option names itself

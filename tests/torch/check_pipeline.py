@@ -1,4 +1,4 @@
-"""Checks of the training job's pipelines (examples/train/pipeline.py,
+"""Checks of the training job's pipelines (autoinfra.train.pipeline,
 docs/train.md "Pipelines"), run by ctest with /usr/bin/python3:
 
     check_pipeline.py schedule  the 1F1B schedule of 2..6 stages and 1..10
@@ -17,14 +17,14 @@ docs/train.md "Pipelines"), run by ctest with /usr/bin/python3:
                                 that trains the whole model on the whole
                                 global batch, and the replicas of a stage must
                                 be bit-identical
-    check_pipeline.py job       train.py --pipeline on 2 ranks against the
-                                data-parallel train.py on 2 ranks (same seed,
+    check_pipeline.py job       autoinfra.train --pipeline on 2 ranks against the
+                                data-parallel job on 2 ranks (same seed,
                                 corpus, global batch): the same losses, the
                                 JSON's fields; bad flags and plans refused
                                 with exit 2 naming the flag or field
 """
 import contextlib
-import importlib.util
+import importlib
 import io
 import json
 import os
@@ -35,8 +35,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-TRAIN_DIR = os.path.join(ROOT, "examples", "train")
-sys.path.insert(0, os.path.join(ROOT, "python"))
+PYTHON = os.path.abspath(os.path.join(ROOT, "python"))
+sys.path.insert(0, PYTHON)
 sys.path.insert(0, HERE)
 from check_shares import corpus, free_port  # noqa: E402 (the same corpus and ports)
 
@@ -60,10 +60,8 @@ CONFIGS = {
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(TRAIN_DIR, name + ".py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    """autoinfra.train's module: "train" (the job) or "pipeline"."""
+    return importlib.import_module("autoinfra.train." + ("job" if name == "train" else name))
 
 
 def model(train):
@@ -136,7 +134,8 @@ def rank_main(out):
 def run_ranks(world, argv, limit):
     """world local ranks of argv (env://); their exit codes."""
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([PYTHON] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r))) for r in range(world)]
     end = time.time() + limit
     while any(p.poll() is None for p in procs) and time.time() < end:
@@ -213,14 +212,13 @@ def schedule():
 
 def job():
     py = sys.executable
-    train = os.path.join(TRAIN_DIR, "train.py")
     common = ["--model", "tiny", "--layers", "3", "--steps", "3", "--warmup", "1",
               "--global-batch", "6", "--quiet", "--lr", "0.01"]
     with tempfile.TemporaryDirectory(prefix="autoinfra-pipejob-") as out:
         pj, dj = os.path.join(out, "pipe.json"), os.path.join(out, "dp.json")
-        codes = run_ranks(2, [py, train, "--pipeline", "2,1", "--micro-batches", "3", "--json", pj]
+        codes = run_ranks(2, [py, "-m", "autoinfra.train", "--pipeline", "2,1", "--micro-batches", "3", "--json", pj]
                           + common, 90)
-        codes += run_ranks(2, [py, train, "--json", dj] + common, 90)
+        codes += run_ranks(2, [py, "-m", "autoinfra.train", "--json", dj] + common, 90)
         if codes != [0] * 4:
             print("job: exit codes %s" % codes, file=sys.stderr)
             return 1

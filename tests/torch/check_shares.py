@@ -1,4 +1,4 @@
-"""Checks of the training job's batch shares (examples/train/train.py,
+"""Checks of the training job's batch shares (autoinfra.train.job,
 docs/train.md "Batch shares"), run by ctest with /usr/bin/python3:
 
     check_shares.py exact      3 local ranks on the autoinfra backend train
@@ -14,7 +14,7 @@ docs/train.md "Batch shares"), run by ctest with /usr/bin/python3:
                                balances the ranks, and re-balances after a
                                rank slows down
 """
-import importlib.util
+import importlib
 import os
 import socket
 import subprocess
@@ -38,10 +38,7 @@ SHAPE = dict(layers=2, dim=32, heads=4, ctx=16)
 
 
 def load_train():
-    spec = importlib.util.spec_from_file_location("train", os.path.join(ROOT, "examples", "train", "train.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("autoinfra.train.job")
 
 
 def corpus():

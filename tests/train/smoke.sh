@@ -8,10 +8,10 @@ BIN=$1 SRC=$2
 shift 2
 DIR=$(mktemp -d /tmp/autoinfra-train-test.XXXXXX)
 trap 'rm -rf "$DIR"' EXIT
-export GLOO_SOCKET_IFNAME=lo AUTOINFRA_KB="$DIR/kb.sqlite"
+export GLOO_SOCKET_IFNAME=lo AUTOINFRA_KB="$DIR/kb.sqlite" PYTHONPATH="$SRC/python${PYTHONPATH:+:$PYTHONPATH}"
 for backend in "$@"; do
     for steps in 3 20; do
-        "$BIN" launch -n 2 --timeout 120 -- /usr/bin/python3 "$SRC/examples/train/train.py" \
+        "$BIN" launch -n 2 --timeout 120 -- /usr/bin/python3 -m autoinfra.train \
             --backend "$backend" --model tiny --ctx 32 --batch 4 --steps "$steps" --warmup 1 \
             --seed 1 --lr 3e-3 --quiet --json "$DIR/$backend-$steps.json"
         /usr/bin/python3 - "$DIR/$backend-$steps.json" "$steps" <<'PY'

@@ -1,6 +1,6 @@
 /*
  * The training-job planner (docs/planner.md, "Planning the training job
- * from the knowledge base"): the data-parallel CPU job of examples/train
+ * from the knowledge base"): the data-parallel CPU job of autoinfra.train
  * planned on what the knowledge base measured, each rank's compute profile
  * and the learner's allreduce timings of the same fingerprint, instead of
  * catalogue figures.

@@ -1,7 +1,7 @@
-"""The compute profile of the training job (train.py --profile-out FILE).
+"""The compute profile of the training job (python -m autoinfra.train --profile-out FILE).
 
 (Not named profile.py: that would shadow the standard library's module
-of that name for everything imported from train.py's directory.)
+of that name wherever this folder is on sys.path.)
 
 Every rank measures its own compute at the model's shapes under the job's
 conditions, and rank 0 writes the compute profile (docs/formats.md,

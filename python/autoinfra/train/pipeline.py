@@ -1,4 +1,4 @@
-"""Pipeline parallelism for the training job (examples/train/train.py;
+"""Pipeline parallelism for the training job (autoinfra.train.job;
 docs/train.md "Pipelines").
 
 P stages, k replicas, P x k ranks. Stage s holds a contiguous run of the
@@ -399,7 +399,7 @@ class PipeRank:
 # ------------------------------------------------------------- the job
 
 def main(a, T):
-    """The training job over a pipeline (train.py's main for --pipeline or
+    """The training job over a pipeline (the job's main for --pipeline or
     a pipeline plan); T is the train module (its model, data, helpers)."""
     rank, world = T.job_from_env()
     data, ds = T.setup(a)
