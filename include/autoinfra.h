@@ -219,6 +219,13 @@ ai_status_t ai_comm_agree(ai_comm *comm, uint64_t *flags);
  * Up to max of them in ranks; *n gets how many there are. */
 ai_status_t ai_comm_failed(ai_comm *comm, int *ranks, int max, int *n);
 
+/* The rank whose failure broke comm, as this rank knows it (a caller's
+ * typed form of what ai_last_error names): the peer its own first error
+ * named, else the rank a peer's abort notice said failed first or revoked
+ * it. *rank gets -1 while comm works and when no other rank is known (this
+ * rank's own revoke, a stall that named nobody). */
+ai_status_t ai_comm_failure_peer(const ai_comm *comm, int *rank);
+
 /* Collective over the live ranks: a new communicator of the survivors
  * (an agreement decides who they are), ranks renumbered in the old order,
  * its own transports (shared memory among ranks still on one host, TCP

@@ -173,6 +173,11 @@ static int dead_member_body(ai_comm *c, void *arg)
                 ai_strerror(st), now_s() - t0, ai_last_error());
         return 22;
     }
+    int peer = -1;
+    if (ai_comm_failure_peer(c, &peer) != AI_OK || peer != 2) {
+        fprintf(stderr, "rank %d: admit failed, naming rank %d, want 2\n", r, peer);
+        return 23;
+    }
     return 0;
 }
 

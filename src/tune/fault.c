@@ -40,6 +40,14 @@ ai_status_t ai_comm_failed(ai_comm *c, int *ranks, int max, int *n)
     return comm_ft_failed(c, ranks, max, n);
 }
 
+ai_status_t ai_comm_failure_peer(const ai_comm *c, int *rank)
+{
+    ai_status_t st = need(c && rank ? c : NULL, "ai_comm_failure_peer");
+    if (st == AI_OK)
+        *rank = comm_ft_failure_peer(c);
+    return st;
+}
+
 ai_status_t ai_comm_shrink(ai_comm *c, ai_comm **out)
 {
     ai_status_t st = need(c && out ? c : NULL, "ai_comm_shrink");
