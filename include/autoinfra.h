@@ -219,6 +219,13 @@ ai_status_t ai_comm_agree(ai_comm *comm, uint64_t *flags);
  * Up to max of them in ranks; *n gets how many there are. */
 ai_status_t ai_comm_failed(ai_comm *comm, int *ranks, int max, int *n);
 
+/* The rank whose failure broke comm, as this rank knows it (a caller's
+ * typed form of what ai_last_error names): the peer its own first error
+ * named, else the rank a peer's abort notice said failed first or revoked
+ * it. *rank gets -1 while comm works and when no other rank is known (this
+ * rank's own revoke, a stall that named nobody). */
+ai_status_t ai_comm_failure_peer(const ai_comm *comm, int *rank);
+
 /* Collective over the live ranks: a new communicator of the survivors
  * (an agreement decides who they are), ranks renumbered in the old order,
  * its own transports (shared memory among ranks still on one host, TCP
@@ -264,6 +271,19 @@ ai_status_t ai_comm_join_pending(ai_comm *comm, int *waiting);
  * members' channels and no_shm apply); host_id and block_waits are as for
  * ai_comm_create. */
 ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
+
+/* The members' side of joining, collective over every rank of a healthy
+ * communicator, for a loop that takes newcomers between its steps (the
+ * elastic torch helper calls it at each step's end; the newcomer's side is
+ * ai_comm_join): rank 0 counts the newcomers waiting at its join door
+ * (ai_comm_join_pending), every member learns that count from it, and when
+ * it is not 0 they grow by it (ai_comm_grow within timeout_s). *joined gets
+ * the count, the same on every member; *out the larger communicator, or
+ * NULL when nobody waited and comm goes on. A member that died: every
+ * other member's admit fails (AI_ERR_PEER), none grows. Newcomers that left
+ * before the grow: AI_ERR_TIMEOUT on every member, *joined still the
+ * count, and comm stays usable, as after ai_comm_grow. */
+ai_status_t ai_comm_admit(ai_comm *comm, double timeout_s, int *joined, ai_comm **out);
 
 /* Degraded peers: the ranks on hosts whose links, as last measured, are
  * much slower than the others' (bottleneck bandwidth under half the

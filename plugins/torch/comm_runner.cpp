@@ -224,6 +224,12 @@ void CommRunner::release() {
   if (wake) cv_.notify_all();
 }
 
+namespace {
+std::exception_ptr revoked_error(const std::string& msg) {
+  return std::make_exception_ptr(CommError(AI_ERR_REVOKED, -1, msg));
+}
+}  // namespace
+
 void CommRunner::revoke(const std::string& reason) {
   std::deque<Job> drained;
   std::string msg;
@@ -233,11 +239,12 @@ void CommRunner::revoke(const std::string& reason) {
       revoked_ = "autoinfra: rank " + std::to_string(rank_) + ": the communicator was revoked" +
                  (reason.empty() ? "" : ": " + reason);
     msg = revoked_;
+    if (!failure_) failure_ = std::make_shared<const CommError>(AI_ERR_REVOKED, -1, msg);
     drained.swap(queue_);
     queued_.store(0, std::memory_order_release);
   }
   cv_.notify_all();
-  for (auto& job : drained) job.done(std::make_exception_ptr(std::runtime_error(msg)));
+  for (auto& job : drained) job.done(revoked_error(msg));
   // Idle: revoke now; a running call's thread revokes when it returns.
   bool idle;
   {
@@ -271,6 +278,12 @@ std::unique_ptr<CommRunner> CommRunner::grow(int joiners, double timeout_s) {
   return std::make_unique<CommRunner>(out);
 }
 
+std::unique_ptr<CommRunner> CommRunner::admit(double timeout_s, int* joined) {
+  ai_comm* out = nullptr;
+  exclusive([&] { check(ai_comm_admit(comm_, timeout_s, joined, &out), "admit"); });
+  return out ? std::make_unique<CommRunner>(out) : nullptr;
+}
+
 std::vector<int> CommRunner::failed() {
   std::vector<int> ranks(size_);
   int n = 0;
@@ -295,9 +308,19 @@ std::unique_ptr<CommRunner> CommRunner::join(const ai_comm_config& cfg, const st
   ai_comm* out = nullptr;
   ai_status_t st = ai_comm_join(&cfg, job_addr.c_str(), &out);
   if (st != AI_OK)
-    throw std::runtime_error(std::string("autoinfra join ") + job_addr + ": " + ai_strerror(st) +
-                             ": " + ai_last_error());
+    throw CommError(st, -1, std::string("autoinfra join ") + job_addr + ": " + ai_strerror(st) +
+                                ": " + ai_last_error());
   return std::make_unique<CommRunner>(out);
+}
+
+std::shared_ptr<const CommError> CommRunner::failure() {
+  std::lock_guard<std::mutex> l(mu_);
+  return failure_;
+}
+
+void CommRunner::keep_failure(const CommError& e) {
+  std::lock_guard<std::mutex> l(mu_);
+  if (!failure_) failure_ = std::make_shared<const CommError>(e);
 }
 
 bool CommRunner::revoked() {
@@ -386,11 +409,12 @@ void CommRunner::loop() {
       stop_s = stop_s_;
     }
     if (!revoked.empty() && !p2p_.empty())
-      fail_p2p(std::make_exception_ptr(std::runtime_error(revoked)));
+      fail_p2p(revoked_error(revoked));
     if (!have && stopping && !p2p_.empty() && ai_now() - stop_s > kStopGraceS)
-      fail_p2p(std::make_exception_ptr(std::runtime_error(
+      fail_p2p(std::make_exception_ptr(CommError(
+          AI_ERR_ABORTED, -1,
           "autoinfra send/recv on rank " + std::to_string(rank_) +
-          ": the process group was destroyed with the request pending")));
+              ": the process group was destroyed with the request pending")));
     if (!have) {
       if (!p2p_.empty()) progress_p2p(kP2pSliceS);
       if (p2p_.empty()) release();
@@ -415,7 +439,7 @@ void CommRunner::loop() {
       job.done(owned(job.fn));
     } else {
       release();
-      job.done(std::make_exception_ptr(std::runtime_error(revoked)));
+      job.done(revoked_error(revoked));
     }
   }
 }
@@ -430,7 +454,7 @@ void CommRunner::progress_p2p(double max_s) {
         reason = revoked_;
       }
       if (!reason.empty()) {
-        fail_p2p(std::make_exception_ptr(std::runtime_error(reason)));
+        fail_p2p(revoked_error(reason));
         return;
       }
     }
@@ -481,14 +505,21 @@ void CommRunner::check(ai_status_t st, const char* what) {
   std::string msg = std::string("autoinfra ") + what + " on rank " + std::to_string(rank_) + ": " +
                     (st == AI_ERR_TIMEOUT ? "Timed out waiting for peers" : ai_strerror(st)) +
                     ": " + ai_last_error();
+  // The peer: the rank that broke the communicator, as the runtime
+  // recorded it (not the message's words).
+  int peer = -1;
+  if (ai_comm_state(comm_) != AI_OK && ai_comm_failure_peer(comm_, &peer) != AI_OK) peer = -1;
   if (ai_comm_state(comm_) != AI_OK) {
     if (first_error_.empty())
       first_error_ = msg;
     else if (st == AI_ERR_ABORTED)
       msg = std::string("autoinfra ") + what + " on rank " + std::to_string(rank_) +
             ": the communicator failed earlier: " + first_error_;
+    CommError e(st, peer, msg);
+    keep_failure(e);
+    throw e;
   }
-  throw std::runtime_error(msg);
+  throw CommError(st, peer, msg);
 }
 
 void CommRunner::allreduce(at::Tensor& t, Op op) {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,6 +27,25 @@ extern "C" {
 }
 
 namespace aitorch {
+
+// A call of the communicator failed: the runtime's status (ai_status_t),
+// the rank that broke the communicator where the runtime knows it
+// (ai_comm_failure_peer, else -1), and the message (the call, the cause,
+// ai_last_error).
+// The module turns it into autoinfra.CommError (comm_error.cpp); through
+// torch's own error handling (autograd under DDP) it arrives as a plain
+// RuntimeError, and CommRunner::failure() keeps it for the caller to ask.
+class CommError : public std::runtime_error {
+ public:
+  CommError(ai_status_t status, int peer, const std::string& msg)
+      : std::runtime_error(msg), status_(status), peer_(peer) {}
+  ai_status_t status() const { return status_; }
+  int peer() const { return peer_; }
+
+ private:
+  ai_status_t status_;
+  int peer_;
+};
 
 // The runtime's reduction for a c10d op name ("sum", "avg", ...): the
 // version file maps c10d::ReduceOp to one of these.
@@ -137,6 +157,10 @@ class CommRunner {
   // fail in milliseconds, or the timeout).
   void revoke(const std::string& reason);
   bool revoked();
+  // The first error that left the communicator unusable (it failed, or was
+  // revoked), as thrown; null while it works. What a caller asks when the
+  // error reached it untyped.
+  std::shared_ptr<const CommError> failure();
 
   // The fault-tolerance calls of include/autoinfra.h, run while no call is
   // (each waits for the running one): a new runner on the new communicator.
@@ -147,6 +171,9 @@ class CommRunner {
   // 0's join door (0 on the other ranks).
   std::unique_ptr<CommRunner> shrink();
   std::unique_ptr<CommRunner> grow(int joiners, double timeout_s);
+  // ai_comm_admit: the newcomers waiting at rank 0's door, admitted on
+  // every member; null (and *joined 0) when nobody waited.
+  std::unique_ptr<CommRunner> admit(double timeout_s, int* joined);
   std::vector<int> failed();
   std::string join_addr();
   int join_pending();
@@ -248,6 +275,9 @@ class CommRunner {
   bool stop_ = false;
   double stop_s_ = 0;  // under mu_: ai_now() when stop_ was set
   std::string revoked_;  // the reason, once revoked
+  std::shared_ptr<const CommError> failure_;  // under mu_: failure()'s
+  // Keep e as failure() unless one is kept (takes mu_).
+  void keep_failure(const CommError& e);
   bool comm_revoked_ = false;  // ai_comm_revoke was called
   bool running_ = false;  // a call runs (progress thread, run_queued) or requests are pending
   bool inline_ = false;   // the running call runs on its caller's thread (run_queued)

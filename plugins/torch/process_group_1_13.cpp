@@ -13,6 +13,7 @@
 #include "torch_common.hpp"
 
 namespace aitorch {
+pybind11::object comm_error_object(const CommError& e);  // comm_error.cpp
 namespace {
 
 using ProcessGroupAutoinfra = AutoinfraGroup<c10d::ProcessGroup>;
@@ -87,6 +88,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> grow(const c10::intrusive_ptr<c10d::Proce
   return c10::make_intrusive<ProcessGroupAutoinfra>(nogil([&] { return r.grow(joiners, timeout_s); }));
 }
 
+// (joined, the larger group or None): ai_comm_admit on every member.
+pybind11::tuple admit(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, double timeout_s) {
+  auto& r = autoinfra_group(pg, "admit")->runner();
+  int joined = 0;
+  auto runner = nogil([&] { return r.admit(timeout_s, &joined); });
+  if (!runner) return pybind11::make_tuple(joined, pybind11::none());
+  c10::intrusive_ptr<c10d::ProcessGroup> grown = c10::make_intrusive<ProcessGroupAutoinfra>(std::move(runner));
+  return pybind11::make_tuple(joined, pybind11::cast(grown));
+}
+
 std::vector<int> failed(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   auto& r = autoinfra_group(pg, "failed")->runner();
   return nogil([&] { return r.failed(); });
@@ -153,8 +164,16 @@ int queued_calls(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return autoinfra_group(pg, "queued_calls")->runner().queued_calls();
 }
 
+// The first error that left group's communicator unusable, as
+// autoinfra.CommError; None while it works.
+pybind11::object failure(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto f = autoinfra_group(pg, "failure")->runner().failure();
+  return f ? comm_error_object(*f) : pybind11::none();
+}
+
 }  // namespace
 void register_shares(pybind11::module_& m);  // shares_binding.cpp
+void register_comm_error(pybind11::module_& m);  // comm_error.cpp
 }  // namespace aitorch
 
 PYBIND11_MODULE(_autoinfra_torch, m) {
@@ -172,6 +191,9 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "A group of the survivors (ai_comm_shrink), ranks renumbered in the old order.");
   m.def("grow", &aitorch::grow, pybind11::arg("group"), pybind11::arg("joiners"),
         pybind11::arg("timeout_s"), "The group with `joiners` newcomers (ai_comm_grow).");
+  m.def("admit", &aitorch::admit, pybind11::arg("group"), pybind11::arg("timeout_s"),
+        "(joined, the group with the newcomers waiting at rank 0's door, or None) "
+        "(ai_comm_admit).");
   m.def("failed", &aitorch::failed, pybind11::arg("group"),
         "The ranks the runtime knows failed (ai_comm_failed).");
   m.def("join_addr", &aitorch::join_addr, pybind11::arg("group"),
@@ -191,6 +213,10 @@ PYBIND11_MODULE(_autoinfra_torch, m) {
         "caller waiting for each at once (comm_runner.hpp, kWaitStreak).");
   m.def("queued_calls", &aitorch::queued_calls, pybind11::arg("group"),
         "How many of group's calls wait in its progress thread's queue, not started yet.");
+  m.def("failure", &aitorch::failure, pybind11::arg("group"),
+        "The first error that left group's communicator unusable (autoinfra.CommError), or "
+        "None.");
   aitorch::register_shares(m);
+  aitorch::register_comm_error(m);
   m.attr("torch_version") = "1.13";
 }

@@ -18,6 +18,7 @@
 #include "torch_common.hpp"
 
 namespace aitorch {
+pybind11::object comm_error_object(const CommError& e);  // comm_error.cpp
 namespace {
 
 using BackendAutoinfra = AutoinfraGroup<c10d::Backend>;
@@ -113,6 +114,16 @@ c10::intrusive_ptr<c10d::ProcessGroup> grow(const c10::intrusive_ptr<c10d::Proce
   return front(nogil([&] { return r.grow(joiners, timeout_s); }));
 }
 
+// (joined, the larger group or None): ai_comm_admit on every member.
+pybind11::tuple admit(const c10::intrusive_ptr<c10d::ProcessGroup>& pg, double timeout_s) {
+  auto& r = autoinfra_group(pg, "admit")->runner();
+  int joined = 0;
+  auto runner = nogil([&] { return r.admit(timeout_s, &joined); });
+  if (!runner) return pybind11::make_tuple(joined, pybind11::none());
+  c10::intrusive_ptr<c10d::ProcessGroup> grown = front(std::move(runner));
+  return pybind11::make_tuple(joined, pybind11::cast(grown));
+}
+
 std::vector<int> failed(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   auto& r = autoinfra_group(pg, "failed")->runner();
   return nogil([&] { return r.failed(); });
@@ -172,6 +183,13 @@ int queued_calls(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   return autoinfra_group(pg, "queued_calls")->runner().queued_calls();
 }
 
+// The first error that left group's communicator unusable, as
+// autoinfra.CommError; None while it works.
+pybind11::object failure(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
+  auto f = autoinfra_group(pg, "failure")->runner().failure();
+  return f ? comm_error_object(*f) : pybind11::none();
+}
+
 int join_pending(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   auto& r = autoinfra_group(pg, "join_pending")->runner();
   return nogil([&] { return r.join_pending(); });
@@ -179,6 +197,7 @@ int join_pending(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
 
 }  // namespace
 void register_shares(pybind11::module_& m);  // shares_binding.cpp
+void register_comm_error(pybind11::module_& m);  // comm_error.cpp
 }  // namespace aitorch
 
 PYBIND11_MODULE(_autoinfra_torch2, m) {
@@ -196,6 +215,9 @@ PYBIND11_MODULE(_autoinfra_torch2, m) {
         "A group of the survivors (ai_comm_shrink), ranks renumbered in the old order.");
   m.def("grow", &aitorch::grow, pybind11::arg("group"), pybind11::arg("joiners"),
         pybind11::arg("timeout_s"), "The group with `joiners` newcomers (ai_comm_grow).");
+  m.def("admit", &aitorch::admit, pybind11::arg("group"), pybind11::arg("timeout_s"),
+        "(joined, the group with the newcomers waiting at rank 0's door, or None) "
+        "(ai_comm_admit).");
   m.def("failed", &aitorch::failed, pybind11::arg("group"),
         "The ranks the runtime knows failed (ai_comm_failed).");
   m.def("join_addr", &aitorch::join_addr, pybind11::arg("group"),
@@ -215,6 +237,10 @@ PYBIND11_MODULE(_autoinfra_torch2, m) {
   m.def("deferred_calls", &aitorch::deferred_calls, pybind11::arg("group"),
         "How many of group's calls were queued without waking its progress thread, their "
         "caller waiting for each at once (comm_runner.hpp, kWaitStreak).");
+  m.def("failure", &aitorch::failure, pybind11::arg("group"),
+        "The first error that left group's communicator unusable (autoinfra.CommError), or "
+        "None.");
   aitorch::register_shares(m);
+  aitorch::register_comm_error(m);
   m.attr("torch_version") = "2";
 }

@@ -52,7 +52,8 @@ if(NOT AI_TORCH2_VERSION MATCHES "^2\\.")
 endif()
 
 ai_torch_setup()
-add_library(autoinfra-torch2 MODULE comm_runner.cpp process_group_2.cpp shares_binding.cpp)
+add_library(autoinfra-torch2 MODULE comm_runner.cpp process_group_2.cpp shares_binding.cpp
+            comm_error.cpp)
 set_target_properties(autoinfra-torch2 PROPERTIES
   OUTPUT_NAME _autoinfra_torch2 PREFIX "" SUFFIX ".so"
   CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON CXX_EXTENSIONS OFF

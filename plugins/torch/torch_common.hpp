@@ -67,10 +67,10 @@ class AutoinfraWork : public c10d::Work {
       if (c10d::Work::isCompleted()) throw;
       std::string op = c10d::opTypeToString(opType_);
       for (auto& ch : op) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      throw std::runtime_error("autoinfra " + op + " on rank " +
-                               std::to_string(rank_) + ": Timed out after " +
-                               std::to_string(timeout.count()) +
-                               " ms in wait(); the call is still pending");
+      throw CommError(AI_ERR_TIMEOUT, -1,
+                      "autoinfra " + op + " on rank " + std::to_string(rank_) +
+                          ": Timed out after " + std::to_string(timeout.count()) +
+                          " ms in wait(); the call is still pending");
     } catch (...) {
       runner_->wait_end();
       throw;

@@ -12,14 +12,16 @@ of the step's B (even shares over the current ranks), fn returns the mean
 loss of those samples through ddp (a DistributedDataParallel over the
 current group), the helper scales it so that DDP's average is the mean over
 the whole global batch, runs backward and the optimizer. When a collective
-fails (the runtime's error names the dead peer), every survivor revokes the
-group, shrinks it to the survivors (autoinfra.torch.shrink), agrees on the
+fails (an autoinfra.CommError whose status is a peer's failure, a stall or
+a revoke; it names the dead peer), every survivor revokes the group,
+shrinks it to the survivors (autoinfra.torch.shrink), agrees on the
 last completed step (the state of a survivor that completed it is broadcast
 to the others when they differ), rebuilds DDP on the new group and redoes
 the interrupted step: at most that step's work is lost, and no checkpoint
-is read. At every step's end one small allreduce gives the global mean loss
-and, from rank 0, how many processes wait in join(); when some do, every
-member grows the group by them (autoinfra.torch.grow), rank 0 broadcasts the
+is read. At every step's end one small allreduce gives the global mean loss,
+and every member admits the processes waiting in join()
+(autoinfra.torch.admit: the library's ai_comm_admit, which C and MPI
+users of the runtime call alike); when some came, rank 0 broadcasts the
 optimizer state and the step counter (DDP's construction broadcasts the
 parameters), and the next step runs on the larger group.
 
@@ -52,19 +54,13 @@ _SHRINK_TRIES = 4
 
 
 def shares(global_batch, nranks):
-    """Even shares of global_batch over nranks (the first global_batch %
-    nranks ranks one more, as ai_shares_split splits equal throughputs):
+    """Even shares of global_batch over nranks (autoinfra.torch.even_shares):
     [(lo, hi)] per rank."""
     out, lo = [], 0
-    for b in at.shares_split([1.0] * nranks, global_batch):
+    for b in at.even_shares(global_batch, nranks):
         out.append((lo, lo + b))
         lo += b
     return out
-
-
-def _comm_error(e):
-    s = str(e)
-    return "autoinfra" in s or "revoked" in s
 
 
 class Trainer:
@@ -146,8 +142,14 @@ class Trainer:
                 self.model.load_state_dict(state["model"])
             self.step = state["step"]
 
+    def _failure(self, e):
+        """The CommError behind e if it is a failure of the group (a peer died
+        or stalled, the group was revoked: autoinfra.torch.comm_error), else
+        None: e is then not the runtime's to recover from."""
+        return at.comm_error(e, self.group)
+
     def _recover(self, error):
-        """Shrink to the survivors after error and make them agree."""
+        """Shrink to the survivors after error (a CommError) and make them agree."""
         t_fail = time.time()
         old_size = self.size
         failed = []
@@ -173,34 +175,51 @@ class Trainer:
                 self._build()
                 break
             except RuntimeError as e:
-                if not _comm_error(e) or attempt == _SHRINK_TRIES - 1:
+                if self._failure(e) is None or attempt == _SHRINK_TRIES - 1:
                     raise
-                error = str(e)
+                error = self._failure(e)
                 self._drop_ddp()
         ev = {"kind": "shrink", "step": self.step, "at": t_fail, "ready_at": time.time(),
               "from_size": old_size, "world_size": self.size, "failed": failed,
-              "error": error.strip().splitlines()[0] if error.strip() else ""}
+              "error": (str(error).strip().splitlines() or [""])[0],
+              "status": error.status_name, "peer": error.peer}
         self.events.append(ev)
         self.log("elastic: step %d: %s; %d -> %d ranks in %.2f s" % (
             self.step + 1, ev["error"], old_size, self.size, ev["ready_at"] - t_fail))
 
-    def _grow(self, joiners):
+    def _admit(self):
+        """The processes waiting in join() come in (autoinfra.torch.admit,
+        the library's side of joining: every member calls it at each step's
+        end); rank 0 hands them the optimizer state and the step counter."""
         t0 = time.time()
         old, old_size = self.group, self.size
-        self._drop_ddp()
         try:
-            self.group = at.grow(old, joiners, timeout=self.timeout)
+            joined, new = at.admit(old, timeout=self.timeout)
+            if new is None:
+                return
+            self._drop_ddp()
+            self.group = new
             self._sync_state(receive=False)
             self._build()
         except RuntimeError as e:
-            if not _comm_error(e):
+            error = at.comm_error(e, self.group) or at.comm_error(e, old)
+            if error is None:
                 raise
-            # The joiners did not come (or a member failed): go on without them.
-            self.group = old
             self._drop_ddp()
-            self._build()
-            self.events.append({"kind": "grow-failed", "step": self.step, "at": t0,
-                                "error": str(e).strip().splitlines()[0]})
+            self.group = old
+            if at.failure(old) is None:
+                # The joiners did not come (or one failed): go on without them.
+                self.events.append({"kind": "grow-failed", "step": self.step, "at": t0,
+                                    "error": (str(error).strip().splitlines() or [""])[0],
+                                    "status": error.status_name})
+                try:
+                    self._build()
+                    return
+                except RuntimeError as e2:
+                    error = self._failure(e2)
+                    if error is None:
+                        raise
+            self._recover(error)  # a member failed: the survivors go on
             return
         at.forget(old)
         del old
@@ -208,7 +227,7 @@ class Trainer:
         self.events.append({"kind": "grow", "step": self.step, "at": t0, "ready_at": time.time(),
                             "from_size": old_size, "world_size": self.size})
         self.log("elastic: step %d: %d joined; %d -> %d ranks in %.2f s" % (
-            self.step, joiners, old_size, self.size, time.time() - t0))
+            self.step, joined, old_size, self.size, time.time() - t0))
 
     def run_step(self, fn):
         """One step (see the module's text). Returns {step, loss (global mean),
@@ -226,9 +245,9 @@ class Trainer:
                 local = float(loss.detach())
                 del loss
             except RuntimeError as e:
-                if not _comm_error(e):
+                error = self._failure(e)
+                if error is None:
                     raise
-                error = str(e)
             if error is None:
                 break
             loss = None
@@ -236,21 +255,20 @@ class Trainer:
             self._recover(error)
         self.step += 1
         done_at = time.time()
-        # The step's end: the global mean loss, and the joiners rank 0 saw.
+        # The step's end: the global mean loss, then the joiners come in.
         try:
-            pending = at.pending_joiners(self.group) if self.rank == 0 else 0
-            t = torch.tensor([local * (hi - lo) / self.global_batch, pending],
-                             dtype=torch.float64)
+            t = torch.tensor([local * (hi - lo) / self.global_batch], dtype=torch.float64)
             self._allreduce(t)
-            mean, joiners = float(t[0]), int(t[1])
+            mean = float(t[0])
         except RuntimeError as e:
-            if not _comm_error(e):
+            error = self._failure(e)
+            if error is None:
                 raise
             # The step itself completed here; the next one runs on the survivors.
-            mean, joiners = local, 0
-            self._recover(str(e))
+            mean = local
+            self._recover(error)
         rec = {"step": self.step, "loss": mean, "world_size": size, "done_at": done_at,
                "redone": redone}
-        if joiners > 0:
-            self._grow(joiners)
+        if error is None:
+            self._admit()
         return rec

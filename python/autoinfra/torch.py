@@ -14,8 +14,10 @@ init_process_group's timeout becomes the communicator's (every wait).
 Groups that outlive a failure (docs/torch.md "Elastic groups", over the
 runtime's fault-tolerance calls): revoke(group) fails every pending and later
 call on a group at once; shrink(group) makes a new group of the survivors,
-grow(group, joiners) one with newcomers that called join(addr). Each returns a new ProcessGroup (its rank() and size()
-are this process's place in it); the old one is left to be dropped.
+grow(group, joiners) one with newcomers that called join(addr), admit(group)
+one with whoever waits in join() now (the library's side of the protocol).
+Each returns a new ProcessGroup (its rank() and size() are this process's
+place in it); the old one is left to be dropped.
 autoinfra.elastic drives them from a training loop.
 
 The compiled part is _autoinfra_torch.so for torch 1.x (a c10d::ProcessGroup)
@@ -31,6 +33,8 @@ import socket
 
 import torch
 import torch.distributed as dist
+
+from .errors import CommError
 
 _TORCH2 = int(torch.__version__.split(".")[0]) >= 2
 _NAME = "_autoinfra_torch2" if _TORCH2 else "_autoinfra_torch"
@@ -67,6 +71,7 @@ def _load():
 
 
 _C = _load()
+_C.set_comm_error(CommError)
 library_path = _C.__file__
 
 
@@ -161,6 +166,26 @@ def revoked(group=None):
     return _C.revoked(_group(group))
 
 
+def failure(group=None):
+    """The first error that left group's communicator unusable (a peer
+    failed, a wait ran out, it was revoked), as the CommError its call
+    raised; None while it works."""
+    return _C.failure(_group(group))
+
+
+def comm_error(e, group=None):
+    """The communication failure behind exception e, a CommError, or None
+    when e is none. A call of the backend raises CommError itself; torch's
+    autograd engine (DDP's gradient allreduces in backward) re-raises every
+    C++ error as a plain RuntimeError, which is taken for group's failure()
+    when group has one."""
+    if isinstance(e, CommError):
+        return e if e.failure else None
+    if isinstance(e, RuntimeError) and _key(_group(group)) in _timeouts:
+        return failure(group)
+    return None
+
+
 def failed(group=None):
     """The ranks of group the runtime knows failed: agreed by the survivors
     after a shrink, before that what this rank saw (ai_comm_failed)."""
@@ -171,7 +196,7 @@ def shrink(group=None):
     """A new group of the survivors of group (revoked first, if it was not),
     ranks renumbered in the old order (ai_comm_shrink: the survivors agree
     on who they are; no store). Every survivor calls it. Raises
-    RuntimeError naming the cause when it fails (a rank the others counted
+    CommError naming the cause when it fails (a rank the others counted
     failed gets one too, and must leave)."""
     group = _group(group)
     timeout = _timeout_of(group, None)
@@ -198,12 +223,26 @@ def grow(group, joiners, timeout=None):
     processes waiting in join(), ranks size..size+joiners-1
     (ai_comm_grow). Every member calls it with the same joiners
     (pending_joiners as rank 0 saw it). Too few newcomers within timeout:
-    RuntimeError, and group stays usable."""
+    CommError (ERR_TIMEOUT), and group stays usable."""
     group = _group(group)
     t = _timeout_of(group, timeout)
     new = _C.grow(group, joiners, t)
     _timeouts[_key(new)] = _timeout_of(group, None)
     return new
+
+
+def admit(group=None, timeout=None):
+    """The members' side of joining, for a loop between its steps: every
+    member calls it; rank 0 counts the processes waiting in join() and
+    they are admitted on every member (ai_comm_admit). Returns (joined,
+    the larger group) or (0, None) when nobody waited. Too few newcomers
+    within timeout: CommError (ERR_TIMEOUT), and group stays usable."""
+    group = _group(group)
+    t = _timeout_of(group, timeout)
+    joined, new = _C.admit(group, t)
+    if new is not None:
+        _timeouts[_key(new)] = _timeout_of(group, None)
+    return joined, new
 
 
 def join(addr=None, timeout=60.0):
@@ -271,6 +310,13 @@ def fingerprint(group=None):
 Shares = _C.Shares
 shares_split = _C.shares_split
 shares_grad_weights = _C.shares_grad_weights
+
+
+def even_shares(global_batch, nranks):
+    """global_batch samples over nranks ranks, the first global_batch %
+    nranks one more: ai_shares_split of equal throughputs, the one even
+    split of the package."""
+    return list(shares_split([1.0] * int(nranks), int(global_batch)))
 
 
 def deferred_calls(group=None):

@@ -40,6 +40,14 @@ ai_status_t ai_comm_failed(ai_comm *c, int *ranks, int max, int *n)
     return comm_ft_failed(c, ranks, max, n);
 }
 
+ai_status_t ai_comm_failure_peer(const ai_comm *c, int *rank)
+{
+    ai_status_t st = need(c && rank ? c : NULL, "ai_comm_failure_peer");
+    if (st == AI_OK)
+        *rank = comm_ft_failure_peer(c);
+    return st;
+}
+
 ai_status_t ai_comm_shrink(ai_comm *c, ai_comm **out)
 {
     ai_status_t st = need(c && out ? c : NULL, "ai_comm_shrink");
@@ -79,6 +87,33 @@ ai_status_t ai_comm_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     util_param_refresh();
     st = comm_ft_join(cfg, job_addr, &nc);
     return tune_with_learner(st, nc, cfg ? cfg->kb_path : NULL, out);
+}
+
+/* Over the public calls: the grown communicator gets its learner as
+ * ai_comm_grow's do. The count travels as an allreduce (rank 0's count,
+ * the others' 0), not a broadcast: every member's result waits for every
+ * other's, so a member that died fails every admit before anyone grows. */
+ai_status_t ai_comm_admit(ai_comm *c, double timeout_s, int *joined, ai_comm **out)
+{
+    ai_status_t st = need(c && joined && out ? c : NULL, "ai_comm_admit");
+    if (st != AI_OK)
+        return st;
+    *joined = 0;
+    *out = NULL;
+    int32_t n = 0;
+    if (ai_comm_rank(c) == 0) {
+        int waiting = 0;
+        if ((st = ai_comm_join_pending(c, &waiting)) != AI_OK)
+            return st;
+        n = waiting;
+    }
+    if ((st = ai_allreduce(c, AI_IN_PLACE, &n, 1, AI_I32, AI_SUM, NULL)) != AI_OK)
+        return ai_fail_prefix(st, "ai_comm_admit: rank %d: learning rank 0's count of newcomers",
+                              ai_comm_rank(c));
+    if (n < 0)
+        return ai_fail(AI_ERR_PROTO, "ai_comm_admit: rank 0 counted %d newcomers", (int)n);
+    *joined = (int)n;
+    return n > 0 ? ai_comm_grow(c, (int)n, timeout_s, out) : AI_OK;
 }
 
 static int cmp_double(const void *a, const void *b)

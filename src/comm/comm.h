@@ -241,6 +241,7 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
 ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len);
 ai_status_t comm_ft_join_pending(ai_comm *c, int *waiting);
 ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
+int comm_ft_failure_peer(const ai_comm *c);
 void comm_ft_free(ai_comm *c);
 /* ai_comm_set_block_waits' work: the transport's wait mode. */
 void comm_set_block_waits(ai_comm *c, int block);

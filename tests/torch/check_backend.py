@@ -8,10 +8,12 @@ module):
     check_backend.py ddp N           DDP trains a small model; parameters must be
                                      bit-identical across ranks and equal gloo's
     check_backend.py kill N          rank N-1 dies mid-run; the others must raise
-                                     within the timeout, naming it
+                                     within the timeout, naming it, an
+                                     autoinfra.CommError whose peer is that rank
     check_backend.py revoke N        rank 0 revokes its group with calls queued behind
                                      a running one: they fail at once, naming the
                                      reason, and so does every later call, on every rank
+                                     (CommError, status ERR_REVOKED)
     check_backend.py deferred N      large calls waited for at once are deferred; an
                                      asynchronous one nobody waits for still starts
     check_backend.py groups N        dist.new_group of every pair and of all ranks but
@@ -29,7 +31,8 @@ module):
     check_backend.py features N      all_gather_coalesced against gloo and a reference;
                                      monitored_barrier passing and naming a missing rank;
                                      timeouts (wait(timeout), the communicator's) raise
-                                     RuntimeError saying " Timed out "
+                                     RuntimeError saying " Timed out " (CommError,
+                                     status ERR_TIMEOUT)
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -304,6 +307,8 @@ def ddp(rank, n):
 def kill(rank, n):
     import torch
     import torch.distributed as dist
+    import autoinfra.torch as at
+    from autoinfra import CommError
     victim = n - 1
     t = torch.ones(1 << 16)
     for _ in range(5):
@@ -321,7 +326,13 @@ def kill(rank, n):
         msg = str(e)
         assert f"rank {victim}" in msg, msg
         assert took < 5, f"{took:.1f} s to notice"
-        print(f"rank {rank}: raised after {took:.2f} s: {msg[:200]}")
+        # Typed: the runtime's status and the dead peer, not the words.
+        assert isinstance(e, CommError) and e.failure, f"{type(e).__name__}: {msg}"
+        assert e.peer == victim, f"CommError.peer {e.peer}, want {victim}: {msg}"
+        f = at.failure(None)
+        assert f is not None and f.status == e.status, f"failure(): {f!r}"
+        print(f"rank {rank}: raised {e.status_name} (peer {e.peer}) after {took:.2f} s: "
+              f"{msg[:200]}")
     os._exit(0)  # the communicator is failed; skip torch's teardown
 
 
@@ -329,6 +340,7 @@ def revoke(rank, n):
     import torch
     import torch.distributed as dist
     import autoinfra.torch as at
+    from autoinfra import CommError, errors
     big = torch.ones(1 << 20)  # 4 MiB: queued, never run inline
     gloo = dist.new_group(backend="gloo")
     dist.barrier()
@@ -349,6 +361,7 @@ def revoke(rank, n):
                 raise AssertionError("a call queued on a revoked group completed")
             except RuntimeError as e:
                 assert "revoked" in str(e) and "test reason" in str(e), str(e)
+                assert isinstance(e, CommError) and e.status == errors.ERR_REVOKED, repr(e)
         took = time.time() - t0
         assert took < 1, f"queued calls took {took:.2f} s to fail after the revoke"
         assert at.revoked(None) and not running.is_completed()
@@ -376,6 +389,8 @@ def revoke(rank, n):
             raise AssertionError("rank 0's revoke never reached rank %d" % rank)
         except RuntimeError as e:
             assert "revoked" in str(e), str(e)
+            assert isinstance(e, CommError) and e.status == errors.ERR_REVOKED, repr(e)
+            assert at.failure(None).status == errors.ERR_REVOKED, repr(at.failure(None))
         print(f"rank {rank}: rank 0's revoke failed its call after {time.time() - t0:.2f} s")
     dist.barrier(group=gloo)  # rank 0 stays until the others saw its revoke
     os._exit(0)  # the group is revoked; skip torch's teardown
@@ -582,6 +597,7 @@ def asyncsmall(rank, n):
 def features(rank, n):
     import torch
     import torch.distributed as dist
+    from autoinfra import CommError, errors
     gloo = dist.new_group(backend="gloo")
     # all_gather_coalesced: tensors of several shapes at once (one dtype a
     # call, as torch wants), a non-contiguous one and an empty one among them.
@@ -614,6 +630,7 @@ def features(rank, n):
                 raise AssertionError("wait(200 ms) on a receive nobody sent returned")
             except RuntimeError as e:
                 assert " Timed out " in str(e), str(e)
+                assert isinstance(e, CommError) and e.status == errors.ERR_TIMEOUT, repr(e)
                 print(f"rank 0: wait(timeout): {e}")
             dist.barrier(group=gloo)
             w.wait()
@@ -662,6 +679,7 @@ def features(rank, n):
         except RuntimeError as e:
             took = time.time() - t0
             assert " Timed out " in str(e), str(e)
+            assert isinstance(e, CommError) and e.status == errors.ERR_TIMEOUT, repr(e)
             assert took < 5, f"{took:.1f} s to time out"
             print(f"rank 0: communicator timeout after {took:.2f} s: {str(e)[:160]}")
     dist.barrier(group=gloo)

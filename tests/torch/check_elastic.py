@@ -197,6 +197,9 @@ def parent_launch(n, work):
 
 
 def check(n, mode, work, alive, rounds):
+    from autoinfra import errors
+    failure_names = {errors.STATUS_NAMES[s] for s in errors.FAILURES}
+    named = {}  # shrink k -> the peers the survivors' errors named
     res = ([json.load(open(f"{work}/r{r}.json")) for r in alive] +
            [json.load(open(f"{work}/j{k}.json")) for k in range(rounds)])
     for r in res[:len(alive)]:
@@ -213,6 +216,18 @@ def check(n, mode, work, alive, rounds):
         got_failed = [e["failed"] for e in r["events"] if e["kind"] == "shrink"]
         if got_failed != want_failed:
             return fail(f"rank {r['rank']}: the shrinks' failed sets {got_failed}, want {want_failed}")
+        # Each shrink followed a typed failure (autoinfra.CommError): a
+        # failure's status, and the peer the dead rank where it was known.
+        for k, e in enumerate(e for e in r["events"] if e["kind"] == "shrink"):
+            if e["status"] not in failure_names or \
+                    e["peer"] not in (-1, want_failed[k][0]):
+                return fail(f"rank {r['rank']}: shrink {k} after {e['status']} naming peer "
+                            f"{e['peer']}: want a failure's status and peer {want_failed[k][0]}")
+            named.setdefault(k, set()).add(e["peer"])
+    for k, peers in named.items():
+        if want_failed[k][0] not in peers:
+            return fail(f"shrink {k}: no survivor's CommError named the dead rank "
+                        f"{want_failed[k][0]} (peers {sorted(peers)})")
     by_step = {}
     for r in res:
         for s in r["steps"]:
@@ -233,7 +248,8 @@ def check(n, mode, work, alive, rounds):
     what = {"last": "rank %d" % (n - 1), "rank0": "rank 0, then the new rank 0,",
             "launch": "rank 0 (autoinfra launch --elastic --restarts 1)"}[mode]
     print(f"elastic on {n} ranks ({mode}): ok: {len(res[0]['steps'])} steps; {what} killed; " +
-          "; ".join(f"shrink to {n - 1} in {a['ready_at'] - a['at']:.2f} s at step {a['step'] + 1}, "
+          "; ".join(f"shrink to {n - 1} after {a['status']} (peer {a['peer']}) in "
+                    f"{a['ready_at'] - a['at']:.2f} s at step {a['step'] + 1}, "
                     f"grown back at step {b['step']} in {b['ready_at'] - b['at']:.2f} s"
                     for a, b in zip(ev[0::2], ev[1::2])) +
           "; parameters identical, losses as the reference")

@@ -12,7 +12,8 @@ docs/train.md "Batch shares"), run by ctest with /usr/bin/python3:
                                (autoinfra.torch.Shares) on synthetic step
                                times: it learns each rank's t(b) = a + c b,
                                balances the ranks, and re-balances after a
-                               rank slows down
+                               rank slows down; the even split the same C
+                               one in autoinfra.torch, autoinfra.elastic and train.py
 """
 import importlib
 import os
@@ -149,6 +150,16 @@ def exact():
 def predictor():
     import random
     import autoinfra.torch as ait
+    import autoinfra.elastic as elastic
+    # The even split is the C one (ai_shares_split), wherever it is asked:
+    # the package's, the elastic helper's ranges and the training job's.
+    train = load_train()
+    for B, n in ((8, 3), (12, 5), (7, 7), (100, 6)):
+        even = ait.even_shares(B, n)
+        assert even == list(ait.shares_split([1.0] * n, B)), (B, n, even)
+        assert sum(even) == B and max(even) - min(even) <= 1 and even == sorted(even, reverse=True), even
+        assert [hi - lo for lo, hi in elastic.shares(B, n)] == even, (B, n)
+        assert train.even_shares(B, n) == even, (B, n)
     rnd = random.Random(5)
     P, Bg = 4, 48
     a = [0.05, 0.05, 0.05, 0.05]

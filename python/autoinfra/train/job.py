@@ -342,13 +342,9 @@ def load_backend(name):
 
 
 def even_shares(B, n):
-    """B samples over n ranks, the first B % n one more: ai_shares_split of
-    equal throughputs when the autoinfra extension is loaded, the same split
-    here when the job runs on another backend without it."""
-    backend = sys.modules.get("autoinfra.torch")
-    if backend is not None:
-        return list(backend.shares_split([1.0] * n, B))
-    return [B // n + (i < B % n) for i in range(n)]
+    """B samples over n ranks, the first B % n one more: autoinfra.torch's
+    even_shares (ai_shares_split of equal throughputs), on any backend."""
+    return load_backend("autoinfra").even_shares(B, n)
 
 
 def bucket_sizes(ddp):

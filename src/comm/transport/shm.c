@@ -199,8 +199,10 @@ ai_status_t comm_shm_check_local(ai_comm *c)
     const int *local = &c->host_ranks[c->host_first[c->host_of[c->rank]]];
     for (int b = 0; b < c->local_size; b++) {
         comm_peer *p = &tp->peers[local[b]];
-        if (local[b] != c->rank && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid))
+        if (local[b] != c->rank && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
+            tp->blame = local[b]; /* the origin this rank's abort notice names */
             return ai_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", local[b], (int)p->pid);
+        }
     }
     return AI_OK;
 }
