@@ -159,10 +159,6 @@ ai_status_t comm_build(ai_comm *c, const comm_rank_info *table)
         p->port = table[j].port;
         p->machine = table[j].machine;
         snprintf(p->host, sizeof p->host, "%s", table[j].host);
-        if (j == c->rank)
-            p->kind = CHAN_NONE;
-        else
-            p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
     }
     /* Spinning only pays when every rank on this machine has a core of its
      * own; oversubscribed, a spinning rank steals the core its peer needs.
@@ -172,7 +168,7 @@ ai_status_t comm_build(ai_comm *c, const comm_rank_info *table)
     for (int j = 0; j < c->size; j++)
         here += table[j].machine == table[c->rank].machine;
     tp->spin_passes = here > ncpu ? 2 : 2000;
-    if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
+    if ((st = comm_transports_setup(c)) != AI_OK)
         return st;
     /* Rank 0 keeps its listener: the communicator's join door (comm/ft/). */
     if (tp->listen_fd >= 0 && c->rank != 0) {
@@ -303,8 +299,7 @@ void comm_destroy(ai_comm *c)
         c->tuner.release(c->tuner.ctx);
     comm_ft_free(c);
     if (c->tp) {
-        comm_tcp_close(c);
-        comm_shm_close(c);
+        comm_transports_close(c);
         if (c->tp->listen_fd >= 0)
             close(c->tp->listen_fd);
         ai_wipe(c->tp->key, sizeof c->tp->key);

@@ -1,5 +1,6 @@
 /*
- * Shared memory between the ranks of one host: one POSIX shared-memory
+ * The shared-memory transport (comm_shm_ops), between the ranks of one
+ * host: one POSIX shared-memory
  * segment per host, created by the host's lowest rank, holding a
  * single-producer single-consumer ring for every ordered pair of local
  * ranks, each local rank's doorbell (transport.h) and the slots of the
@@ -14,6 +15,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -118,7 +120,7 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
     }
 }
 
-ai_status_t comm_shm_setup(ai_comm *c)
+static ai_status_t comm_shm_setup(ai_comm *c)
 {
     int host = c->host_of[c->rank];
     int nlocal = c->local_size;
@@ -178,7 +180,7 @@ ai_status_t comm_shm_setup(ai_comm *c)
     return AI_OK;
 }
 
-void comm_shm_close(ai_comm *c)
+static void comm_shm_close(ai_comm *c)
 {
     if (c->tp && c->tp->shm_base) {
         munmap(c->tp->shm_base, c->tp->shm_bytes);
@@ -204,6 +206,105 @@ ai_status_t comm_shm_check_local(ai_comm *c)
     }
     return AI_OK;
 }
+
+/* ---------------------------------------------------------- moving bytes */
+
+static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    (void)c;
+    shm_ring *ring = ch->ring;
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+    uint64_t space = ch->ring_bytes - (tail - head);
+    size_t pos = r->chan_done[k], total = comm_chan_total(r, k);
+    if (space == 0)
+        return AI_OK;
+    while (space > 0 && pos < total) {
+        size_t n;
+        const unsigned char *src = comm_frame_tx(r, k, pos, &n);
+        size_t at = (size_t)(tail % ch->ring_bytes);
+        n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
+        memcpy(ch->data + at, src, n);
+        tail += n;
+        pos += n;
+        space -= n;
+    }
+    r->chan_done[k] = pos;
+    atomic_store_explicit(&ring->tail, tail, memory_order_release);
+    comm_bell_ring(ch->bell);
+    *moved = 1;
+    return AI_OK;
+}
+
+static ai_status_t shm_recv(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    shm_ring *ring = ch->ring;
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+    ai_status_t st = AI_OK;
+    uint64_t start = head;
+    while (tail > head && r->chan_done[k] < comm_chan_total(r, k)) {
+        size_t at = (size_t)(head % ch->ring_bytes);
+        size_t n = AI_MIN((size_t)(tail - head), (size_t)ch->ring_bytes - at);
+        size_t used = comm_frame_rx(c, r, k, ch->data + at, n, &st);
+        head += used;
+        if (st != AI_OK || used == 0)
+            break;
+    }
+    if (head != start) {
+        atomic_store_explicit(&ring->head, head, memory_order_release);
+        comm_bell_ring(ch->bell); /* the sender may wait for space */
+        *moved = 1;
+    }
+    return st;
+}
+
+/* The header at the front of the ring from p, if whole (comm_peek_calls). */
+static int shm_peek(comm_peer *p, unsigned char *h)
+{
+    comm_chan *ch = &p->rx[0];
+    if (!ch->ring)
+        return 0;
+    uint64_t head = atomic_load_explicit(&ch->ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ch->ring->tail, memory_order_acquire);
+    if (tail - head < COMM_HDR_BYTES)
+        return 0;
+    size_t at = (size_t)(head % ch->ring_bytes);
+    size_t first = AI_MIN((size_t)COMM_HDR_BYTES, (size_t)ch->ring_bytes - at);
+    memcpy(h, ch->data + at, first);
+    memcpy(h + first, ch->data, COMM_HDR_BYTES - first);
+    return 1;
+}
+
+/* A local peer's process that died closes no connection of the rings:
+ * look for it. */
+static ai_status_t shm_check(ai_comm *c, int peer)
+{
+    comm_peer *p = &c->tp->peers[peer];
+    if (!comm_proc_is_dead(p->pid))
+        return AI_OK;
+    c->tp->blame = peer;
+    return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", peer, p->host,
+                   (int)p->pid);
+}
+
+static int shm_reaches(const ai_comm *c, int peer)
+{
+    return c->host_of[peer] == c->host_of[c->rank] && !c->tp->no_shm;
+}
+
+const comm_transport_ops comm_shm_ops = {
+    .name = "shm",
+    .kind = CHAN_SHM,
+    .rings_bell = 1,
+    .reaches = shm_reaches,
+    .setup = comm_shm_setup,
+    .send = shm_send,
+    .recv = shm_recv,
+    .peek = shm_peek,
+    .check = shm_check,
+    .close = comm_shm_close,
+};
 
 /* ------------------------------------------- the small-message allreduce
  *

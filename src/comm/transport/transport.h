@@ -57,6 +57,8 @@ typedef struct shm_bell {
 
 typedef struct comm_chan {
     comm_chan_kind kind;
+    void *priv;            /* a transport's own per-channel state, if it
+                            * needs more than the fields below */
     /* shm */
     shm_ring *ring;        /* tx ring (send side) or rx ring (recv side) */
     shm_bell *bell;        /* the peer's doorbell: rung after every move */
@@ -69,9 +71,12 @@ typedef struct comm_chan {
     uint64_t spos;         /* stream offset of bstart */
 } comm_chan;
 
+struct comm_transport_ops;
+
 /* One remote rank as seen from this rank. */
 typedef struct comm_peer {
     comm_chan_kind kind;
+    const struct comm_transport_ops *ops; /* the transport that carries the pair; NULL for self */
     int nchan;                        /* 1 for shm, channels for tcp */
     comm_chan tx[COMM_MAX_CHANNELS];  /* to the peer */
     comm_chan rx[COMM_MAX_CHANNELS];  /* from the peer */
@@ -208,8 +213,6 @@ ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *k
 
 /* tcp.c */
 ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out);
-ai_status_t comm_tcp_mesh(ai_comm *c); /* connect every cross-host pair */
-void comm_tcp_close(ai_comm *c);
 /* sockets helpers shared with bootstrap */
 ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int *fd_out);
 /* Read/write exactly n bytes before `deadline` (ai_now() seconds). */
@@ -333,9 +336,77 @@ void comm_ctl_consume(ai_comm *c, int peer, size_t len);
  * if the connection failed. */
 ai_status_t comm_ctl_send(ai_comm *c, int peer, const void *frame, size_t len, double deadline);
 
-/* shm.c */
-ai_status_t comm_shm_setup(ai_comm *c);
-void comm_shm_close(ai_comm *c);
+/* ------------------------------------------------------ the transports
+ *
+ * Each transport (shm.c, tcp.c) connects pairs of ranks and moves the
+ * framed byte streams of their channels, behind one table of operations;
+ * the engine (engine.c) posts, progresses and waits on requests through
+ * it and knows no transport by name. comm_transports lists them in setup
+ * order, from the fallback (TCP, whose setup also opens every pair's
+ * control connection) to the most specific; a pair is carried by the last
+ * one whose reaches() accepts it. */
+typedef struct comm_transport_ops {
+    const char *name;
+    comm_chan_kind kind;
+    /* 1: every move on its channels rings the other side's doorbell
+     * (comm_bell_ring), so an idle wait on them may block in the futex;
+     * 0: the engine polls poll_fd's descriptors instead. */
+    int rings_bell;
+    /* Can this transport connect this rank to peer? */
+    int (*reaches)(const ai_comm *c, int peer);
+    /* Connect every pair it carries (p->ops is this table); once, in
+     * table order, after the pairs are assigned. */
+    ai_status_t (*setup)(ai_comm *c);
+    /* Move what channel k of r can take or has now (comm_frame_tx,
+     * comm_frame_rx); *moved = 1 if any byte moved. Never blocks. */
+    ai_status_t (*send)(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved);
+    ai_status_t (*recv)(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved);
+    /* The header of the next message waiting on p's channel 0, whole,
+     * into h without consuming it: 1, or 0 if none is whole yet. */
+    int (*peek)(comm_peer *p, unsigned char *h);
+    /* Liveness beyond the control connection (a local process that died),
+     * or NULL: a failure naming peer. */
+    ai_status_t (*check)(ai_comm *c, int peer);
+    /* The descriptor to poll for ch (rings_bell 0). */
+    int (*poll_fd)(const comm_chan *ch);
+    /* On abort: stop p's channels so that a peer blocked on this rank
+     * fails now instead of at its timeout; NULL if the abort flag and the
+     * notices already reach it. */
+    void (*stop)(comm_peer *p);
+    /* Release everything setup made; safe on a partly set up or never
+     * set up communicator. */
+    void (*close)(ai_comm *c);
+} comm_transport_ops;
+
+extern const comm_transport_ops comm_tcp_ops, comm_shm_ops;
+/* engine.c: the table, and its length. */
+extern const comm_transport_ops *const comm_transports[];
+extern const int comm_ntransports;
+
+/* engine.c: assign every pair its transport (p->ops, p->kind), then run
+ * every transport's setup; comm_transports_close: every transport's close. */
+ai_status_t comm_transports_setup(ai_comm *c);
+void comm_transports_close(ai_comm *c);
+
+/* engine.c: the framing, for the transports' send and recv. Channel k of
+ * a request moves header | payload [chan_off[k], chan_off[k+1]) | pad. */
+static inline size_t comm_chan_len(const comm_req *r, int k)
+{
+    return r->chan_off[k + 1] - r->chan_off[k];
+}
+static inline size_t comm_pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+static inline size_t comm_chan_total(const comm_req *r, int k)
+{
+    return COMM_HDR_BYTES + comm_pad8(comm_chan_len(r, k));
+}
+/* The next contiguous piece of channel k's outgoing stream at `pos`. */
+const unsigned char *comm_frame_tx(const comm_req *r, int k, size_t pos, size_t *n);
+/* Feed n contiguous incoming bytes to channel k of a receive (checking
+ * the header, copying or reducing the payload). Returns the bytes used:
+ * fewer than n when the channel's message ends, or when a reduce needs
+ * the rest of an element first; *st the header's mismatch, if any. */
+size_t comm_frame_rx(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
+                     ai_status_t *st);
 
 /* engine.c: waiting on shared memory. An idle wait spins tp->spin_passes
  * passes, then yields the core for tp->yield_s[mode], then blocks in a futex on
@@ -370,7 +441,5 @@ ai_status_t comm_shm_check_local(ai_comm *c);
 ai_status_t comm_peek_calls(ai_comm *c);
 ai_status_t comm_shm_peek_slots(ai_comm *c);
 int comm_proc_is_dead(pid_t pid);
-
-static inline size_t comm_pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 #endif
