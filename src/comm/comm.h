@@ -101,14 +101,6 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
                                  int from, void *dst, const void *src, size_t count,
                                  ai_dtype dt, ai_op op);
 
-/* The small-message allreduce over shared memory (shm.c): every rank
- * writes its input into a slot of the host's segment and reduces all the
- * slots itself, in rank order (so every rank gets the same bits). Only
- * when comm_shm_direct_ok: one host, every rank on it, shared memory. */
-int comm_shm_direct_ok(const ai_comm *c);
-ai_status_t comm_shm_allreduce(ai_comm *c, const void *in, void *out, size_t count, ai_dtype dt,
-                               ai_op op);
-
 /* "broadcast(root 1, float32, 1024)": a call as error messages name it
  * (coll.c). Returns buf. */
 const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n);

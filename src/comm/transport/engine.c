@@ -99,7 +99,7 @@ void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void 
     r->op = op;
 }
 
-static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[peer].host; }
+const char *comm_peer_host(const ai_comm *c, int peer) { return c->tp->peers[peer].host; }
 
 /* ------------------------------------------------------------- framing */
 
@@ -153,21 +153,21 @@ static ai_status_t late_error(const ai_comm *c, const comm_req *r, uint32_t seq,
                        "rank %d (host %s) called %s where rank %d called %s (collective call "
                        "#%u; its message reached this rank's call #%u): ranks issued different "
                        "collectives or arguments",
-                       peer, peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                       peer, comm_peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
                        comm_call_sig_str(&c->prev_call, b, sizeof b), seq, r->seq);
     if (seq == r->seq + 1 && memcmp(their_prev, &c->call, sizeof *their_prev) != 0)
-        return comm_call_mismatch(c, peer, peer_host(c, peer), r->seq, their_prev,
+        return comm_call_mismatch(c, peer, comm_peer_host(c, peer), r->seq, their_prev,
                                   "named by its next call's message");
     if (seq == r->seq + 1)
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) finished collective call #%u, %s, without sending "
                        "rank %d the message it waits for: ranks ran different algorithms",
-                       peer, peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
+                       peer, comm_peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
                        c->rank);
     return ai_fail(AI_ERR_PROTO,
                    "rank %d (host %s) is in collective call #%u (%s) while rank %d is in #%u "
                    "(%s): ranks issued different collectives",
-                   peer, peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   peer, comm_peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
                    r->seq, comm_call_sig_str(&c->call, b, sizeof b));
 }
 
@@ -183,23 +183,23 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
     memcpy(&their_prev, r->hdr[k] + 32, sizeof their_prev);
     if (magic != COMM_MSG_MAGIC)
         return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
-                       r->peer, peer_host(c, r->peer), magic);
+                       r->peer, comm_peer_host(c, r->peer), magic);
     if (seq != r->seq && (seq == COMM_SEQ_P2P || r->seq == COMM_SEQ_P2P))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
-                       "different operations", r->peer, peer_host(c, r->peer),
+                       "different operations", r->peer, comm_peer_host(c, r->peer),
                        seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
                        seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
     if (seq != r->seq)
         return late_error(c, r, seq, &theirs, &their_prev);
     if (seq != COMM_SEQ_P2P && memcmp(&theirs, &c->call, sizeof theirs) != 0)
-        return comm_call_mismatch(c, r->peer, peer_host(c, r->peer), seq, &theirs,
+        return comm_call_mismatch(c, r->peer, comm_peer_host(c, r->peer), seq, &theirs,
                                   "message header");
     if (len != comm_chan_len(r, k))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent %llu bytes where %zu were expected: "
                        "collective arguments (count, type, root or algorithm) differ between ranks",
-                       r->peer, peer_host(c, r->peer), (unsigned long long)len, comm_chan_len(r, k));
+                       r->peer, comm_peer_host(c, r->peer), (unsigned long long)len, comm_chan_len(r, k));
     return AI_OK;
 }
 
@@ -415,7 +415,7 @@ static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
         if (!reqs[i].done)
             len += (size_t)snprintf(who + len, sizeof who - len, "%s%s rank %d (host %s)",
                                     len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send to" : "receive from",
-                                    reqs[i].peer, peer_host(c, reqs[i].peer));
+                                    reqs[i].peer, comm_peer_host(c, reqs[i].peer));
     return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
                    "a peer is stalled or dead", idle, c->timeout_s, who);
 }

@@ -17,7 +17,7 @@
 #ifndef AI_COMM_TRANSPORT_H
 #define AI_COMM_TRANSPORT_H
 
-#include "comm/comm.h"
+#include "comm/transport/engine.h"
 
 #include <stdatomic.h>
 #include <sys/types.h>
@@ -43,17 +43,6 @@ typedef struct shm_ring {
     _Atomic uint64_t head; /* bytes consumed (consumer) */
     char pad1[56];
 } shm_ring;
-
-/* A local rank's doorbell, on a cache line of its own: a rank about to
- * block sets `sleeping` and sleeps in a futex on `seq`; whoever moves a
- * ring or a slot flag that rank waits on bumps `seq` and wakes it, but only
- * when `sleeping` is set, so a rank that never blocks costs its peers one
- * fence and one load per move (comm_bell_ring, engine.c). */
-typedef struct shm_bell {
-    _Atomic uint32_t seq;
-    _Atomic uint32_t sleeping;
-    char pad[56];
-} shm_bell;
 
 typedef struct comm_chan {
     comm_chan_kind kind;
@@ -118,22 +107,6 @@ typedef struct comm_shm_header {
     char abort_reason[COMM_ABORT_REASON_MAX + 1]; /* and how */
 } comm_shm_header;
 
-/* The small-message allreduce's slots (shm.c, comm_shm_allreduce): two
- * sets (calls alternate between them) of one slot per local rank, and per
- * rank the number of the last call whose contribution it has written. */
-#define SHM_SLOT_BYTES ((size_t)16 << 10)
-typedef struct shm_slot_call {
-    uint32_t call_seq;  /* the collective call (ai_comm.call_seq) */
-    uint32_t piece;     /* which SHM_SLOT_BYTES piece of it */
-    comm_call_sig sig;  /* the call as this rank describes it */
-} shm_slot_call;
-typedef struct shm_flag {
-    _Atomic uint32_t posted;
-    uint32_t pad0;
-    shm_slot_call what[2]; /* per slot set: the call last written there */
-    char pad[8];
-} shm_flag;
-
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
     int spin_passes;        /* idle passes before yielding the CPU */
@@ -147,8 +120,8 @@ struct comm_transport {
     _Atomic int block_waits;
     shm_bell *bells;        /* [local_size] in the segment; bells[local_rank] is mine */
     shm_flag *flags;        /* [local_size] */
-    unsigned char *slots;   /* [2][local_size][SHM_SLOT_BYTES] */
-    uint32_t slot_calls;    /* small allreduces run (the same on every local rank) */
+    unsigned char *slots;   /* [2][local_size][COMM_SLOT_BYTES] */
+    uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
@@ -408,38 +381,6 @@ const unsigned char *comm_frame_tx(const comm_req *r, int k, size_t pos, size_t 
 size_t comm_frame_rx(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
                      ai_status_t *st);
 
-/* engine.c: waiting on shared memory. An idle wait spins tp->spin_passes
- * passes, then yields the core for tp->yield_s[mode], then blocks in a futex on
- * its doorbell, at most COMM_BLOCK_MS at a time, so the liveness checks
- * (every 50 ms) and the timeout still run. Only for waits whose every
- * pending transfer rings the doorbell (shared memory; a TCP socket does
- * not). comm_idle_step is called after every pass that moved nothing,
- * comm_idle_reset after one that moved and when the wait ends. It returns
- * AI_OK to go on, or the failure (ops->check's, or ops->expired's at the
- * timeout), already passed to comm_abort. */
-typedef struct comm_idle {
-    int passes;
-    int armed;          /* sleeping is set and seq was read: one more pass, then block */
-    uint32_t seq;
-    double since, last_check;
-    int block_ms;       /* 0: block COMM_BLOCK_MS at a time; else at most this */
-} comm_idle;
-typedef struct comm_idle_ops {
-    ai_status_t (*check)(ai_comm *c, void *ctx);                 /* peers alive? */
-    ai_status_t (*expired)(ai_comm *c, void *ctx, double idle_s); /* the timeout's error */
-} comm_idle_ops;
-#define COMM_BLOCK_MS 20
-void comm_idle_reset(ai_comm *c, comm_idle *w);
-ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, void *ctx);
-/* After a move others may wait on: wake the owner of `b` if it sleeps. */
-void comm_bell_ring(shm_bell *b);
-/* A dead local rank or an abort anywhere on this host, as a failure. */
-ai_status_t comm_shm_check_local(ai_comm *c);
-/* Liveness-check extras while a collective waits (engine.c, shm.c): a
- * message or slot of this call from a rank that describes the call
- * differently is a mismatch found before anyone receives it. */
-ai_status_t comm_peek_calls(ai_comm *c);
-ai_status_t comm_shm_peek_slots(ai_comm *c);
 int comm_proc_is_dead(pid_t pid);
 
 #endif
