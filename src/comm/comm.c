@@ -286,6 +286,24 @@ void comm_set_block_waits(ai_comm *c, int block)
         atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
 }
 
+ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
+{
+    if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
+        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
+    if (c->scratch_len[slot] < bytes) {
+        /* Grow geometrically so alternating sizes don't reallocate. */
+        size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
+        void *p = NULL;
+        if (posix_memalign(&p, 64, want ? want : 64) != 0)
+            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
+        free(c->scratch[slot]);
+        c->scratch[slot] = p;
+        c->scratch_len[slot] = want;
+    }
+    *out = c->scratch[slot];
+    return AI_OK;
+}
+
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     return create(cfg, NULL, out);

@@ -138,6 +138,32 @@ static void hdr_build(const ai_comm *c, comm_req *r, int k)
     }
 }
 
+const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n)
+{
+    char op[32] = "", root[32] = "";
+    if (s->op != COMM_SIG_NONE)
+        snprintf(op, sizeof op, "%s, ", ai_op_name((ai_op)s->op));
+    if (s->root >= 0)
+        snprintf(root, sizeof root, "root %d, ", (int)s->root);
+    if (s->coll == AI_BARRIER)
+        snprintf(buf, n, "barrier()");
+    else
+        snprintf(buf, n, "%s(%s%s%s, %llu)", ai_coll_name((ai_coll)s->coll), op, root,
+                 ai_dtype_name((ai_dtype)s->dt), (unsigned long long)s->count);
+    return buf;
+}
+
+ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host, uint32_t seq,
+                               const comm_call_sig *theirs, const char *where)
+{
+    char a[96], b[96];
+    return ai_fail(AI_ERR_PROTO,
+                   "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
+                   "%s): ranks issued different collectives or arguments",
+                   peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   comm_call_sig_str(&c->call, b, sizeof b), seq, where);
+}
+
 /* A message of another call number than this rank's. From the call
  * before: the two ranks' calls of that number differed. From the next
  * call: the peer finished this call without sending this rank what it
@@ -713,24 +739,6 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
     comm_isend(c, &r[0], to, sbuf, sbytes);
     comm_irecv_reduce(c, &r[1], from, dst, src, count, dt, op);
     return comm_wait(c, r, 2);
-}
-
-ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
-{
-    if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
-        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
-    if (c->scratch_len[slot] < bytes) {
-        /* Grow geometrically so alternating sizes don't reallocate. */
-        size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
-        void *p = NULL;
-        if (posix_memalign(&p, 64, want ? want : 64) != 0)
-            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
-        free(c->scratch[slot]);
-        c->scratch[slot] = p;
-        c->scratch_len[slot] = want;
-    }
-    *out = c->scratch[slot];
-    return AI_OK;
 }
 
 ai_status_t comm_state_error(const ai_comm *c, const char *what)

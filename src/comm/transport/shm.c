@@ -119,7 +119,7 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
     }
 }
 
-static ai_status_t comm_shm_setup(ai_comm *c)
+static ai_status_t shm_setup(ai_comm *c)
 {
     int host = c->host_of[c->rank];
     int nlocal = c->local_size;
@@ -179,7 +179,7 @@ static ai_status_t comm_shm_setup(ai_comm *c)
     return AI_OK;
 }
 
-static void comm_shm_close(ai_comm *c)
+static void shm_close(ai_comm *c)
 {
     if (c->tp && c->tp->shm_base) {
         munmap(c->tp->shm_base, c->tp->shm_bytes);
@@ -297,12 +297,12 @@ const comm_transport_ops comm_shm_ops = {
     .kind = CHAN_SHM,
     .rings_bell = 1,
     .reaches = shm_reaches,
-    .setup = comm_shm_setup,
+    .setup = shm_setup,
     .send = shm_send,
     .recv = shm_recv,
     .peek = shm_peek,
     .check = shm_check,
-    .close = comm_shm_close,
+    .close = shm_close,
 };
 
 /* ------------------------------------------------------ the slot board */

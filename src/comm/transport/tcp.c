@@ -378,7 +378,7 @@ static int mesh_admit(void *arg, int fd, const unsigned char *b, size_t len)
     return 1;
 }
 
-static ai_status_t comm_tcp_mesh(ai_comm *c)
+static ai_status_t tcp_mesh(ai_comm *c)
 {
     struct comm_transport *tp = c->tp;
     double deadline = ai_now() + c->timeout_s;
@@ -436,7 +436,7 @@ static ai_status_t comm_tcp_mesh(ai_comm *c)
     return st;
 }
 
-static void comm_tcp_close(ai_comm *c)
+static void tcp_close(ai_comm *c)
 {
     if (!c->tp || !c->tp->peers)
         return;
@@ -617,11 +617,11 @@ const comm_transport_ops comm_tcp_ops = {
     .kind = CHAN_TCP,
     .rings_bell = 0,
     .reaches = tcp_reaches,
-    .setup = comm_tcp_mesh,
+    .setup = tcp_mesh,
     .send = tcp_send,
     .recv = tcp_recv,
     .peek = tcp_peek,
     .poll_fd = tcp_poll_fd,
     .stop = tcp_stop,
-    .close = comm_tcp_close,
+    .close = tcp_close,
 };

@@ -1,6 +1,7 @@
 /*
- * Transport internals shared by engine.c, shm.c, tcp.c, bootstrap.c and
- * comm.c. Not for algorithms: they use comm.h only.
+ * Transport internals shared by engine.c, shm.c, tcp.c, ctl.c, gate.c,
+ * bootstrap.c, and by what builds and rebuilds the transports (comm.c,
+ * ft/). The rest of comm uses the engine's face, engine.h, only.
  *
  * Every peer pair is connected by byte streams ("channels"): one shared
  * memory ring per direction between ranks of one host, or 1..channels TCP
@@ -17,6 +18,8 @@
 #ifndef AI_COMM_TRANSPORT_H
 #define AI_COMM_TRANSPORT_H
 
+#include "comm/comm.h" /* the communicator object: its layout */
+#include "comm/kernel/reduce.h"
 #include "comm/transport/engine.h"
 
 #include <stdatomic.h>
@@ -24,9 +27,6 @@
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
 #define COMM_HDR_BYTES 48
-/* The call sequence point-to-point messages carry: they belong to no
- * collective call (only two ranks take part, so call_seq does not move). */
-#define COMM_SEQ_P2P 0xffffffffu
 #define COMM_PROTO_VERSION 4
 #define COMM_HOST_MAX 64
 #define COMM_KEY_BYTES AI_KEY_BYTES
@@ -252,33 +252,6 @@ ai_status_t comm_auth_connect(int fd, const unsigned char *key, const unsigned c
 ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out);
 /* A short pause before the attempt-th retry, growing to 0.5 s, jittered. */
 void comm_backoff(int attempt, double deadline);
-
-/* comm.c: a communicator from a rank table, for creation, shrink, grow
- * and join alike. comm_alloc: the object with its transport, nothing
- * connected (peers' fds -1). comm_build: hosts grouped from the table,
- * then the TCP mesh and shared memory, through tp->listen_fd (which this
- * rank opened on table[rank]'s address and port); rank 0 keeps that
- * listener open as the communicator's join door (ai_comm_join_addr), the
- * others close it. On failure the caller destroys c. */
-typedef struct comm_params {
-    double timeout_s;
-    int channels, no_shm;
-    double yield_s[2], tcp_spin_s[2]; /* per wait mode, as in comm_transport */
-    int block_waits;                  /* the mode to start in */
-} comm_params;
-/* job_key: the job token's (comm_token_key); key: this communicator's. */
-ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
-                       const unsigned char job_key[COMM_KEY_BYTES],
-                       const unsigned char key[COMM_KEY_BYTES], ai_comm **out);
-ai_status_t comm_build(ai_comm *c, const comm_rank_info *table);
-/* The waits' spin and yield times of both modes (AUTOINFRA_SPIN_US,
- * _YIELD_US, else each mode's defaults) and the mode to start in
- * (block_waits) into pp. */
-ai_status_t comm_wait_params(int block_waits, comm_params *pp);
-/* The key a job token is known by (NULL: ""), and this machine's id
- * (comm_rank_info.machine). */
-void comm_token_key(const char *token, unsigned char key[COMM_KEY_BYTES]);
-uint64_t comm_machine_id(void);
 
 /* ctl.c: the control connections. comm_ctl_pump reads what peer's
  * connection has without blocking, takes notices out (peer->notice) and
