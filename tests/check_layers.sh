@@ -9,7 +9,14 @@
 #     (comm/comm.h, comm/algo_registry.h, comm/select/*.h), never the
 #     algorithm, transport or kernel rooms.
 #  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
-#     or ft/ (the rooms built on them).
+#     or ft/ (the rooms built on them) nor comm/algo_registry.h; kernel/
+#     includes no comm header but its own; of comm's root headers the
+#     transport room includes comm/comm.h only, in transport.h only (the
+#     communicator object's layout), and engine.h, its face, none.
+#  3b. The rest of comm reaches the transport room through its face,
+#     comm/transport/engine.h: algo/, select/, coll.c and p2p.c include no
+#     other transport header (comm.c, which builds the transports, and
+#     ft/, which rebuilds them, use transport.h too).
 #  4. plan's two rooms stand apart: plan/spec (the spec planner) and
 #     plan/job (the training-job planner) include nothing of each other,
 #     and no source sits in src/plan outside them.
@@ -84,7 +91,30 @@ done
 
 for hit in $(includes src/comm/transport src/comm/kernel); do
     case "${hit##*:}" in
-    comm/algo/* | comm/select/* | comm/ft/*) fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
+    comm/algo/* | comm/select/* | comm/ft/* | comm/algo_registry.h)
+        fail "${hit%:*}: includes \"${hit##*:}\" of a comm room above it" ;;
+    esac
+done
+for hit in $(includes src/comm/kernel); do
+    case "${hit##*:}" in
+    comm/kernel/*) ;;
+    comm/*) fail "${hit%:*}: includes \"${hit##*:}\"; the kernels include only their own headers" ;;
+    esac
+done
+for hit in $(includes src/comm/transport); do
+    where=${hit%:*}
+    case "${hit##*:}" in
+    comm/transport/* | comm/kernel/*) ;;
+    comm/comm.h)
+        [ "${where%%:*}" = src/comm/transport/transport.h ] ||
+            fail "$where: includes \"comm/comm.h\"; in the transport room only transport.h does (the object's layout)" ;;
+    comm/*) fail "$where: includes \"${hit##*:}\", a comm header above the transport room" ;;
+    esac
+done
+for hit in $(includes src/comm/algo src/comm/select src/comm/coll.c src/comm/p2p.c); do
+    case "${hit##*:}" in
+    comm/transport/engine.h) ;;
+    comm/transport/*) fail "${hit%:*}: includes \"${hit##*:}\"; the rest of comm reaches the transports through comm/transport/engine.h" ;;
     esac
 done
 

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "comm/comm.h"
+#include "comm/kernel/reduce.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -17,6 +17,11 @@ int comm_algo_count(ai_coll coll);
 const coll_algo *comm_algo_at(ai_coll coll, int index);
 const coll_algo *comm_algo_find(ai_coll coll, const char *name);
 
+/* Whether the direct allreduce (algo/allreduce.c) runs as itself here:
+ * one host, every rank on it, shared memory (elsewhere it runs
+ * recursive_doubling). */
+int comm_shm_direct_ok(const ai_comm *c);
+
 /* The segment a pipelined algorithm (binary_tree, chain, weighted) uses
  * when chunk_bytes is 0. Its value and reason: comm/algo/core.h. */
 #define COMM_ALGO_DEFAULT_SEGMENT ((size_t)64 << 10)

@@ -152,34 +152,6 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
     }
 }
 
-/* ------------------------------------------------- call descriptions */
-
-const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n)
-{
-    char op[32] = "", root[32] = "";
-    if (s->op != COMM_SIG_NONE)
-        snprintf(op, sizeof op, "%s, ", ai_op_name((ai_op)s->op));
-    if (s->root >= 0)
-        snprintf(root, sizeof root, "root %d, ", (int)s->root);
-    if (s->coll == AI_BARRIER)
-        snprintf(buf, n, "barrier()");
-    else
-        snprintf(buf, n, "%s(%s%s%s, %llu)", ai_coll_name((ai_coll)s->coll), op, root,
-                 ai_dtype_name((ai_dtype)s->dt), (unsigned long long)s->count);
-    return buf;
-}
-
-ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host, uint32_t seq,
-                               const comm_call_sig *theirs, const char *where)
-{
-    char a[96], b[96];
-    return ai_fail(AI_ERR_PROTO,
-                   "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
-                   "%s): ranks issued different collectives or arguments",
-                   peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
-                   comm_call_sig_str(&c->call, b, sizeof b), seq, where);
-}
-
 /* --------------------------------------------------------- validation */
 
 static ai_status_t check_comm(ai_comm *c, ai_coll coll)

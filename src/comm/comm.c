@@ -2,7 +2,7 @@
  * Communicator creation and teardown: configuration from the environment,
  * rendezvous, host grouping, then the transports (shared memory within a
  * host, TCP across hosts). The public communicator calls wrap these in
- * tune/communicator.c, which attaches the learner.
+ * api/communicator.c, which attaches the learner.
  */
 #include "comm/select/probe.h"
 #include "comm/transport/transport.h"
@@ -159,10 +159,6 @@ ai_status_t comm_build(ai_comm *c, const comm_rank_info *table)
         p->port = table[j].port;
         p->machine = table[j].machine;
         snprintf(p->host, sizeof p->host, "%s", table[j].host);
-        if (j == c->rank)
-            p->kind = CHAN_NONE;
-        else
-            p->kind = (c->host_of[j] == c->host_of[c->rank] && !tp->no_shm) ? CHAN_SHM : CHAN_TCP;
     }
     /* Spinning only pays when every rank on this machine has a core of its
      * own; oversubscribed, a spinning rank steals the core its peer needs.
@@ -172,7 +168,7 @@ ai_status_t comm_build(ai_comm *c, const comm_rank_info *table)
     for (int j = 0; j < c->size; j++)
         here += table[j].machine == table[c->rank].machine;
     tp->spin_passes = here > ncpu ? 2 : 2000;
-    if ((st = comm_tcp_mesh(c)) != AI_OK || (st = comm_shm_setup(c)) != AI_OK)
+    if ((st = comm_transports_setup(c)) != AI_OK)
         return st;
     /* Rank 0 keeps its listener: the communicator's join door (comm/ft/). */
     if (tp->listen_fd >= 0 && c->rank != 0) {
@@ -290,6 +286,24 @@ void comm_set_block_waits(ai_comm *c, int block)
         atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
 }
 
+ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
+{
+    if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
+        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
+    if (c->scratch_len[slot] < bytes) {
+        /* Grow geometrically so alternating sizes don't reallocate. */
+        size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
+        void *p = NULL;
+        if (posix_memalign(&p, 64, want ? want : 64) != 0)
+            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
+        free(c->scratch[slot]);
+        c->scratch[slot] = p;
+        c->scratch_len[slot] = want;
+    }
+    *out = c->scratch[slot];
+    return AI_OK;
+}
+
 ai_status_t comm_create(const ai_comm_config *cfg, ai_comm **out)
 {
     return create(cfg, NULL, out);
@@ -303,8 +317,7 @@ void comm_destroy(ai_comm *c)
         c->tuner.release(c->tuner.ctx);
     comm_ft_free(c);
     if (c->tp) {
-        comm_tcp_close(c);
-        comm_shm_close(c);
+        comm_transports_close(c);
         if (c->tp->listen_fd >= 0)
             close(c->tp->listen_fd);
         ai_wipe(c->tp->key, sizeof c->tp->key);

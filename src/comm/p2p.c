@@ -6,7 +6,7 @@
  * the receiver checks it, so a message meeting a collective on the other
  * side fails by name instead of being taken for the collective's data.
  */
-#include "comm/transport/transport.h"
+#include "comm/comm.h"
 
 #include <stdlib.h>
 

@@ -17,6 +17,7 @@
  *                      for small messages); elsewhere recursive_doubling.
  */
 #include "comm/algo/algos.h"
+#include "comm/transport/engine.h"
 
 /* --------------------------------------------------------------- ring */
 
@@ -119,11 +120,118 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
 }
 
 
-/* ------------------------------------------------------------- direct */
+/* ------------------------------------------------------------- direct
+ *
+ * On the host's slot board (engine.h): every rank copies its contribution
+ * into its slot, publishes the call's number in its flag, waits until
+ * every local rank's flag shows the call, and reduces all the slots
+ * itself, in rank order: one flag round trip instead of log2(p) message
+ * exchanges, and every rank computes the same bits (the same order of
+ * operations). Longer vectors go through in COMM_SLOT_BYTES pieces, one
+ * exchange each.
+ *
+ * Two slot sets alternate: exchange k writes set k % 2, last used by
+ * exchange k-2. A rank starts exchange k only after it saw every flag at
+ * k-1, and a rank publishes k-1 only after it has read all of exchange
+ * k-2's slots, so nobody still reads the set being overwritten. Each rank
+ * also describes the call it wrote into a set (collective sequence number,
+ * piece, and the call's comm_call_sig): a rank that finds another's
+ * description different has ranks issuing different collectives, and
+ * fails instead of reducing garbage. */
+
+typedef struct slot_wait {
+    int rank; /* the rank waited for */
+} slot_wait;
+
+static ai_status_t slot_check(ai_comm *c, void *ctx)
+{
+    (void)ctx;
+    ai_status_t st = comm_shm_check_local(c);
+    return st != AI_OK ? st : comm_peek_calls(c);
+}
+
+static ai_status_t slot_expired(ai_comm *c, void *ctx, double idle)
+{
+    const slot_wait *w = ctx;
+    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting for rank %d's "
+                   "contribution to allreduce call #%u (shared-memory slots); a peer is stalled or dead",
+                   idle, c->timeout_s, w->rank, c->call_seq);
+}
+
+static const comm_idle_ops slot_ops = {slot_check, slot_expired};
+
+int comm_shm_direct_ok(const ai_comm *c)
+{
+    comm_slot_board b;
+    return comm_slot_board_get(c, &b);
+}
+
+static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsigned char *in,
+                              unsigned char *out, size_t count, ai_dtype dt, ai_op op,
+                              uint32_t piece)
+{
+    int n = b->n, me = b->me;
+    uint32_t call = ++*b->calls;
+    unsigned char *set = b->slots + (size_t)(call & 1) * (size_t)n * COMM_SLOT_BYTES;
+    memcpy(set + (size_t)me * COMM_SLOT_BYTES, in, count * ai_dtype_size(dt));
+    shm_flag *mine = &b->flags[me];
+    shm_slot_call *what = &mine->what[call & 1];
+    what->call_seq = c->call_seq;
+    what->piece = piece;
+    what->sig = c->call;
+    atomic_store_explicit(&mine->posted, call, memory_order_release);
+    for (int k = 0; k < n; k++)
+        if (k != me)
+            comm_bell_ring(&b->bells[k]);
+    for (int k = 0; k < n; k++) {
+        shm_flag *f = &b->flags[k];
+        comm_idle w = {0};
+        slot_wait sw = {c->host_ranks[c->host_first[0] + k]};
+        ai_status_t st = AI_OK;
+        while ((int32_t)(atomic_load_explicit(&f->posted, memory_order_acquire) - call) < 0)
+            if ((st = comm_idle_step(c, &w, &slot_ops, &sw)) != AI_OK)
+                break;
+        comm_idle_reset(c, &w);
+        if (st != AI_OK)
+            return st;
+        /* A rank already in call + 1 writes the other set's description. */
+        const shm_slot_call *theirs = &f->what[call & 1];
+        if (theirs->call_seq == what->call_seq &&
+            memcmp(&theirs->sig, &what->sig, sizeof what->sig) != 0)
+            return comm_abort(c, comm_call_mismatch(c, sw.rank, comm_peer_host(c, sw.rank),
+                                                    theirs->call_seq, &theirs->sig,
+                                                    "shared-memory slot"));
+        if (theirs->call_seq != what->call_seq || theirs->piece != piece) {
+            char x[96], y[96];
+            return comm_abort(c, ai_fail(AI_ERR_PROTO,
+                                         "rank %d is in collective call #%u (%s, piece %u) while "
+                                         "rank %d is in call #%u (%s, piece %u; shared-memory "
+                                         "slots): ranks issued different collectives or arguments",
+                                         sw.rank, theirs->call_seq,
+                                         comm_call_sig_str(&theirs->sig, x, sizeof x), theirs->piece,
+                                         c->rank, c->call_seq, comm_call_sig_str(&c->call, y, sizeof y),
+                                         piece));
+        }
+    }
+    comm_reduce_local(out, set, set + COMM_SLOT_BYTES, count, dt, op);
+    for (int k = 2; k < n; k++)
+        comm_reduce_local(out, out, set + (size_t)k * COMM_SLOT_BYTES, count, dt, op);
+    return AI_OK;
+}
 
 ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a)
 {
-    if (!comm_shm_direct_ok(c))
+    comm_slot_board b;
+    if (!comm_slot_board_get(c, &b))
         return comm_recursive_doubling_allreduce(c, a);
-    return comm_shm_allreduce(c, a->sendbuf, a->recvbuf, a->count, a->dt, a->op);
+    size_t es = ai_dtype_size(a->dt), per = COMM_SLOT_BYTES / es;
+    for (size_t base = 0; base < a->count; base += per) {
+        ai_status_t st = slot_piece(c, &b, (const unsigned char *)a->sendbuf + base * es,
+                                    (unsigned char *)a->recvbuf + base * es,
+                                    AI_MIN(per, a->count - base), a->dt, a->op,
+                                    (uint32_t)(base / per));
+        if (st != AI_OK)
+            return st;
+    }
+    return AI_OK;
 }

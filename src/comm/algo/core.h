@@ -29,6 +29,7 @@
 #define AI_COMM_ALGO_CORE_H
 
 #include "comm/algo_registry.h"
+#include "comm/kernel/reduce.h"
 
 #include <string.h>
 

@@ -24,7 +24,7 @@
  * result whatever the reduction order. Signed zeros compare equal; which of
  * -0 and +0 a min/max returns is unspecified.
  */
-#include "comm/comm.h"
+#include "comm/kernel/reduce.h"
 
 #include <string.h>
 #include <strings.h>

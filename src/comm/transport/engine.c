@@ -1,6 +1,8 @@
 /*
  * The point-to-point engine: posting, progressing and completing requests
- * over shared-memory rings and TCP channels (framing: transport.h).
+ * over the transports' channels (the table below; framing: transport.h).
+ * The engine names no transport: it moves bytes through each peer's
+ * comm_transport_ops.
  *
  * Progress is driven by the waiting rank itself (no progress thread): a
  * wait makes passes over its requests, moving whatever bytes the transports
@@ -8,8 +10,9 @@
  * (ranks often outnumber cores: 4 ranks on 2 cores is the common case
  * here), then block: in a futex on the rank's doorbell when only shared
  * memory is pending (every ring move rings the peer's doorbell), in poll()
- * when only TCP is pending. A blocked rank burns no core, which is what an
- * oversubscribed host needs: the rank it waits for gets the core. A wait
+ * when only TCP is pending (the transports' rings_bell). A blocked rank
+ * burns no core, which is what an oversubscribed host needs: the rank it
+ * waits for gets the core. A wait
  * that sees no progress at all for the communicator's timeout fails and
  * names the peers it was waiting on.
  */
@@ -35,15 +38,8 @@
  * costs more in per-message overhead than it gains in parallelism. */
 #define COMM_CHAN_MIN_BYTES (64 * 1024)
 #define LIVENESS_PERIOD_S 0.05
-/* How long a rank whose peer's connection ended waits for that peer's
- * abort notice (sent before the peer shut its data connections down, so
- * on one machine it is already there). */
-#define NOTICE_GRACE_S 0.25
 
 static const unsigned char zero_pad[8];
-
-static size_t chan_len(const comm_req *r, int k) { return r->chan_off[k + 1] - r->chan_off[k]; }
-static size_t chan_total(const comm_req *r, int k) { return COMM_HDR_BYTES + comm_pad8(chan_len(r, k)); }
 
 static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size_t bytes)
 {
@@ -60,7 +56,7 @@ static void req_init(ai_comm *c, comm_req *r, comm_req_kind kind, int peer, size
      * match in posting order, whatever order requests are waited in. */
     if (p && !r->done)
         r->qpos = kind == COMM_REQ_SEND ? p->tx_posted++ : p->rx_posted++;
-    if (p && p->kind == CHAN_TCP) {
+    if (p && p->nchan > 1) { /* a transport with several channels a pair: stripe */
         nchan = AI_MAX(1, AI_MIN(c->active_channels, p->nchan));
         size_t by_size = bytes / COMM_CHAN_MIN_BYTES;
         if ((size_t)nchan > by_size)
@@ -103,7 +99,7 @@ void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void 
     r->op = op;
 }
 
-static const char *peer_host(const ai_comm *c, int peer) { return c->tp->peers[peer].host; }
+const char *comm_peer_host(const ai_comm *c, int peer) { return c->tp->peers[peer].host; }
 
 /* ------------------------------------------------------------- framing */
 
@@ -126,7 +122,7 @@ _Static_assert(2 * sizeof(comm_call_sig) == COMM_HDR_BYTES - 16, "call descripti
 static void hdr_build(const ai_comm *c, comm_req *r, int k)
 {
     uint32_t magic = COMM_MSG_MAGIC, seq = r->seq;
-    uint64_t len = chan_len(r, k);
+    uint64_t len = comm_chan_len(r, k);
     memcpy(r->hdr[k], &magic, 4);
     memcpy(r->hdr[k] + 4, &seq, 4);
     memcpy(r->hdr[k] + 8, &len, 8);
@@ -140,6 +136,32 @@ static void hdr_build(const ai_comm *c, comm_req *r, int k)
         if (v)
             r->hdr[k][(v & 0x7fffffffu) % 16] ^= mask ? mask : 0xff;
     }
+}
+
+const char *comm_call_sig_str(const comm_call_sig *s, char *buf, size_t n)
+{
+    char op[32] = "", root[32] = "";
+    if (s->op != COMM_SIG_NONE)
+        snprintf(op, sizeof op, "%s, ", ai_op_name((ai_op)s->op));
+    if (s->root >= 0)
+        snprintf(root, sizeof root, "root %d, ", (int)s->root);
+    if (s->coll == AI_BARRIER)
+        snprintf(buf, n, "barrier()");
+    else
+        snprintf(buf, n, "%s(%s%s%s, %llu)", ai_coll_name((ai_coll)s->coll), op, root,
+                 ai_dtype_name((ai_dtype)s->dt), (unsigned long long)s->count);
+    return buf;
+}
+
+ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host, uint32_t seq,
+                               const comm_call_sig *theirs, const char *where)
+{
+    char a[96], b[96];
+    return ai_fail(AI_ERR_PROTO,
+                   "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
+                   "%s): ranks issued different collectives or arguments",
+                   peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   comm_call_sig_str(&c->call, b, sizeof b), seq, where);
 }
 
 /* A message of another call number than this rank's. From the call
@@ -157,21 +179,21 @@ static ai_status_t late_error(const ai_comm *c, const comm_req *r, uint32_t seq,
                        "rank %d (host %s) called %s where rank %d called %s (collective call "
                        "#%u; its message reached this rank's call #%u): ranks issued different "
                        "collectives or arguments",
-                       peer, peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                       peer, comm_peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
                        comm_call_sig_str(&c->prev_call, b, sizeof b), seq, r->seq);
     if (seq == r->seq + 1 && memcmp(their_prev, &c->call, sizeof *their_prev) != 0)
-        return comm_call_mismatch(c, peer, peer_host(c, peer), r->seq, their_prev,
+        return comm_call_mismatch(c, peer, comm_peer_host(c, peer), r->seq, their_prev,
                                   "named by its next call's message");
     if (seq == r->seq + 1)
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) finished collective call #%u, %s, without sending "
                        "rank %d the message it waits for: ranks ran different algorithms",
-                       peer, peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
+                       peer, comm_peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
                        c->rank);
     return ai_fail(AI_ERR_PROTO,
                    "rank %d (host %s) is in collective call #%u (%s) while rank %d is in #%u "
                    "(%s): ranks issued different collectives",
-                   peer, peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                   peer, comm_peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
                    r->seq, comm_call_sig_str(&c->call, b, sizeof b));
 }
 
@@ -187,30 +209,29 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
     memcpy(&their_prev, r->hdr[k] + 32, sizeof their_prev);
     if (magic != COMM_MSG_MAGIC)
         return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
-                       r->peer, peer_host(c, r->peer), magic);
+                       r->peer, comm_peer_host(c, r->peer), magic);
     if (seq != r->seq && (seq == COMM_SEQ_P2P || r->seq == COMM_SEQ_P2P))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
-                       "different operations", r->peer, peer_host(c, r->peer),
+                       "different operations", r->peer, comm_peer_host(c, r->peer),
                        seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
                        seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
     if (seq != r->seq)
         return late_error(c, r, seq, &theirs, &their_prev);
     if (seq != COMM_SEQ_P2P && memcmp(&theirs, &c->call, sizeof theirs) != 0)
-        return comm_call_mismatch(c, r->peer, peer_host(c, r->peer), seq, &theirs,
+        return comm_call_mismatch(c, r->peer, comm_peer_host(c, r->peer), seq, &theirs,
                                   "message header");
-    if (len != chan_len(r, k))
+    if (len != comm_chan_len(r, k))
         return ai_fail(AI_ERR_PROTO,
                        "rank %d (host %s) sent %llu bytes where %zu were expected: "
                        "collective arguments (count, type, root or algorithm) differ between ranks",
-                       r->peer, peer_host(c, r->peer), (unsigned long long)len, chan_len(r, k));
+                       r->peer, comm_peer_host(c, r->peer), (unsigned long long)len, comm_chan_len(r, k));
     return AI_OK;
 }
 
-/* The next contiguous piece of channel k's outgoing stream at `pos`. */
-static const unsigned char *tx_piece(const comm_req *r, int k, size_t pos, size_t *n)
+const unsigned char *comm_frame_tx(const comm_req *r, int k, size_t pos, size_t *n)
 {
-    size_t len = chan_len(r, k);
+    size_t len = comm_chan_len(r, k);
     if (pos < COMM_HDR_BYTES) {
         *n = COMM_HDR_BYTES - pos;
         return r->hdr[k] + pos;
@@ -219,17 +240,14 @@ static const unsigned char *tx_piece(const comm_req *r, int k, size_t pos, size_
         *n = COMM_HDR_BYTES + len - pos;
         return (const unsigned char *)r->sbuf + r->chan_off[k] + (pos - COMM_HDR_BYTES);
     }
-    *n = chan_total(r, k) - pos;
+    *n = comm_chan_total(r, k) - pos;
     return zero_pad;
 }
 
-/* Feed n contiguous incoming bytes to channel k of a receive. Returns the
- * bytes used: fewer than n when the channel's message ends, or when a
- * reduce needs the rest of an element first. */
-static size_t rx_feed(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
-                      ai_status_t *st)
+size_t comm_frame_rx(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
+                     ai_status_t *st)
 {
-    size_t len = chan_len(r, k), total = chan_total(r, k);
+    size_t len = comm_chan_len(r, k), total = comm_chan_total(r, k);
     size_t pos = r->chan_done[k], used = 0;
     while (used < n && pos < total) {
         size_t m;
@@ -262,168 +280,42 @@ static size_t rx_feed(const ai_comm *c, comm_req *r, int k, const unsigned char 
     return used;
 }
 
-/* ------------------------------------------------------- shared memory */
+/* ---------------------------------------------------------- transports */
 
-static void shm_tx(comm_req *r, int k, comm_chan *ch, int *moved)
+/* Setup order, fallback first (transport.h): adding a transport is its
+ * file and a line here. */
+const comm_transport_ops *const comm_transports[] = {
+    &comm_tcp_ops,
+    &comm_shm_ops,
+};
+const int comm_ntransports = (int)AI_ARRAY_LEN(comm_transports);
+
+ai_status_t comm_transports_setup(ai_comm *c)
 {
-    shm_ring *ring = ch->ring;
-    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
-    uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
-    uint64_t space = ch->ring_bytes - (tail - head);
-    size_t pos = r->chan_done[k], total = chan_total(r, k);
-    if (space == 0)
-        return;
-    while (space > 0 && pos < total) {
-        size_t n;
-        const unsigned char *src = tx_piece(r, k, pos, &n);
-        size_t at = (size_t)(tail % ch->ring_bytes);
-        n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
-        memcpy(ch->data + at, src, n);
-        tail += n;
-        pos += n;
-        space -= n;
+    for (int j = 0; j < c->size; j++) {
+        comm_peer *p = &c->tp->peers[j];
+        p->ops = NULL;
+        p->kind = CHAN_NONE;
+        for (int t = comm_ntransports - 1; j != c->rank && t >= 0 && !p->ops; t--)
+            if (comm_transports[t]->reaches(c, j))
+                p->ops = comm_transports[t];
+        if (p->ops)
+            p->kind = p->ops->kind;
+        else if (j != c->rank)
+            return ai_fail(AI_ERR_INVALID, "no transport reaches rank %d (host %s)", j, p->host);
     }
-    r->chan_done[k] = pos;
-    atomic_store_explicit(&ring->tail, tail, memory_order_release);
-    comm_bell_ring(ch->bell);
-    *moved = 1;
-}
-
-static ai_status_t shm_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
-{
-    shm_ring *ring = ch->ring;
-    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
-    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
-    ai_status_t st = AI_OK;
-    uint64_t start = head;
-    while (tail > head && r->chan_done[k] < chan_total(r, k)) {
-        size_t at = (size_t)(head % ch->ring_bytes);
-        size_t n = AI_MIN((size_t)(tail - head), (size_t)ch->ring_bytes - at);
-        size_t used = rx_feed(c, r, k, ch->data + at, n, &st);
-        head += used;
-        if (st != AI_OK || used == 0)
-            break;
-    }
-    if (head != start) {
-        atomic_store_explicit(&ring->head, head, memory_order_release);
-        comm_bell_ring(ch->bell); /* the sender may wait for space */
-        *moved = 1;
-    }
-    return st;
-}
-
-/* ----------------------------------------------------------------- TCP */
-
-static ai_status_t tcp_error(ai_comm *c, const comm_req *r, ssize_t n, const char *what)
-{
-    int err = errno, peer = r->peer;
-    comm_peer *p = &c->tp->peers[peer];
-    if (comm_ctl_notice(c, peer, NOTICE_GRACE_S))
-        return comm_ctl_adopt(c, p->notice_origin, p->notice_reason, p->notice_revoked, peer,
-                              p->notice_revoked ? "revoked it and closed its connections"
-                                                : "aborted because of it and closed its connections");
-    c->tp->blame = peer;
-    if (n == 0)
-        return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
-                       "closed during %s with no abort notice", peer, peer_host(c, peer), what);
-    return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: connection failed "
-                   "during %s (%s) with no abort notice", peer, peer_host(c, peer), what,
-                   strerror(err));
-}
-
-static ai_status_t tcp_tx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
-{
-    size_t total = chan_total(r, k);
-    while (r->chan_done[k] < total) {
-        struct iovec iov[3];
-        int niov = 0;
-        size_t pos = r->chan_done[k];
-        while (niov < 3 && pos < total) {
-            size_t n;
-            const unsigned char *p = tx_piece(r, k, pos, &n);
-            iov[niov].iov_base = (void *)p;
-            iov[niov].iov_len = n;
-            niov++;
-            pos += n;
-        }
-        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
-        ssize_t n = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return AI_OK;
-            if (errno == EINTR)
-                continue;
-            return tcp_error(c, r, n, "send");
-        }
-        r->chan_done[k] += (size_t)n;
-        *moved = 1;
+    for (int t = 0; t < comm_ntransports; t++) {
+        ai_status_t st = comm_transports[t]->setup(c);
+        if (st != AI_OK)
+            return st;
     }
     return AI_OK;
 }
 
-static void bounce_reset_if_empty(comm_chan *ch, uint64_t spos)
+void comm_transports_close(ai_comm *c)
 {
-    /* Keep bounce index congruent to the stream offset mod 8, so payloads
-     * (which start on multiples of 8 in the stream) are 8-byte aligned. */
-    if (ch->bstart == ch->bend)
-        ch->bstart = ch->bend = (size_t)(spos % 8);
-}
-
-static ai_status_t tcp_rx(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
-{
-    size_t len = chan_len(r, k), total = chan_total(r, k);
-    ai_status_t st = AI_OK;
-    for (;;) {
-        if (ch->bend > ch->bstart) {
-            size_t used = rx_feed(c, r, k, ch->bounce + ch->bstart, ch->bend - ch->bstart, &st);
-            ch->bstart += used;
-            ch->spos += used;
-            if (used)
-                *moved = 1;
-            if (st != AI_OK)
-                return st;
-            bounce_reset_if_empty(ch, ch->spos);
-            if (r->chan_done[k] == total)
-                return AI_OK;
-        }
-        size_t pos = r->chan_done[k];
-        /* Done (a direct receive can end the message exactly): no further
-         * recv, which would read the next message's bytes or, from a peer
-         * that finished and closed, an end of stream that is no error. */
-        if (pos == total)
-            return AI_OK;
-        ssize_t n;
-        if (r->kind == COMM_REQ_RECV && pos >= COMM_HDR_BYTES && pos < COMM_HDR_BYTES + len &&
-            ch->bstart == ch->bend) {
-            /* Plain receive: straight into the user's buffer, no bounce. */
-            n = recv(ch->fd, (unsigned char *)r->rbuf + r->chan_off[k] + (pos - COMM_HDR_BYTES),
-                     COMM_HDR_BYTES + len - pos, MSG_DONTWAIT);
-            if (n > 0) {
-                r->chan_done[k] += (size_t)n;
-                ch->spos += (uint64_t)n;
-                bounce_reset_if_empty(ch, ch->spos);
-                *moved = 1;
-                continue;
-            }
-        } else {
-            if (ch->bcap - ch->bend < 64) {
-                size_t keep = ch->bend - ch->bstart, to = (size_t)(ch->spos % 8);
-                memmove(ch->bounce + to, ch->bounce + ch->bstart, keep);
-                ch->bstart = to;
-                ch->bend = to + keep;
-            }
-            n = recv(ch->fd, ch->bounce + ch->bend, ch->bcap - ch->bend, MSG_DONTWAIT);
-            if (n > 0) {
-                ch->bend += (size_t)n;
-                continue;
-            }
-        }
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return AI_OK;
-        if (n < 0 && errno == EINTR)
-            continue;
-        return tcp_error(c, r, n, "receive");
-    }
+    for (int t = 0; t < comm_ntransports; t++)
+        comm_transports[t]->close(c);
 }
 
 /* ---------------------------------------------------------------- self */
@@ -464,21 +356,13 @@ static ai_status_t req_progress(ai_comm *c, comm_req *r, int *moved)
     }
     int all = 1;
     for (int k = 0; k < r->nchan; k++) {
-        if (r->chan_done[k] == chan_total(r, k))
+        if (r->chan_done[k] == comm_chan_total(r, k))
             continue;
-        comm_chan *ch = is_send ? &p->tx[k] : &p->rx[k];
-        ai_status_t st = AI_OK;
-        if (p->kind == CHAN_SHM) {
-            if (is_send)
-                shm_tx(r, k, ch, moved);
-            else
-                st = shm_rx(c, r, k, ch, moved);
-        } else {
-            st = is_send ? tcp_tx(c, r, k, ch, moved) : tcp_rx(c, r, k, ch, moved);
-        }
+        ai_status_t st = is_send ? p->ops->send(c, r, k, &p->tx[k], moved)
+                                 : p->ops->recv(c, r, k, &p->rx[k], moved);
         if (st != AI_OK)
             return st;
-        if (r->chan_done[k] != chan_total(r, k))
+        if (r->chan_done[k] != comm_chan_total(r, k))
             all = 0;
     }
     r->done = all;
@@ -500,34 +384,6 @@ int comm_proc_is_dead(pid_t pid)
     return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-/* The next message header from `p`, if all of it has arrived, without
- * consuming anything. Only called when no receive from p is under way, so
- * the stream is at a message boundary. */
-static int peek_hdr(comm_peer *p, unsigned char *h)
-{
-    comm_chan *ch = &p->rx[0]; /* every message starts on channel 0 */
-    if (p->kind == CHAN_SHM && ch->ring) {
-        uint64_t head = atomic_load_explicit(&ch->ring->head, memory_order_relaxed);
-        uint64_t tail = atomic_load_explicit(&ch->ring->tail, memory_order_acquire);
-        if (tail - head < COMM_HDR_BYTES)
-            return 0;
-        size_t at = (size_t)(head % ch->ring_bytes);
-        size_t first = AI_MIN((size_t)COMM_HDR_BYTES, (size_t)ch->ring_bytes - at);
-        memcpy(h, ch->data + at, first);
-        memcpy(h + first, ch->data, COMM_HDR_BYTES - first);
-        return 1;
-    }
-    if (p->kind == CHAN_TCP && ch->fd >= 0) {
-        if (ch->bend - ch->bstart >= COMM_HDR_BYTES) {
-            memcpy(h, ch->bounce + ch->bstart, COMM_HDR_BYTES);
-            return 1;
-        }
-        return ch->bend == ch->bstart &&
-               recv(ch->fd, h, COMM_HDR_BYTES, MSG_PEEK | MSG_DONTWAIT) == COMM_HDR_BYTES;
-    }
-    return 0;
-}
-
 /*
  * A rank of a mismatched call may wait for a message that never comes
  * (its peer, in another collective or with another root, sends elsewhere)
@@ -547,7 +403,7 @@ ai_status_t comm_peek_calls(ai_comm *c)
         unsigned char h[COMM_HDR_BYTES];
         uint32_t magic, seq;
         comm_call_sig theirs;
-        if (j == c->rank || p->rx_posted != p->rx_next || !peek_hdr(p, h))
+        if (j == c->rank || !p->ops || p->rx_posted != p->rx_next || !p->ops->peek(p, h))
             continue;
         memcpy(&magic, h, 4);
         memcpy(&seq, h + 4, 4);
@@ -569,11 +425,9 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
         return st;
     for (int i = 0; i < n; i++) {
         comm_peer *p = &tp->peers[reqs[i].peer];
-        if (!reqs[i].done && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
-            tp->blame = reqs[i].peer;
-            return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", reqs[i].peer,
-                           p->host, (int)p->pid);
-        }
+        if (!reqs[i].done && p->ops && p->ops->check &&
+            (st = p->ops->check(c, reqs[i].peer)) != AI_OK)
+            return st;
     }
     return AI_OK;
 }
@@ -587,32 +441,34 @@ static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
         if (!reqs[i].done)
             len += (size_t)snprintf(who + len, sizeof who - len, "%s%s rank %d (host %s)",
                                     len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send to" : "receive from",
-                                    reqs[i].peer, peer_host(c, reqs[i].peer));
+                                    reqs[i].peer, comm_peer_host(c, reqs[i].peer));
     return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
                    "a peer is stalled or dead", idle, c->timeout_s, who);
 }
 
-/* Block in poll() on the TCP channels of pending requests, briefly. */
-static void tcp_poll(ai_comm *c, comm_req *reqs, int n, int only_tcp, int max_ms)
+/* Block in poll() on the polled channels (rings_bell 0) of pending
+ * requests, briefly. */
+static void poll_pending(ai_comm *c, comm_req *reqs, int n, int only_polled, int max_ms)
 {
     struct pollfd fds[64];
     nfds_t nf = 0;
     for (int i = 0; i < n; i++) {
         comm_req *r = &reqs[i];
         comm_peer *p = &c->tp->peers[r->peer];
-        if (r->done || p->kind != CHAN_TCP)
+        if (r->done || !p->ops || p->ops->rings_bell)
             continue;
+        int is_send = r->kind == COMM_REQ_SEND;
         for (int k = 0; k < r->nchan && nf < AI_ARRAY_LEN(fds); k++)
-            if (r->chan_done[k] != chan_total(r, k)) {
-                fds[nf].fd = p->tx[k].fd;
-                fds[nf].events = r->kind == COMM_REQ_SEND ? POLLOUT : POLLIN;
+            if (r->chan_done[k] != comm_chan_total(r, k)) {
+                fds[nf].fd = p->ops->poll_fd(is_send ? &p->tx[k] : &p->rx[k]);
+                fds[nf].events = is_send ? POLLOUT : POLLIN;
                 fds[nf].revents = 0;
                 nf++;
             }
     }
     if (nf)
-        (void)poll(fds, nf, only_tcp ? AI_MIN(c->wait_hook ? 1 : 10, max_ms) : 0);
-    if (!only_tcp || !nf)
+        (void)poll(fds, nf, only_polled ? AI_MIN(c->wait_hook ? 1 : 10, max_ms) : 0);
+    if (!only_polled || !nf)
         sched_yield();
 }
 
@@ -752,7 +608,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
     int idle = 0;
     wait_ctx ctx = {reqs, n};
     for (;;) {
-        int pending = 0, moved = 0, tcp_only = 1, tcp_pending = 0, completed = 0;
+        int pending = 0, moved = 0, polled_only = 1, polled_pending = 0, completed = 0;
         for (int i = 0; i < n; i++) {
             comm_req *r = &reqs[i];
             if (r->done)
@@ -773,7 +629,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
             /* Not its turn yet: an earlier-posted request to this peer in
              * this direction is still moving. */
             uint64_t *next = r->kind == COMM_REQ_SEND ? &p->tx_next : &p->rx_next;
-            tcp_pending |= p->kind == CHAN_TCP;
+            polled_pending |= !p->ops->rings_bell;
             if (r->qpos != *next) {
                 pending++;
                 continue;
@@ -788,8 +644,8 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
                     r->t_done = ai_now();
             } else {
                 pending++;
-                if (p->kind != CHAN_TCP)
-                    tcp_only = 0;
+                if (p->ops->rings_bell)
+                    polled_only = 0;
             }
         }
         if (!pending)
@@ -809,7 +665,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
             comm_idle_reset(c, w);
             continue;
         }
-        if (!tcp_pending) { /* shared memory only: spin, yield, block */
+        if (!polled_pending) { /* doorbell transports only: spin, yield, block */
             ai_status_t st = comm_idle_step(c, w, &wait_ops, &ctx);
             if (moved_at)
                 w->since = *moved_at;
@@ -817,9 +673,10 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
                 return st;
             continue;
         }
-        /* Spinning on shared memory is a few loads a pass; on TCP it is a
-         * system call a pass, so only-TCP waits go to poll() at once. */
-        int spin = tcp_only ? 1 : tp->spin_passes;
+        /* Spinning on shared memory is a few loads a pass; on a socket it
+         * is a system call a pass, so waits on polled channels only go to
+         * poll() at once. */
+        int spin = polled_only ? 1 : tp->spin_passes;
         if (idle == 0) {
             idle_since = last_check = ai_now();
             if (moved_at)
@@ -841,12 +698,12 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         comm_wait_hook(c);
         if (now - idle_since > 1.0)
             ai_sleep_us(100); /* a long wait: stop burning a core */
-        else if (tcp_only &&
+        else if (polled_only &&
                  now - idle_since <
                      tp->tcp_spin_s[atomic_load_explicit(&tp->block_waits, memory_order_relaxed)])
             sched_yield();
         else
-            tcp_poll(c, reqs, n, tcp_only, until > 0 ? w->block_ms : 10);
+            poll_pending(c, reqs, n, polled_only, until > 0 ? w->block_ms : 10);
     }
 }
 
@@ -882,24 +739,6 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
     comm_isend(c, &r[0], to, sbuf, sbytes);
     comm_irecv_reduce(c, &r[1], from, dst, src, count, dt, op);
     return comm_wait(c, r, 2);
-}
-
-ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
-{
-    if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
-        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
-    if (c->scratch_len[slot] < bytes) {
-        /* Grow geometrically so alternating sizes don't reallocate. */
-        size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
-        void *p = NULL;
-        if (posix_memalign(&p, 64, want ? want : 64) != 0)
-            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
-        free(c->scratch[slot]);
-        c->scratch[slot] = p;
-        c->scratch_len[slot] = want;
-    }
-    *out = c->scratch[slot];
-    return AI_OK;
 }
 
 ai_status_t comm_state_error(const ai_comm *c, const char *what)
@@ -965,12 +804,8 @@ ai_status_t comm_abort(ai_comm *c, ai_status_t status)
     for (int i = 0; i < c->size; i++)
         if (tp->peers[i].ctl_fd >= 0 && !tp->peers[i].ctl_dead)
             (void)!send(tp->peers[i].ctl_fd, notice, len, MSG_DONTWAIT | MSG_NOSIGNAL);
-    for (int i = 0; i < c->size; i++) {
-        comm_peer *p = &tp->peers[i];
-        if (p->kind == CHAN_TCP)
-            for (int k = 0; k < p->nchan; k++)
-                if (p->tx[k].fd >= 0)
-                    shutdown(p->tx[k].fd, SHUT_RDWR);
-    }
+    for (int i = 0; i < c->size; i++)
+        if (tp->peers[i].ops && tp->peers[i].ops->stop)
+            tp->peers[i].ops->stop(&tp->peers[i]);
     return status;
 }

@@ -1,19 +1,20 @@
 /*
- * Shared memory between the ranks of one host: one POSIX shared-memory
- * segment per host, created by the host's lowest rank, holding a
- * single-producer single-consumer ring for every ordered pair of local
- * ranks, each local rank's doorbell (transport.h) and the slots of the
- * small-message allreduce (comm_shm_allreduce, below). The name is unlinked
- * as soon as every local rank has mapped it, so nothing is left in /dev/shm
- * after a crash.
+ * The shared-memory transport (comm_shm_ops), between the ranks of one
+ * host: one POSIX shared-memory segment per host, created by the host's
+ * lowest rank, holding a single-producer single-consumer ring for every
+ * ordered pair of local ranks, each local rank's doorbell (engine.h) and
+ * the slot board of the direct allreduce (engine.h; the protocol is
+ * algo/allreduce.c's). The name is unlinked as soon as every local rank
+ * has mapped it, so nothing is left in /dev/shm after a crash.
  *
  * Layout: header (4 KiB) | bells [nlocal] | flags [nlocal] (rounded up to
- * 4 KiB) | slots [2][nlocal][SHM_SLOT_BYTES] | rings [nlocal][nlocal].
+ * 4 KiB) | slots [2][nlocal][COMM_SLOT_BYTES] | rings [nlocal][nlocal].
  */
 #include "comm/transport/transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -31,7 +32,7 @@ static size_t lines_bytes(int nlocal)
     return (b + 4095) & ~(size_t)4095;
 }
 
-static size_t slots_bytes(int nlocal) { return 2 * (size_t)nlocal * SHM_SLOT_BYTES; }
+static size_t slots_bytes(int nlocal) { return 2 * (size_t)nlocal * COMM_SLOT_BYTES; }
 
 static void shm_name(const ai_comm *c, char *name, size_t n)
 {
@@ -118,7 +119,7 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
     }
 }
 
-ai_status_t comm_shm_setup(ai_comm *c)
+static ai_status_t shm_setup(ai_comm *c)
 {
     int host = c->host_of[c->rank];
     int nlocal = c->local_size;
@@ -178,7 +179,7 @@ ai_status_t comm_shm_setup(ai_comm *c)
     return AI_OK;
 }
 
-void comm_shm_close(ai_comm *c)
+static void shm_close(ai_comm *c)
 {
     if (c->tp && c->tp->shm_base) {
         munmap(c->tp->shm_base, c->tp->shm_bytes);
@@ -207,35 +208,122 @@ ai_status_t comm_shm_check_local(ai_comm *c)
     return AI_OK;
 }
 
-/* ------------------------------------------- the small-message allreduce
- *
- * Every rank copies its contribution into its slot, publishes the call's
- * number in its flag, waits until every local rank's flag shows the call,
- * and reduces all the slots itself, in rank order: one flag round trip
- * instead of log2(p) message exchanges, and every rank computes the same
- * bits (the same order of operations). Longer vectors go through in
- * SHM_SLOT_BYTES pieces, one call each.
- *
- * Two slot sets alternate: call k writes set k % 2, last used by call k-2.
- * A rank starts call k only after it saw every flag at k-1, and a rank
- * publishes k-1 only after it has read all of call k-2's slots, so nobody
- * still reads the set being overwritten. Each rank also describes the call
- * it wrote into a set (collective sequence number, piece, and the call's
- * comm_call_sig): a rank that finds another's description different has
- * ranks issuing different collectives, and fails instead of reducing
- * garbage. */
+/* ---------------------------------------------------------- moving bytes */
 
-typedef struct slot_wait {
-    int rank; /* the rank waited for */
-} slot_wait;
-
-static ai_status_t slot_check(ai_comm *c, void *ctx)
+static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
 {
-    (void)ctx;
-    ai_status_t st = comm_shm_check_local(c);
-    return st != AI_OK ? st : comm_peek_calls(c);
+    (void)c;
+    shm_ring *ring = ch->ring;
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
+    uint64_t space = ch->ring_bytes - (tail - head);
+    size_t pos = r->chan_done[k], total = comm_chan_total(r, k);
+    if (space == 0)
+        return AI_OK;
+    while (space > 0 && pos < total) {
+        size_t n;
+        const unsigned char *src = comm_frame_tx(r, k, pos, &n);
+        size_t at = (size_t)(tail % ch->ring_bytes);
+        n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
+        memcpy(ch->data + at, src, n);
+        tail += n;
+        pos += n;
+        space -= n;
+    }
+    r->chan_done[k] = pos;
+    atomic_store_explicit(&ring->tail, tail, memory_order_release);
+    comm_bell_ring(ch->bell);
+    *moved = 1;
+    return AI_OK;
 }
 
+static ai_status_t shm_recv(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    shm_ring *ring = ch->ring;
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+    ai_status_t st = AI_OK;
+    uint64_t start = head;
+    while (tail > head && r->chan_done[k] < comm_chan_total(r, k)) {
+        size_t at = (size_t)(head % ch->ring_bytes);
+        size_t n = AI_MIN((size_t)(tail - head), (size_t)ch->ring_bytes - at);
+        size_t used = comm_frame_rx(c, r, k, ch->data + at, n, &st);
+        head += used;
+        if (st != AI_OK || used == 0)
+            break;
+    }
+    if (head != start) {
+        atomic_store_explicit(&ring->head, head, memory_order_release);
+        comm_bell_ring(ch->bell); /* the sender may wait for space */
+        *moved = 1;
+    }
+    return st;
+}
+
+/* The header at the front of the ring from p, if whole (comm_peek_calls). */
+static int shm_peek(comm_peer *p, unsigned char *h)
+{
+    comm_chan *ch = &p->rx[0];
+    if (!ch->ring)
+        return 0;
+    uint64_t head = atomic_load_explicit(&ch->ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ch->ring->tail, memory_order_acquire);
+    if (tail - head < COMM_HDR_BYTES)
+        return 0;
+    size_t at = (size_t)(head % ch->ring_bytes);
+    size_t first = AI_MIN((size_t)COMM_HDR_BYTES, (size_t)ch->ring_bytes - at);
+    memcpy(h, ch->data + at, first);
+    memcpy(h + first, ch->data, COMM_HDR_BYTES - first);
+    return 1;
+}
+
+/* A local peer's process that died closes no connection of the rings:
+ * look for it. */
+static ai_status_t shm_check(ai_comm *c, int peer)
+{
+    comm_peer *p = &c->tp->peers[peer];
+    if (!comm_proc_is_dead(p->pid))
+        return AI_OK;
+    c->tp->blame = peer;
+    return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", peer, p->host,
+                   (int)p->pid);
+}
+
+static int shm_reaches(const ai_comm *c, int peer)
+{
+    return c->host_of[peer] == c->host_of[c->rank] && !c->tp->no_shm;
+}
+
+const comm_transport_ops comm_shm_ops = {
+    .name = "shm",
+    .kind = CHAN_SHM,
+    .rings_bell = 1,
+    .reaches = shm_reaches,
+    .setup = shm_setup,
+    .send = shm_send,
+    .recv = shm_recv,
+    .peek = shm_peek,
+    .check = shm_check,
+    .close = shm_close,
+};
+
+/* ------------------------------------------------------ the slot board */
+
+int comm_slot_board_get(const ai_comm *c, comm_slot_board *b)
+{
+    struct comm_transport *tp = c->tp;
+    if (!(c->size > 1 && c->nhosts == 1 && tp && tp->slots && c->local_size == c->size))
+        return 0;
+    b->n = c->local_size;
+    b->me = c->local_rank;
+    b->slots = tp->slots;
+    b->flags = tp->flags;
+    b->bells = tp->bells;
+    b->calls = &tp->slot_calls;
+    return 1;
+}
+
+/* A slot description of this call that differs from this rank's. */
 ai_status_t comm_shm_peek_slots(ai_comm *c)
 {
     struct comm_transport *tp = c->tp;
@@ -255,86 +343,3 @@ ai_status_t comm_shm_peek_slots(ai_comm *c)
     }
     return AI_OK;
 }
-
-static ai_status_t slot_expired(ai_comm *c, void *ctx, double idle)
-{
-    const slot_wait *w = ctx;
-    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting for rank %d's "
-                   "contribution to allreduce call #%u (shared-memory slots); a peer is stalled or dead",
-                   idle, c->timeout_s, w->rank, c->call_seq);
-}
-
-static const comm_idle_ops slot_ops = {slot_check, slot_expired};
-
-int comm_shm_direct_ok(const ai_comm *c)
-{
-    return c->size > 1 && c->nhosts == 1 && c->tp && c->tp->slots && c->local_size == c->size;
-}
-
-static ai_status_t slot_piece(ai_comm *c, const unsigned char *in, unsigned char *out, size_t count,
-                              ai_dtype dt, ai_op op, uint32_t piece)
-{
-    struct comm_transport *tp = c->tp;
-    int n = c->local_size, me = c->local_rank;
-    uint32_t call = ++tp->slot_calls;
-    unsigned char *set = tp->slots + (size_t)(call & 1) * (size_t)n * SHM_SLOT_BYTES;
-    memcpy(set + (size_t)me * SHM_SLOT_BYTES, in, count * ai_dtype_size(dt));
-    shm_flag *mine = &tp->flags[me];
-    shm_slot_call *what = &mine->what[call & 1];
-    what->call_seq = c->call_seq;
-    what->piece = piece;
-    what->sig = c->call;
-    atomic_store_explicit(&mine->posted, call, memory_order_release);
-    for (int k = 0; k < n; k++)
-        if (k != me)
-            comm_bell_ring(&tp->bells[k]);
-    for (int k = 0; k < n; k++) {
-        shm_flag *f = &tp->flags[k];
-        comm_idle w = {0};
-        slot_wait sw = {c->host_ranks[c->host_first[0] + k]};
-        ai_status_t st = AI_OK;
-        while ((int32_t)(atomic_load_explicit(&f->posted, memory_order_acquire) - call) < 0)
-            if ((st = comm_idle_step(c, &w, &slot_ops, &sw)) != AI_OK)
-                break;
-        comm_idle_reset(c, &w);
-        if (st != AI_OK)
-            return st;
-        /* A rank already in call + 1 writes the other set's description. */
-        const shm_slot_call *theirs = &f->what[call & 1];
-        if (theirs->call_seq == what->call_seq &&
-            memcmp(&theirs->sig, &what->sig, sizeof what->sig) != 0)
-            return comm_abort(c, comm_call_mismatch(c, sw.rank, tp->peers[sw.rank].host,
-                                                    theirs->call_seq, &theirs->sig,
-                                                    "shared-memory slot"));
-        if (theirs->call_seq != what->call_seq || theirs->piece != piece) {
-            char a[96], b[96];
-            return comm_abort(c, ai_fail(AI_ERR_PROTO,
-                                         "rank %d is in collective call #%u (%s, piece %u) while "
-                                         "rank %d is in call #%u (%s, piece %u; shared-memory "
-                                         "slots): ranks issued different collectives or arguments",
-                                         sw.rank, theirs->call_seq,
-                                         comm_call_sig_str(&theirs->sig, a, sizeof a), theirs->piece,
-                                         c->rank, c->call_seq, comm_call_sig_str(&c->call, b, sizeof b),
-                                         piece));
-        }
-    }
-    comm_reduce_local(out, set, set + SHM_SLOT_BYTES, count, dt, op);
-    for (int k = 2; k < n; k++)
-        comm_reduce_local(out, out, set + (size_t)k * SHM_SLOT_BYTES, count, dt, op);
-    return AI_OK;
-}
-
-ai_status_t comm_shm_allreduce(ai_comm *c, const void *in, void *out, size_t count, ai_dtype dt,
-                               ai_op op)
-{
-    size_t es = ai_dtype_size(dt), per = SHM_SLOT_BYTES / es;
-    for (size_t base = 0; base < count; base += per) {
-        ai_status_t st = slot_piece(c, (const unsigned char *)in + base * es,
-                                    (unsigned char *)out + base * es, AI_MIN(per, count - base), dt, op,
-                                    (uint32_t)(base / per));
-        if (st != AI_OK)
-            return st;
-    }
-    return AI_OK;
-}
-

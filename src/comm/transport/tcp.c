@@ -1,5 +1,6 @@
 /*
- * TCP: socket helpers (bounded by deadlines) and the data-plane mesh.
+ * The TCP transport (comm_tcp_ops): socket helpers (bounded by deadlines),
+ * the data-plane mesh, and moving framed streams over its connections.
  *
  * Mesh set-up: every rank listens before rendezvous, on the address it
  * reaches rank 0 from (the one the job knows it by), not on every
@@ -28,10 +29,15 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #define BOUNCE_BYTES (256 * 1024)
+/* How long a rank whose peer's connection ended waits for that peer's
+ * abort notice (sent before the peer shut its data connections down, so
+ * on one machine it is already there). */
+#define NOTICE_GRACE_S 0.25
 
 static int comm_sock_nonblock(int fd)
 {
@@ -372,7 +378,7 @@ static int mesh_admit(void *arg, int fd, const unsigned char *b, size_t len)
     return 1;
 }
 
-ai_status_t comm_tcp_mesh(ai_comm *c)
+static ai_status_t tcp_mesh(ai_comm *c)
 {
     struct comm_transport *tp = c->tp;
     double deadline = ai_now() + c->timeout_s;
@@ -430,7 +436,7 @@ ai_status_t comm_tcp_mesh(ai_comm *c)
     return st;
 }
 
-void comm_tcp_close(ai_comm *c)
+static void tcp_close(ai_comm *c)
 {
     if (!c->tp || !c->tp->peers)
         return;
@@ -457,3 +463,165 @@ void comm_tcp_close(ai_comm *c)
         p->ctl_len = p->ctl_cap = 0;
     }
 }
+
+/* ---------------------------------------------------------- moving bytes */
+
+static ai_status_t tcp_error(ai_comm *c, const comm_req *r, ssize_t n, const char *what)
+{
+    int err = errno, peer = r->peer;
+    comm_peer *p = &c->tp->peers[peer];
+    if (comm_ctl_notice(c, peer, NOTICE_GRACE_S))
+        return comm_ctl_adopt(c, p->notice_origin, p->notice_reason, p->notice_revoked, peer,
+                              p->notice_revoked ? "revoked it and closed its connections"
+                                                : "aborted because of it and closed its connections");
+    c->tp->blame = peer;
+    if (n == 0)
+        return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
+                       "closed during %s with no abort notice", peer, p->host, what);
+    return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: connection failed "
+                   "during %s (%s) with no abort notice", peer, p->host, what,
+                   strerror(err));
+}
+
+static ai_status_t tcp_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    size_t total = comm_chan_total(r, k);
+    while (r->chan_done[k] < total) {
+        struct iovec iov[3];
+        int niov = 0;
+        size_t pos = r->chan_done[k];
+        while (niov < 3 && pos < total) {
+            size_t n;
+            const unsigned char *p = comm_frame_tx(r, k, pos, &n);
+            iov[niov].iov_base = (void *)p;
+            iov[niov].iov_len = n;
+            niov++;
+            pos += n;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+        ssize_t n = sendmsg(ch->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return AI_OK;
+            if (errno == EINTR)
+                continue;
+            return tcp_error(c, r, n, "send");
+        }
+        r->chan_done[k] += (size_t)n;
+        *moved = 1;
+    }
+    return AI_OK;
+}
+
+static void bounce_reset_if_empty(comm_chan *ch, uint64_t spos)
+{
+    /* Keep bounce index congruent to the stream offset mod 8, so payloads
+     * (which start on multiples of 8 in the stream) are 8-byte aligned. */
+    if (ch->bstart == ch->bend)
+        ch->bstart = ch->bend = (size_t)(spos % 8);
+}
+
+static ai_status_t tcp_recv(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
+{
+    size_t len = comm_chan_len(r, k), total = comm_chan_total(r, k);
+    ai_status_t st = AI_OK;
+    for (;;) {
+        if (ch->bend > ch->bstart) {
+            size_t used = comm_frame_rx(c, r, k, ch->bounce + ch->bstart, ch->bend - ch->bstart, &st);
+            ch->bstart += used;
+            ch->spos += used;
+            if (used)
+                *moved = 1;
+            if (st != AI_OK)
+                return st;
+            bounce_reset_if_empty(ch, ch->spos);
+            if (r->chan_done[k] == total)
+                return AI_OK;
+        }
+        size_t pos = r->chan_done[k];
+        /* Done (a direct receive can end the message exactly): no further
+         * recv, which would read the next message's bytes or, from a peer
+         * that finished and closed, an end of stream that is no error. */
+        if (pos == total)
+            return AI_OK;
+        ssize_t n;
+        if (r->kind == COMM_REQ_RECV && pos >= COMM_HDR_BYTES && pos < COMM_HDR_BYTES + len &&
+            ch->bstart == ch->bend) {
+            /* Plain receive: straight into the user's buffer, no bounce. */
+            n = recv(ch->fd, (unsigned char *)r->rbuf + r->chan_off[k] + (pos - COMM_HDR_BYTES),
+                     COMM_HDR_BYTES + len - pos, MSG_DONTWAIT);
+            if (n > 0) {
+                r->chan_done[k] += (size_t)n;
+                ch->spos += (uint64_t)n;
+                bounce_reset_if_empty(ch, ch->spos);
+                *moved = 1;
+                continue;
+            }
+        } else {
+            if (ch->bcap - ch->bend < 64) {
+                size_t keep = ch->bend - ch->bstart, to = (size_t)(ch->spos % 8);
+                memmove(ch->bounce + to, ch->bounce + ch->bstart, keep);
+                ch->bstart = to;
+                ch->bend = to + keep;
+            }
+            n = recv(ch->fd, ch->bounce + ch->bend, ch->bcap - ch->bend, MSG_DONTWAIT);
+            if (n > 0) {
+                ch->bend += (size_t)n;
+                continue;
+            }
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return AI_OK;
+        if (n < 0 && errno == EINTR)
+            continue;
+        return tcp_error(c, r, n, "receive");
+    }
+}
+
+/* The header at the front of p's channel 0, if whole: in the bounce
+ * buffer, or still in the socket (peeked, not read). */
+static int tcp_peek(comm_peer *p, unsigned char *h)
+{
+    comm_chan *ch = &p->rx[0];
+    if (ch->fd < 0)
+        return 0;
+    if (ch->bend - ch->bstart >= COMM_HDR_BYTES) {
+        memcpy(h, ch->bounce + ch->bstart, COMM_HDR_BYTES);
+        return 1;
+    }
+    return ch->bend == ch->bstart &&
+           recv(ch->fd, h, COMM_HDR_BYTES, MSG_PEEK | MSG_DONTWAIT) == COMM_HDR_BYTES;
+}
+
+static int tcp_poll_fd(const comm_chan *ch) { return ch->fd; }
+
+/* Shut the pair's connections down: a peer blocked on this rank fails
+ * now instead of at its timeout. */
+static void tcp_stop(comm_peer *p)
+{
+    for (int k = 0; k < p->nchan; k++)
+        if (p->tx[k].fd >= 0)
+            shutdown(p->tx[k].fd, SHUT_RDWR);
+}
+
+/* The fallback: every pair a socket can join. */
+static int tcp_reaches(const ai_comm *c, int peer)
+{
+    (void)c;
+    (void)peer;
+    return 1;
+}
+
+const comm_transport_ops comm_tcp_ops = {
+    .name = "tcp",
+    .kind = CHAN_TCP,
+    .rings_bell = 0,
+    .reaches = tcp_reaches,
+    .setup = tcp_mesh,
+    .send = tcp_send,
+    .recv = tcp_recv,
+    .peek = tcp_peek,
+    .poll_fd = tcp_poll_fd,
+    .stop = tcp_stop,
+    .close = tcp_close,
+};

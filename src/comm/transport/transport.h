@@ -1,6 +1,7 @@
 /*
- * Transport internals shared by engine.c, shm.c, tcp.c, bootstrap.c and
- * comm.c. Not for algorithms: they use comm.h only.
+ * Transport internals shared by engine.c, shm.c, tcp.c, ctl.c, gate.c,
+ * bootstrap.c, and by what builds and rebuilds the transports (comm.c,
+ * ft/). The rest of comm uses the engine's face, engine.h, only.
  *
  * Every peer pair is connected by byte streams ("channels"): one shared
  * memory ring per direction between ranks of one host, or 1..channels TCP
@@ -17,16 +18,15 @@
 #ifndef AI_COMM_TRANSPORT_H
 #define AI_COMM_TRANSPORT_H
 
-#include "comm/comm.h"
+#include "comm/comm.h" /* the communicator object: its layout */
+#include "comm/kernel/reduce.h"
+#include "comm/transport/engine.h"
 
 #include <stdatomic.h>
 #include <sys/types.h>
 
 #define COMM_MSG_MAGIC 0x534d4941u /* "AIMS" */
 #define COMM_HDR_BYTES 48
-/* The call sequence point-to-point messages carry: they belong to no
- * collective call (only two ranks take part, so call_seq does not move). */
-#define COMM_SEQ_P2P 0xffffffffu
 #define COMM_PROTO_VERSION 4
 #define COMM_HOST_MAX 64
 #define COMM_KEY_BYTES AI_KEY_BYTES
@@ -44,19 +44,10 @@ typedef struct shm_ring {
     char pad1[56];
 } shm_ring;
 
-/* A local rank's doorbell, on a cache line of its own: a rank about to
- * block sets `sleeping` and sleeps in a futex on `seq`; whoever moves a
- * ring or a slot flag that rank waits on bumps `seq` and wakes it, but only
- * when `sleeping` is set, so a rank that never blocks costs its peers one
- * fence and one load per move (comm_bell_ring, engine.c). */
-typedef struct shm_bell {
-    _Atomic uint32_t seq;
-    _Atomic uint32_t sleeping;
-    char pad[56];
-} shm_bell;
-
 typedef struct comm_chan {
     comm_chan_kind kind;
+    void *priv;            /* a transport's own per-channel state, if it
+                            * needs more than the fields below */
     /* shm */
     shm_ring *ring;        /* tx ring (send side) or rx ring (recv side) */
     shm_bell *bell;        /* the peer's doorbell: rung after every move */
@@ -69,9 +60,12 @@ typedef struct comm_chan {
     uint64_t spos;         /* stream offset of bstart */
 } comm_chan;
 
+struct comm_transport_ops;
+
 /* One remote rank as seen from this rank. */
 typedef struct comm_peer {
     comm_chan_kind kind;
+    const struct comm_transport_ops *ops; /* the transport that carries the pair; NULL for self */
     int nchan;                        /* 1 for shm, channels for tcp */
     comm_chan tx[COMM_MAX_CHANNELS];  /* to the peer */
     comm_chan rx[COMM_MAX_CHANNELS];  /* from the peer */
@@ -113,22 +107,6 @@ typedef struct comm_shm_header {
     char abort_reason[COMM_ABORT_REASON_MAX + 1]; /* and how */
 } comm_shm_header;
 
-/* The small-message allreduce's slots (shm.c, comm_shm_allreduce): two
- * sets (calls alternate between them) of one slot per local rank, and per
- * rank the number of the last call whose contribution it has written. */
-#define SHM_SLOT_BYTES ((size_t)16 << 10)
-typedef struct shm_slot_call {
-    uint32_t call_seq;  /* the collective call (ai_comm.call_seq) */
-    uint32_t piece;     /* which SHM_SLOT_BYTES piece of it */
-    comm_call_sig sig;  /* the call as this rank describes it */
-} shm_slot_call;
-typedef struct shm_flag {
-    _Atomic uint32_t posted;
-    uint32_t pad0;
-    shm_slot_call what[2]; /* per slot set: the call last written there */
-    char pad[8];
-} shm_flag;
-
 struct comm_transport {
     comm_peer *peers;       /* [size]; peers[rank] is self */
     int spin_passes;        /* idle passes before yielding the CPU */
@@ -142,8 +120,8 @@ struct comm_transport {
     _Atomic int block_waits;
     shm_bell *bells;        /* [local_size] in the segment; bells[local_rank] is mine */
     shm_flag *flags;        /* [local_size] */
-    unsigned char *slots;   /* [2][local_size][SHM_SLOT_BYTES] */
-    uint32_t slot_calls;    /* small allreduces run (the same on every local rank) */
+    unsigned char *slots;   /* [2][local_size][COMM_SLOT_BYTES] */
+    uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
@@ -208,8 +186,6 @@ ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *k
 
 /* tcp.c */
 ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out);
-ai_status_t comm_tcp_mesh(ai_comm *c); /* connect every cross-host pair */
-void comm_tcp_close(ai_comm *c);
 /* sockets helpers shared with bootstrap */
 ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int *fd_out);
 /* Read/write exactly n bytes before `deadline` (ai_now() seconds). */
@@ -277,33 +253,6 @@ ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out);
 /* A short pause before the attempt-th retry, growing to 0.5 s, jittered. */
 void comm_backoff(int attempt, double deadline);
 
-/* comm.c: a communicator from a rank table, for creation, shrink, grow
- * and join alike. comm_alloc: the object with its transport, nothing
- * connected (peers' fds -1). comm_build: hosts grouped from the table,
- * then the TCP mesh and shared memory, through tp->listen_fd (which this
- * rank opened on table[rank]'s address and port); rank 0 keeps that
- * listener open as the communicator's join door (ai_comm_join_addr), the
- * others close it. On failure the caller destroys c. */
-typedef struct comm_params {
-    double timeout_s;
-    int channels, no_shm;
-    double yield_s[2], tcp_spin_s[2]; /* per wait mode, as in comm_transport */
-    int block_waits;                  /* the mode to start in */
-} comm_params;
-/* job_key: the job token's (comm_token_key); key: this communicator's. */
-ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
-                       const unsigned char job_key[COMM_KEY_BYTES],
-                       const unsigned char key[COMM_KEY_BYTES], ai_comm **out);
-ai_status_t comm_build(ai_comm *c, const comm_rank_info *table);
-/* The waits' spin and yield times of both modes (AUTOINFRA_SPIN_US,
- * _YIELD_US, else each mode's defaults) and the mode to start in
- * (block_waits) into pp. */
-ai_status_t comm_wait_params(int block_waits, comm_params *pp);
-/* The key a job token is known by (NULL: ""), and this machine's id
- * (comm_rank_info.machine). */
-void comm_token_key(const char *token, unsigned char key[COMM_KEY_BYTES]);
-uint64_t comm_machine_id(void);
-
 /* ctl.c: the control connections. comm_ctl_pump reads what peer's
  * connection has without blocking, takes notices out (peer->notice) and
  * keeps the rest; AI_ERR_PEER once it ended (ctl_dead). comm_ctl_check:
@@ -333,44 +282,78 @@ void comm_ctl_consume(ai_comm *c, int peer, size_t len);
  * if the connection failed. */
 ai_status_t comm_ctl_send(ai_comm *c, int peer, const void *frame, size_t len, double deadline);
 
-/* shm.c */
-ai_status_t comm_shm_setup(ai_comm *c);
-void comm_shm_close(ai_comm *c);
+/* ------------------------------------------------------ the transports
+ *
+ * Each transport (shm.c, tcp.c) connects pairs of ranks and moves the
+ * framed byte streams of their channels, behind one table of operations;
+ * the engine (engine.c) posts, progresses and waits on requests through
+ * it and knows no transport by name. comm_transports lists them in setup
+ * order, from the fallback (TCP, whose setup also opens every pair's
+ * control connection) to the most specific; a pair is carried by the last
+ * one whose reaches() accepts it. */
+typedef struct comm_transport_ops {
+    const char *name;
+    comm_chan_kind kind;
+    /* 1: every move on its channels rings the other side's doorbell
+     * (comm_bell_ring), so an idle wait on them may block in the futex;
+     * 0: the engine polls poll_fd's descriptors instead. */
+    int rings_bell;
+    /* Can this transport connect this rank to peer? */
+    int (*reaches)(const ai_comm *c, int peer);
+    /* Connect every pair it carries (p->ops is this table); once, in
+     * table order, after the pairs are assigned. */
+    ai_status_t (*setup)(ai_comm *c);
+    /* Move what channel k of r can take or has now (comm_frame_tx,
+     * comm_frame_rx); *moved = 1 if any byte moved. Never blocks. */
+    ai_status_t (*send)(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved);
+    ai_status_t (*recv)(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved);
+    /* The header of the next message waiting on p's channel 0, whole,
+     * into h without consuming it: 1, or 0 if none is whole yet. */
+    int (*peek)(comm_peer *p, unsigned char *h);
+    /* Liveness beyond the control connection (a local process that died),
+     * or NULL: a failure naming peer. */
+    ai_status_t (*check)(ai_comm *c, int peer);
+    /* The descriptor to poll for ch (rings_bell 0). */
+    int (*poll_fd)(const comm_chan *ch);
+    /* On abort: stop p's channels so that a peer blocked on this rank
+     * fails now instead of at its timeout; NULL if the abort flag and the
+     * notices already reach it. */
+    void (*stop)(comm_peer *p);
+    /* Release everything setup made; safe on a partly set up or never
+     * set up communicator. */
+    void (*close)(ai_comm *c);
+} comm_transport_ops;
 
-/* engine.c: waiting on shared memory. An idle wait spins tp->spin_passes
- * passes, then yields the core for tp->yield_s[mode], then blocks in a futex on
- * its doorbell, at most COMM_BLOCK_MS at a time, so the liveness checks
- * (every 50 ms) and the timeout still run. Only for waits whose every
- * pending transfer rings the doorbell (shared memory; a TCP socket does
- * not). comm_idle_step is called after every pass that moved nothing,
- * comm_idle_reset after one that moved and when the wait ends. It returns
- * AI_OK to go on, or the failure (ops->check's, or ops->expired's at the
- * timeout), already passed to comm_abort. */
-typedef struct comm_idle {
-    int passes;
-    int armed;          /* sleeping is set and seq was read: one more pass, then block */
-    uint32_t seq;
-    double since, last_check;
-    int block_ms;       /* 0: block COMM_BLOCK_MS at a time; else at most this */
-} comm_idle;
-typedef struct comm_idle_ops {
-    ai_status_t (*check)(ai_comm *c, void *ctx);                 /* peers alive? */
-    ai_status_t (*expired)(ai_comm *c, void *ctx, double idle_s); /* the timeout's error */
-} comm_idle_ops;
-#define COMM_BLOCK_MS 20
-void comm_idle_reset(ai_comm *c, comm_idle *w);
-ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, void *ctx);
-/* After a move others may wait on: wake the owner of `b` if it sleeps. */
-void comm_bell_ring(shm_bell *b);
-/* A dead local rank or an abort anywhere on this host, as a failure. */
-ai_status_t comm_shm_check_local(ai_comm *c);
-/* Liveness-check extras while a collective waits (engine.c, shm.c): a
- * message or slot of this call from a rank that describes the call
- * differently is a mismatch found before anyone receives it. */
-ai_status_t comm_peek_calls(ai_comm *c);
-ai_status_t comm_shm_peek_slots(ai_comm *c);
-int comm_proc_is_dead(pid_t pid);
+extern const comm_transport_ops comm_tcp_ops, comm_shm_ops;
+/* engine.c: the table, and its length. */
+extern const comm_transport_ops *const comm_transports[];
+extern const int comm_ntransports;
 
+/* engine.c: assign every pair its transport (p->ops, p->kind), then run
+ * every transport's setup; comm_transports_close: every transport's close. */
+ai_status_t comm_transports_setup(ai_comm *c);
+void comm_transports_close(ai_comm *c);
+
+/* engine.c: the framing, for the transports' send and recv. Channel k of
+ * a request moves header | payload [chan_off[k], chan_off[k+1]) | pad. */
+static inline size_t comm_chan_len(const comm_req *r, int k)
+{
+    return r->chan_off[k + 1] - r->chan_off[k];
+}
 static inline size_t comm_pad8(size_t n) { return (n + 7) & ~(size_t)7; }
+static inline size_t comm_chan_total(const comm_req *r, int k)
+{
+    return COMM_HDR_BYTES + comm_pad8(comm_chan_len(r, k));
+}
+/* The next contiguous piece of channel k's outgoing stream at `pos`. */
+const unsigned char *comm_frame_tx(const comm_req *r, int k, size_t pos, size_t *n);
+/* Feed n contiguous incoming bytes to channel k of a receive (checking
+ * the header, copying or reducing the payload). Returns the bytes used:
+ * fewer than n when the channel's message ends, or when a reduce needs
+ * the rest of an element first; *st the header's mismatch, if any. */
+size_t comm_frame_rx(const ai_comm *c, comm_req *r, int k, const unsigned char *p, size_t n,
+                     ai_status_t *st);
+
+int comm_proc_is_dead(pid_t pid);
 
 #endif
