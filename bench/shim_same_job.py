@@ -14,11 +14,12 @@ One job per (MPI, ranks, collective, size group), on one host (mpirun
 --oversubscribe; mpiexec.mpich), the shim's knowledge base one scratch
 file per MPI and rank count for the whole run, so later groups start from
 what earlier jobs learned, as a deployed job would. Warm-up calls first
-(both sides): the learner explores there and has settled when the rounds
+(both sides, at least 200): the learner explores there and the shim
+compares its way with MPI's once (docs/mpi-shim.md) before the rounds
 begin. Size groups (--scale multiplies the calls):
   bytes <= 8 KiB     1000 calls per round and side, 500 warm-up
   bytes <= 256 KiB    200 calls, 200 warm-up
-  larger               40 calls,  60 warm-up
+  larger               40 calls,  60 warm-up (200: the minimum)
 
 Output (--out): same-job.json (every size's rounds) and same-job.txt.
 Started as `bench/shim-bench --same-job ...`.
@@ -53,7 +54,8 @@ def groups(lo, hi, scale):
         g = b
         while g * 2 <= min(hi, top):
             g *= 2
-        out.append((b, g, max(1, int(iters * scale)), max(1, int(warm * scale))))
+        # the warm-up covers the learner's exploration and the shim's first duel
+        out.append((b, g, max(1, int(iters * scale)), max(200, int(warm * scale))))
         b = g * 2
     return out
 
