@@ -21,7 +21,9 @@ begin. Size groups (--scale multiplies the calls):
   bytes <= 256 KiB    200 calls, 200 warm-up
   larger               40 calls,  60 warm-up (200: the minimum)
 
-Output (--out): same-job.json (every size's rounds) and same-job.txt.
+A job that fails or passes --run-timeout is reported and the run goes
+on; Ctrl-C or SIGTERM writes what ran so far. Output (--out):
+same-job.json (every size's rounds) and same-job.txt.
 Started as `bench/shim-bench --same-job ...`.
 """
 import argparse
@@ -29,6 +31,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -76,6 +79,8 @@ def main():
     ap.add_argument("--scale", type=float, default=1.0, help="multiply the calls (default 1)")
     ap.add_argument("--goal", type=float, default=1.02, help="shim / MPI ratio judged (default 1.02)")
     ap.add_argument("--out", default="bench/results/mpi-shim", help="output folder (default bench/results/mpi-shim)")
+    ap.add_argument("--run-timeout", type=int, default=1200,
+                    help="seconds one job may take; then it is killed and reported (default 1200)")
     ap.add_argument("--env", action="append", default=[], help="VAR=VALUE for the shim (repeatable)")
     a = ap.parse_args()
     lo, _, hi = a.bytes.partition(":")
@@ -94,8 +99,13 @@ def main():
             "commit": commit + ("+dirty" if dirty else ""),
             "machine": f"{platform.node()}, {os.cpu_count()} cpus, {platform.machine()}",
             "load_before": load(), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "groups": groups(lo, hi, a.scale), "rounds": a.rounds, "skipped": {}}
+            "groups": groups(lo, hi, a.scale), "rounds": a.rounds, "skipped": {}, "failed": []}
     rows = []
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         for mpi in a.mpi.split(","):
             cc, lib = flavours[mpi]
@@ -127,13 +137,22 @@ def main():
                                         "--warmup", str(warm), "--alternate", str(a.rounds)]
                         sys.stderr.write(f"shim-bench: {mpi} np {np} {coll} {g_lo}:{g_hi} ({iters} calls x "
                                          f"{a.rounds} rounds)\n")
-                        p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           text=True, timeout=1200, stdin=subprocess.DEVNULL)
+                        try:
+                            p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               text=True, timeout=a.run_timeout, stdin=subprocess.DEVNULL)
+                        except subprocess.TimeoutExpired:
+                            why = f"{mpi} np {np} {coll} {g_lo}:{g_hi}: timed out after {a.run_timeout} s"
+                            meta["failed"].append(why)
+                            sys.stderr.write(f"shim-bench: {why}\n")
+                            continue
                         got = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
                         calls = [l for l in p.stderr.splitlines() if "collectives ran in autoinfra" in l]
                         if p.returncode != 0 or not got:
-                            sys.stderr.write(f"shim-bench: failed ({p.returncode}): {p.stderr[-1500:]}\n")
-                            sys.exit(1)
+                            tail = " | ".join([l for l in p.stderr.splitlines() if l.strip()][-3:])
+                            why = f"{mpi} np {np} {coll} {g_lo}:{g_hi}: exit status {p.returncode}: {tail}"
+                            meta["failed"].append(why[:600])
+                            sys.stderr.write(f"shim-bench: {why}\n")
+                            continue
                         by = {}
                         for o in got:
                             by.setdefault(o["bytes"], {})[o["system"]] = o
@@ -147,6 +166,9 @@ def main():
                                          "ratio": s["ratio"], "shim_rounds_us": s["rounds_us"],
                                          "mpi_rounds_us": m["rounds_us"],
                                          "calls_line": calls[-1].strip() if calls else None})
+    except KeyboardInterrupt:
+        meta["interrupted"] = True
+        sys.stderr.write("shim-bench: interrupted: writing the results so far\n")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     meta["load_after"] = load()
@@ -162,6 +184,10 @@ def main():
     lines.append(f"# at most {a.goal}x MPI's time at {ok} of {len(rows)} points")
     for mpi, why in meta["skipped"].items():
         lines.append(f"# {mpi}: SKIPPED: {why}")
+    for why in meta["failed"]:
+        lines.append(f"# FAILED: {why}")
+    if meta.get("interrupted"):
+        lines.append("# INTERRUPTED: the jobs after the last row did not run")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "same-job.json"), "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
