@@ -405,8 +405,9 @@ static void drive_mpi(void *arg)
  * learner has settled on a size bucket (its choice is the same on every
  * rank), it alternates blocks of SHIM_DUEL_BLOCK calls straight to PMPI_X
  * (the program's own arguments, no conversion) and through autoinfra,
- * SHIM_DUEL_BLOCKS of each after two untimed blocks, takes every rank's
- * mean per call of each way, agrees on the slowest rank's (one
+ * SHIM_DUEL_BLOCKS of each after two untimed blocks, times each block
+ * whole, takes every rank's mean per call of each way, agrees on the
+ * slowest rank's (one
  * PMPI_Allreduce), and sends the bucket's calls the faster way until
  * SHIM_DUEL_EVERY calls later, when the duel runs again. Every rank makes
  * the same calls and the decisions are agreed, so every rank takes the
@@ -434,7 +435,8 @@ typedef struct {
     int state;
     unsigned k;          /* DUEL_RUN: calls of this duel so far */
     double t[2];         /* seconds summed: [0] MPI, [1] autoinfra */
-    unsigned n[2];
+    unsigned n[2];       /* calls they cover */
+    double block_t0;     /* the current timed block's start */
 } shim_duel;
 /* [collective][log2 bytes] */
 static shim_duel g_duel[AI_COLL_COUNT][64];
@@ -521,7 +523,7 @@ static ai_status_t mpi_arm(void *arg, ai_coll coll, const void *sendbuf, void *r
 }
 
 /* Before a call the shim would serve: 1 to pass it straight to MPI, 0
- * through autoinfra; *t0 its start when the duel times it, else 0. */
+ * through autoinfra; *t0 1 when the duel times it, else 0. */
 static int duel_pick(ai_coll coll, size_t bytes, double *t0)
 {
     *t0 = 0;
@@ -541,9 +543,14 @@ static int duel_pick(ai_coll coll, size_t bytes, double *t0)
         d->n[0] = d->n[1] = 0;
         /* fall through */
     case DUEL_RUN:
+        /* A block is timed from its first call's start to its last call's
+         * end: what a run of calls costs, queueing and pipelining
+         * included (one call of a broadcast returns at the root before
+         * the data moved, and would make MPI look cheap). */
         mpi = (d->k / SHIM_DUEL_BLOCK) % 2 == 0;
-        if (d->k >= 2 * SHIM_DUEL_BLOCK)
-            *t0 = PMPI_Wtime();
+        if (d->k >= 2 * SHIM_DUEL_BLOCK && d->k % SHIM_DUEL_BLOCK == 0)
+            d->block_t0 = PMPI_Wtime();
+        *t0 = d->k >= 2 * SHIM_DUEL_BLOCK;
         return mpi;
     default:
         return 0;
@@ -571,9 +578,9 @@ static void duel_done(ai_coll coll, size_t bytes, int mpi, double t0)
     }
     if (d->state != DUEL_RUN)
         return;
-    if (t0 > 0) {
-        d->t[!mpi] += PMPI_Wtime() - t0;
-        d->n[!mpi]++;
+    if (t0 > 0 && d->k % SHIM_DUEL_BLOCK == SHIM_DUEL_BLOCK - 1) {
+        d->t[!mpi] += PMPI_Wtime() - d->block_t0;
+        d->n[!mpi] += SHIM_DUEL_BLOCK;
     }
     if (++d->k < (2 + 2 * SHIM_DUEL_BLOCKS) * SHIM_DUEL_BLOCK)
         return;
