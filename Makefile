@@ -18,6 +18,13 @@ DEPS       := build-essential cmake pkg-config libjansson-dev libsqlite3-dev lib
 # python3-venv: the torch 2 venv (TORCH2_VENV below), when python3 is Debian's.
 DEPS       += python3-venv
 BENCH_DEPS :=
+# The stronger peers of bench/vs-ompi (oneCCL, Intel MPI, Open MPI 5, MPICH
+# 5; docs/runtime.md, "Peers"): pinned PyPI packages, one virtual
+# environment each under PEERS_PREFIX, made once by `make bench-deps`.
+# libhwloc-dev: the oneCCL benchmark links oneCCL's static CPU library,
+# which needs hwloc.
+BENCH_DEPS += libhwloc-dev
+PEERS_PREFIX ?= $(HOME)/.cache/autoinfra/peers
 # The torch 2 backend (docs/torch.md) is built and tested against this exact
 # torch from PyPI, in a virtual environment of the python3 on PATH kept
 # outside the checkout (a few GB, made once, shared by every clone).
@@ -44,6 +51,7 @@ deps:
 
 bench-deps:
 	@./scripts/install-deps $(DEPS) $(BENCH_DEPS)
+	@./scripts/install-peers $(PEERS_PREFIX)
 
 fuzz-deps:
 	@./scripts/install-deps $(FUZZ_DEPS)

@@ -9,7 +9,7 @@
  *
  *   mpi_bench [--coll allreduce|allgather|reduce_scatter|broadcast|reduce|alltoall]
  *             [--bytes MIN[:MAX]] [--iters N] [--warmup N] [--algo LABEL]
- *             [--system NAME] [--no-finalize 0|1]
+ *             [--system NAME] [--no-finalize 0|1] [--alternate ROUNDS]
  *
  * `bytes` follows nccl-tests / `autoinfra bench` (docs/cli.md): the vector
  * for allreduce, reduce, broadcast; the whole input for reduce_scatter; the
@@ -22,6 +22,19 @@
  * elements summed over the ranks, and the exit status is 1 if any is wrong.
  * --no-finalize 1 ends with a barrier and _exit() instead of MPI_Finalize
  * (bench/compare uses it for MPICH, whose finalize hangs on the testbed).
+ *
+ * --alternate R times two ways of making the same call in one job: the
+ * MPI_X entry point (the MPI shim's, docs/mpi-shim.md, when the shim is
+ * preloaded) and the MPI library's own PMPI_X, in R rounds of `iters`
+ * calls each, the two alternating and which goes first alternating
+ * between rounds, so that both see the same machine. Each round's figure
+ * is the slowest rank's mean; per size two JSON lines come out, systems
+ * "shim" (MPI_X) and "mpi" (PMPI_X), with the median over rounds as
+ * time_us, the rounds in "rounds_us" and, on the "shim" line, "ratio": the
+ * median over rounds of the round's shim / mpi.
+ *
+ * Built with -DMPI_BENCH_CCL and bench/ccl_bench.cpp it times oneCCL's
+ * collectives instead (system "oneccl"; MPI only starts the job).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -29,7 +42,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#if defined(OPEN_MPI)
+#if defined(MPI_BENCH_CCL)
+#define DEFAULT_SYSTEM "oneccl"
+void ccl_bench_setup(int rank, int size);
+void ccl_bench_run(int coll, float *in, float *out, size_t count, size_t per);
+void ccl_bench_finish(void);
+#elif defined(OPEN_MPI)
 #define DEFAULT_SYSTEM "ompi"
 #elif defined(MPICH)
 #define DEFAULT_SYSTEM "mpich"
@@ -79,8 +97,37 @@ static void fill(enum coll c, int rank, int size, float *in, size_t count, size_
     }
 }
 
+/* MPI's own collective, under the shim's MPI_X (--alternate). */
+static void run_pmpi(enum coll c, float *in, float *out, size_t count, size_t per)
+{
+    switch (c) {
+    case ALLREDUCE:
+        PMPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case REDUCE:
+        PMPI_Reduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+        break;
+    case ALLGATHER:
+        PMPI_Allgather(in, (int)per, MPI_FLOAT, out, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    case REDUCE_SCATTER:
+        PMPI_Reduce_scatter_block(in, out, (int)per, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        break;
+    case BROADCAST:
+        PMPI_Bcast(in, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        break;
+    case ALLTOALL:
+        PMPI_Alltoall(in, (int)per, MPI_FLOAT, out, (int)per, MPI_FLOAT, MPI_COMM_WORLD);
+        break;
+    }
+}
+
 static void run(enum coll c, float *in, float *out, size_t count, size_t per)
 {
+#ifdef MPI_BENCH_CCL
+    ccl_bench_run((int)c, in, out, count, per);
+    return;
+#endif
     switch (c) {
     case ALLREDUCE:
         MPI_Allreduce(in, out, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -164,9 +211,85 @@ static void stats(int rank, int size, double mean, long wrong, double *worst, lo
     }
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* --alternate: one size, MPI_X against PMPI_X; returns the wrong elements
+ * of both checks (all ranks). */
+static long alternate_size(enum coll c, int rank, int size, float *in, float *out, size_t count,
+                           size_t per, int iters, int warmup, int rounds, const char *coll,
+                           double bus)
+{
+    double *t[2], *ratio;
+    t[0] = malloc(sizeof(double) * (size_t)rounds);
+    t[1] = malloc(sizeof(double) * (size_t)rounds);
+    ratio = malloc(sizeof(double) * (size_t)rounds);
+    if (!t[0] || !t[1] || !ratio) {
+        fprintf(stderr, "mpi_bench: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    fill(c, rank, size, in, count, per);
+    for (int w = 0; w < warmup; w++) {
+        run(c, in, out, count, per);
+        run_pmpi(c, in, out, count, per);
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < 2; k++) {
+            int which = (r + k) % 2; /* 0: MPI_X, 1: PMPI_X */
+            MPI_Barrier(MPI_COMM_WORLD);
+            double t0 = MPI_Wtime();
+            for (int it = 0; it < iters; it++)
+                (which ? run_pmpi : run)(c, in, out, count, per);
+            double mean = (MPI_Wtime() - t0) / iters, worst;
+            long none;
+            stats(rank, size, mean, 0, &worst, &none);
+            t[which][r] = worst;
+        }
+        ratio[r] = t[1][r] > 0 ? t[0][r] / t[1][r] : 0;
+    }
+    long total_wrong = 0;
+    for (int which = 0; which < 2; which++) {
+        fill(c, rank, size, in, count, per);
+        for (size_t i = 0; i < count; i++) out[i] = 251.0f;
+        (which ? run_pmpi : run)(c, in, out, count, per);
+        long wrong = check(c, rank, size, in, out, count, per), total;
+        double worst;
+        stats(rank, size, 0, wrong, &worst, &total);
+        total_wrong += total;
+        if (!rank) {
+            size_t bytes = count * sizeof(float);
+            printf("{\"system\":\"%s\",\"algo\":\"default\",\"coll\":\"%s\",\"bytes\":%zu,"
+                   "\"count\":%zu,\"ranks\":%d,\"wrong\":%ld,\"iters\":%d,\"warmup\":%d,"
+                   "\"rounds_us\":[",
+                   which ? "mpi" : "shim", coll, bytes, count, size, total, iters, warmup);
+            for (int r = 0; r < rounds; r++) printf("%s%.3f", r ? "," : "", t[which][r] * 1e6);
+            double med = median(t[which], rounds);
+            double algbw = med > 0 ? bytes / med / 1e9 : 0;
+            printf("],\"time_us\":%.3f,\"algbw_GBps\":%.6g,\"busbw_GBps\":%.6g", med * 1e6,
+                   algbw, algbw * bus);
+            if (!which) printf(",\"ratio\":%.4f", median(ratio, rounds));
+            printf("}\n");
+            fflush(stdout);
+        }
+    }
+    free(t[0]);
+    free(t[1]);
+    free(ratio);
+    return total_wrong;
+}
+
 static const char usage_text[] =
     "usage: mpi_bench [--coll C] [--bytes MIN[:MAX]] [--iters N] [--warmup N] [--algo LABEL]\n"
-    "                 [--system NAME] [--no-finalize 0|1]\n"
+    "                 [--system NAME] [--no-finalize 0|1] [--alternate ROUNDS]\n"
     "One MPI collective timed per size, checked, one JSON line per size.\n"
     "  --coll C           allreduce|allgather|reduce_scatter|broadcast|reduce|alltoall\n"
     "                     (default allreduce)\n"
@@ -178,6 +301,8 @@ static const char usage_text[] =
     "  --system NAME      the output's system field (default: the MPI this was built with)\n"
     "  --no-finalize 0|1  1: end with a barrier and _exit() instead of MPI_Finalize\n"
     "                     (default 0)\n"
+    "  --alternate R      R rounds alternating MPI_X (the shim's, when preloaded) and\n"
+    "                     PMPI_X, iters calls each; systems shim and mpi (default 0: off)\n"
     "  -h, --help         this text\n";
 
 int main(int argc, char **argv)
@@ -193,7 +318,7 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     const char *coll = "allreduce", *algo = "default", *system = DEFAULT_SYSTEM;
     size_t lo = 8, hi = 64 << 20;
-    int iters = 20, warmup = 5, no_finalize = 0;
+    int iters = 20, warmup = 5, no_finalize = 0, alternate = 0;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) {
             if (!rank) fprintf(stderr, "mpi_bench: %s needs a value\n", argv[i]);
@@ -205,6 +330,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--algo")) algo = argv[i + 1];
         else if (!strcmp(argv[i], "--system")) system = argv[i + 1];
         else if (!strcmp(argv[i], "--no-finalize")) no_finalize = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--alternate")) alternate = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--bytes")) {
             char *colon = strchr(argv[i + 1], ':');
             lo = parse_size(argv[i + 1]);
@@ -214,10 +340,17 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
-    if (iters < 1 || warmup < 0 || lo > hi) {
-        if (!rank) fprintf(stderr, "mpi_bench: bad --iters/--warmup/--bytes\n");
+    if (iters < 1 || warmup < 0 || lo > hi || alternate < 0 || alternate > 10000) {
+        if (!rank) fprintf(stderr, "mpi_bench: bad --iters/--warmup/--bytes/--alternate\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
+#ifdef MPI_BENCH_CCL
+    if (alternate) {
+        if (!rank) fprintf(stderr, "mpi_bench: --alternate is for MPI builds, not oneCCL\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    ccl_bench_setup(rank, size);
+#endif
     enum coll c;
     double bus;
     if (!strcmp(coll, "allreduce")) c = ALLREDUCE, bus = 2.0 * (size - 1) / size;
@@ -244,6 +377,12 @@ int main(int argc, char **argv)
         size_t per = split ? count / (size_t)size : count;
         size_t bytes = count * sizeof(float);
 
+        if (alternate) {
+            any_wrong += alternate_size(c, rank, size, in, out, count, per, iters, warmup,
+                                        alternate, coll, bus);
+            if (req == 0) break;
+            continue;
+        }
         fill(c, rank, size, in, count, per);
         for (int w = 0; w < warmup; w++) run(c, in, out, count, per);
         MPI_Barrier(MPI_COMM_WORLD);
@@ -273,6 +412,9 @@ int main(int argc, char **argv)
     }
     free(in);
     free(out);
+#ifdef MPI_BENCH_CCL
+    ccl_bench_finish();
+#endif
     if (any_wrong && !rank) fprintf(stderr, "mpi_bench: %ld wrong elements\n", any_wrong);
     if (no_finalize) {
         /* MPICH 4.0 ch4:ucx over tcp across namespaces often hangs in

@@ -317,6 +317,28 @@ typedef struct ai_algo_opts {
     int channels;       /* TCP connections used (<= communicator's) */
 } ai_algo_opts;
 
+/* Another library's own implementation of a collective (the MPI shim
+ * registers the host MPI's, docs/mpi-shim.md) as one more arm of `auto`'s
+ * learner for that collective on this communicator, named `name` (1-31
+ * characters, none of the collective's algorithm names): the learner
+ * measures it like its algorithms and runs it where it is the fastest.
+ * fn gets the call as the algorithms do: count per rank's block for
+ * reduce_scatter, allgather and alltoall, op AI_SUM where the call asked
+ * AI_AVG (the division follows); in place means sendbuf == recvbuf for
+ * allreduce, recvbuf == sendbuf + rank x count elements for
+ * reduce_scatter (the whole input is sendbuf, the result goes to recvbuf),
+ * sendbuf == recvbuf + rank x count elements for allgather; broadcast's
+ * buffer is recvbuf. It must run the collective on every rank (all ranks
+ * take the same arm) and return AI_OK, or AI_ERR_UNSUPPORTED on every rank
+ * alike, and then the call runs the collective's first algorithm instead.
+ * fn NULL removes the arm. Every rank registers the same, before the
+ * first call of that collective (the learner lists a size's arms at its
+ * first call); not for barrier. AI_ERR_INVALID on a bad argument. */
+typedef ai_status_t (*ai_host_coll_fn)(void *arg, ai_coll coll, const void *sendbuf, void *recvbuf,
+                                       size_t count, ai_dtype dt, ai_op op, int root);
+ai_status_t ai_comm_set_host_coll(ai_comm *comm, ai_coll coll, const char *name, ai_host_coll_fn fn,
+                                  void *arg);
+
 /* Pass as sendbuf for in-place operation (sendbuf == recvbuf also works). */
 #define AI_IN_PLACE ((const void *)1)
 

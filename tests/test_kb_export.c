@@ -1271,13 +1271,65 @@ static void test_ompi_prefers_its_own(void **state)
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ring\",\"channels\":2,"
         "\"samples\":10,\"mean_us\":100,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:segmented_ring\","
-        "\"samples\":3,\"mean_us\":150,\"std_us\":1},"
-        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:ring\",\"samples\":3,"
+        "\"samples\":10,\"mean_us\":150,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ompi:ring\",\"samples\":10,"
         "\"mean_us\":200,\"std_us\":1}]}]}";
     char r[PATH_MAX];
     import_export(doc, "peer", "export-ompi", r, sizeof r);
     parse_rules(r);
     expect_rule(OMPI_ALLREDUCE, 2, 1048576, 5, 0); /* segmented_ring, not our ring's 4 */
+}
+
+/* The guard (docs/exports.md): an arm with fewer than 5 measured calls
+ * makes no rule; an algorithm far slower than the bucket's
+ * best (over 3x), here one Open MPI lacks (direct, 50x), makes none; nor one slower
+ * than Open MPI's own decision as the MPI shim measured it (mpi_ompi).
+ * Those buckets keep Open MPI's fixed decision (algorithm 0); a bucket
+ * whose pick passes gets its rule. On the exporter before the guard, 64
+ * KiB named ring (4), 1 MiB recursive_doubling (3; MPICH's too), 4 MiB
+ * ring. */
+static void test_ompi_export_guard(void **state)
+{
+    (void)state;
+    static const char doc[] =
+        "{\"format\":\"autoinfra-kb\",\"version\":1,\"fingerprints\":[{\"id\":"
+        "\"00000000000000ce\",\"nranks\":2,\"nhosts\":1,\"arms\":["
+        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"direct\",\"channels\":2,"
+        "\"samples\":40,\"mean_us\":10,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"ring\",\"channels\":2,"
+        "\"samples\":40,\"mean_us\":500,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"recursive_doubling\","
+        "\"channels\":2,\"samples\":1,\"mean_us\":100,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"ring\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":120,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"rabenseifner\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":130,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":4194304,\"algo\":\"ring\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":900,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":4194304,\"algo\":\"mpi_ompi\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":800,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":16777216,\"algo\":\"ring\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":3000,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":16777216,\"algo\":\"mpi_ompi\",\"channels\":2,"
+        "\"samples\":20,\"mean_us\":3500,\"std_us\":1}]}]}";
+    char r[PATH_MAX];
+    import_export(doc, "guard", "export-ompi", r, sizeof r);
+    parse_rules(r);
+    expect_rule(OMPI_ALLREDUCE, 2, 65536, 0, 0);    /* ring is 50x direct's time */
+    expect_rule(OMPI_ALLREDUCE, 2, 1048576, 4, 0);  /* ring: recursive doubling has 1 sample */
+    expect_rule(OMPI_ALLREDUCE, 2, 4194304, 0, 0);  /* Open MPI's own was faster than ring */
+    expect_rule(OMPI_ALLREDUCE, 2, 16777216, 4, 0); /* ring beat Open MPI's own */
+
+    /* MPICH: the same guard. At 1 MiB the fastest arm MPICH has is the
+     * one-sample recursive doubling: reduce-scatter-allgather (our
+     * rabenseifner) instead. */
+    char o[PATH_MAX];
+    import_export(doc, "guardm", "export-mpich", o, sizeof o);
+    json_t *root = json_loads(read_file(o), 0, NULL);
+    assert_non_null(root);
+    check_tree(root, "top");
+    expect_mpich(root, "allreduce", 2, 1048576, 1, 1, 0, "Allreduce_intra_reduce_scatter_allgather");
+    json_decref(root);
 }
 
 /* The same for MPICH ("mpich:" arms), with a precondition falling through
@@ -1291,12 +1343,12 @@ static void test_mpich_prefers_its_own(void **state)
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"rabenseifner\",\"channels\":2,"
         "\"samples\":10,\"mean_us\":100,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"mpich:recursive_doubling\","
-        "\"samples\":3,\"mean_us\":150,\"std_us\":1},"
+        "\"samples\":10,\"mean_us\":150,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":1048576,\"algo\":\"mpich:reduce_scatter_allgather\","
-        "\"samples\":3,\"mean_us\":200,\"std_us\":1},"
+        "\"samples\":10,\"mean_us\":200,\"std_us\":1},"
         "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:reduce_scatter_allgather\","
-        "\"samples\":3,\"mean_us\":10,\"std_us\":1},"
-        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:nb\",\"samples\":3,"
+        "\"samples\":10,\"mean_us\":10,\"std_us\":1},"
+        "{\"coll\":\"allreduce\",\"bytes\":65536,\"algo\":\"mpich:nb\",\"samples\":10,"
         "\"mean_us\":20,\"std_us\":1}]}]}";
     char o[PATH_MAX];
     import_export(doc, "mpeer", "export-mpich", o, sizeof o);
@@ -1705,6 +1757,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_kb_export_import, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_rules_content, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_prefers_its_own, cmdtest_setup, cmdtest_teardown),
+        cmocka_unit_test_setup_teardown(test_ompi_export_guard, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_prefers_its_own, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_mpich_json_content, cmdtest_setup, cmdtest_teardown),
         cmocka_unit_test_setup_teardown(test_ompi_uses_rules, cmdtest_setup, cmdtest_teardown),

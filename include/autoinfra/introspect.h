@@ -53,6 +53,8 @@ typedef struct ai_choice {
     const char *source; /* "learned", "kb" (warm start), "model", "rule" */
     int explored;       /* exploratory calls spent in this bucket */
     double explore_s;   /* seconds they took beyond the best arm's mean */
+    int settled;        /* 1: the learner's settled choice for the bucket (the
+                         * same on every rank), not an experiment */
 } ai_choice;
 ai_status_t ai_comm_choice(const ai_comm *comm, ai_coll coll, size_t bytes, ai_choice *out);
 /* The arms the learner weighs for calls of this collective and size (the

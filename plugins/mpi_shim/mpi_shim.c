@@ -40,6 +40,7 @@
  * there, and the ranks may no longer agree on which calls completed.
  */
 #include "autoinfra.h"
+#include "autoinfra/introspect.h"
 
 #include <mpi.h>
 
@@ -69,6 +70,9 @@ SHIM_EXPORT unsigned long long autoinfra_shim_calls;
 SHIM_EXPORT unsigned long long autoinfra_shim_fallbacks;
 /* 1 while autoinfra serves MPI_COMM_WORLD. */
 SHIM_EXPORT int autoinfra_shim_active;
+/* Of autoinfra_shim_calls, those the learner handed to MPI's own
+ * collective (its host-MPI arm, below). */
+SHIM_EXPORT unsigned long long autoinfra_shim_mpi_arm;
 
 static ai_comm *g_comm;
 static int g_rank, g_size, g_verbose, g_world_only;
@@ -383,6 +387,271 @@ static void drive_mpi(void *arg)
     PMPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, g_private, &flag, MPI_STATUS_IGNORE);
 }
 
+/* ---------------------------------------------------- MPI's own arm
+ *
+ * MPI's own collective is one more arm of the learner behind `auto`
+ * (ai_comm_set_host_coll), so that the shim hands a call back to MPI
+ * wherever MPI is faster: at small sizes on shared memory, where a call
+ * takes a microsecond or less, and wherever MPI's algorithm beats ours.
+ * The arm runs on a private duplicate of the world (g_arm), with the
+ * arguments autoinfra resolved: MPI types for autoinfra's, MPI_BYTE for
+ * the data-moving calls (which the shim hands to autoinfra as bytes), in
+ * place where autoinfra's arguments alias.
+ *
+ * The learner measures an arm inside autoinfra, without the shim's own
+ * per-call work (argument checks, conversions) and with its agreement
+ * windows, which at a fraction of a microsecond per call is not what the
+ * program sees. So the shim also times the program's own calls: once the
+ * learner has settled on a size bucket (its choice is the same on every
+ * rank), it alternates blocks of SHIM_DUEL_BLOCK calls straight to PMPI_X
+ * (the program's own arguments, no conversion) and through autoinfra,
+ * SHIM_DUEL_BLOCKS of each after two untimed blocks, times each block
+ * whole, takes every rank's mean per call of each way, agrees on the
+ * slowest rank's (one
+ * PMPI_Allreduce), and sends the bucket's calls the faster way until
+ * SHIM_DUEL_EVERY calls later, when the duel runs again. Every rank makes
+ * the same calls and the decisions are agreed, so every rank takes the
+ * same path. AUTOINFRA_SHIM_MPI_ARM=0 leaves the arm and the duel out. */
+#define SHIM_DUEL_BLOCK 8
+#define SHIM_DUEL_BLOCKS 4
+#define SHIM_DUEL_EVERY 4096
+#define SHIM_LEARN_MAX 400 /* calls after which the duel starts even unsettled */
+
+#if defined(OPEN_MPI)
+#define SHIM_ARM_NAME "mpi_ompi"
+#elif defined(MPICH)
+#define SHIM_ARM_NAME "mpi_mpich"
+#else
+#define SHIM_ARM_NAME "mpi_host"
+#endif
+
+static MPI_Comm g_arm = MPI_COMM_NULL;
+static int g_duel_on;
+
+enum { DUEL_LEARN, DUEL_RUN, DUEL_MPI, DUEL_AI };
+typedef struct {
+    unsigned long calls; /* the bucket's calls so far */
+    unsigned long next;  /* DUEL_MPI/AI: the call that starts the next duel */
+    int state;
+    unsigned k;          /* DUEL_RUN: calls of this duel so far */
+    double t[2];         /* seconds summed: [0] MPI, [1] autoinfra */
+    unsigned n[2];       /* calls they cover */
+    double block_t0;     /* the current timed block's start */
+} shim_duel;
+/* [collective][log2 bytes] */
+static shim_duel g_duel[AI_COLL_COUNT][64];
+
+static int log2_floor(size_t v)
+{
+    int b = 0;
+    while (v >>= 1)
+        b++;
+    return b;
+}
+
+static MPI_Datatype mpi_type_of(ai_dtype dt, int moving)
+{
+    if (moving)
+        return MPI_BYTE;
+    switch (dt) {
+    case AI_F32: return MPI_FLOAT;
+    case AI_F64: return MPI_DOUBLE;
+    case AI_I32: return MPI_INT32_T;
+    case AI_I64: return MPI_INT64_T;
+    case AI_U8: return MPI_UINT8_T;
+    default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mpi_op_of(ai_op op)
+{
+    switch (op) {
+    case AI_SUM: return MPI_SUM;
+    case AI_PROD: return MPI_PROD;
+    case AI_MIN: return MPI_MIN;
+    case AI_MAX: return MPI_MAX;
+    default: return MPI_OP_NULL;
+    }
+}
+
+static ai_status_t mpi_arm(void *arg, ai_coll coll, const void *sendbuf, void *recvbuf,
+                           size_t count, ai_dtype dt, ai_op op, int root)
+{
+    (void)arg;
+    int moving = coll == AI_ALLGATHER || coll == AI_BROADCAST || coll == AI_ALLTOALL;
+    MPI_Datatype t = mpi_type_of(dt, moving);
+    MPI_Op o = mpi_op_of(op);
+    /* Every rank alike (same count, type and op): autoinfra runs its own
+     * first algorithm instead. */
+    if (count > INT_MAX || t == MPI_DATATYPE_NULL || (!moving && o == MPI_OP_NULL))
+        return AI_ERR_UNSUPPORTED;
+    int n = (int)count, rc = MPI_ERR_OTHER;
+    size_t es = ai_dtype_size(dt);
+    switch (coll) {
+    case AI_ALLREDUCE:
+        rc = PMPI_Allreduce(sendbuf == recvbuf ? MPI_IN_PLACE : sendbuf, recvbuf, n, t, o, g_arm);
+        break;
+    case AI_REDUCE_SCATTER:
+        if ((const char *)recvbuf == (const char *)sendbuf + (size_t)g_rank * count * es) {
+            /* In place: MPI leaves the result at the start of the input */
+            rc = PMPI_Reduce_scatter_block(MPI_IN_PLACE, (void *)sendbuf, n, t, o, g_arm);
+            if (rc == MPI_SUCCESS && g_rank > 0 && count > 0)
+                memmove(recvbuf, sendbuf, count * es);
+        } else {
+            rc = PMPI_Reduce_scatter_block(sendbuf, recvbuf, n, t, o, g_arm);
+        }
+        break;
+    case AI_ALLGATHER:
+        rc = PMPI_Allgather((const char *)sendbuf == (const char *)recvbuf + (size_t)g_rank * count * es
+                                ? MPI_IN_PLACE
+                                : sendbuf,
+                            n, t, recvbuf, n, t, g_arm);
+        break;
+    case AI_BROADCAST:
+        rc = PMPI_Bcast(recvbuf, n, t, root, g_arm);
+        break;
+    case AI_ALLTOALL:
+        rc = PMPI_Alltoall(sendbuf, n, t, recvbuf, n, t, g_arm);
+        break;
+    default:
+        return AI_ERR_UNSUPPORTED;
+    }
+    if (rc != MPI_SUCCESS)
+        return AI_ERR_IO;
+    __atomic_fetch_add(&autoinfra_shim_mpi_arm, 1, __ATOMIC_RELAXED);
+    return AI_OK;
+}
+
+/* Before a call the shim would serve: 1 to pass it straight to MPI, 0
+ * through autoinfra; *t0 1 when the duel times it, else 0. */
+static int duel_pick(ai_coll coll, size_t bytes, double *t0)
+{
+    *t0 = 0;
+    if (!g_duel_on || bytes == 0)
+        return 0;
+    shim_duel *d = &g_duel[coll][log2_floor(bytes)];
+    d->calls++;
+    int mpi = 0;
+    switch (d->state) {
+    case DUEL_MPI:
+    case DUEL_AI:
+        if (d->calls < d->next)
+            return d->state == DUEL_MPI;
+        d->state = DUEL_RUN;
+        d->k = 0;
+        d->t[0] = d->t[1] = 0;
+        d->n[0] = d->n[1] = 0;
+        /* fall through */
+    case DUEL_RUN:
+        /* A block is timed from its first call's start to its last call's
+         * end: what a run of calls costs, queueing and pipelining
+         * included (one call of a broadcast returns at the root before
+         * the data moved, and would make MPI look cheap). */
+        mpi = (d->k / SHIM_DUEL_BLOCK) % 2 == 0;
+        if (d->k >= 2 * SHIM_DUEL_BLOCK && d->k % SHIM_DUEL_BLOCK == 0)
+            d->block_t0 = PMPI_Wtime();
+        *t0 = d->k >= 2 * SHIM_DUEL_BLOCK;
+        return mpi;
+    default:
+        return 0;
+    }
+}
+
+/* After it: the duel's bookkeeping and decision. */
+static void duel_done(ai_coll coll, size_t bytes, int mpi, double t0)
+{
+    if (!g_duel_on || bytes == 0)
+        return;
+    shim_duel *d = &g_duel[coll][log2_floor(bytes)];
+    if (d->state == DUEL_LEARN) {
+        ai_choice ch;
+        /* Settled, or no learner (the model's or the rule's choice). */
+        if (d->calls >= SHIM_LEARN_MAX ||
+            (ai_comm_choice(g_comm, coll, bytes, &ch) == AI_OK &&
+             (ch.settled || !strcmp(ch.source, "model") || !strcmp(ch.source, "rule")))) {
+            d->state = DUEL_RUN;
+            d->k = 0;
+            d->t[0] = d->t[1] = 0;
+            d->n[0] = d->n[1] = 0;
+        }
+        return;
+    }
+    if (d->state != DUEL_RUN)
+        return;
+    if (t0 > 0 && d->k % SHIM_DUEL_BLOCK == SHIM_DUEL_BLOCK - 1) {
+        d->t[!mpi] += PMPI_Wtime() - d->block_t0;
+        d->n[!mpi] += SHIM_DUEL_BLOCK;
+    }
+    if (++d->k < (2 + 2 * SHIM_DUEL_BLOCKS) * SHIM_DUEL_BLOCK)
+        return;
+    double m[2] = {d->t[0] / d->n[0], d->t[1] / d->n[1]}, all[2] = {0, 0};
+    if (PMPI_Allreduce(m, all, 2, MPI_DOUBLE, MPI_MAX, g_arm) != MPI_SUCCESS)
+        all[0] = all[1] = 0; /* every rank alike: the rank that failed aborts */
+    d->state = all[0] <= all[1] ? DUEL_MPI : DUEL_AI;
+    d->next = d->calls + SHIM_DUEL_EVERY;
+    if (g_verbose > 1 && g_rank == 0)
+        fprintf(stderr, SHIM_TAG ": %s %zu bytes: MPI %.3f us, autoinfra %.3f us per call: %s\n",
+                ai_coll_name(coll), bytes, all[0] * 1e6, all[1] * 1e6,
+                d->state == DUEL_MPI ? "MPI" : "autoinfra");
+}
+
+/* Counted without a locked add: on the path to MPI a locked add costs as
+ * much as a small shared-memory call. The shim serves one thread's calls
+ * at a time (two threads in collectives of MPI_COMM_WORLD at once are an
+ * error in MPI; under MPI_THREAD_MULTIPLE other communicators go to MPI
+ * unserved). */
+static inline void bump(unsigned long long *c)
+{
+    __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+}
+
+/* A call the duel sent to MPI: counted as the shim's. */
+static int mpi_direct_done(ai_coll coll, size_t bytes, double t0, int rc)
+{
+    bump(&autoinfra_shim_calls);
+    bump(&autoinfra_shim_mpi_arm);
+    duel_done(coll, bytes, 1, t0);
+    return rc;
+}
+
+/* The last call of each collective on MPI_COMM_WORLD that the duel sent
+ * to MPI outside a duel: a next call with the same counts, types, op and
+ * root falls in the same bucket and goes to MPI at once, before the
+ * shim's checks and conversions (a call they would have refused goes to
+ * the same PMPI_X with the same arguments). Only the world: a freed
+ * communicator's handle may come back for other ranks. */
+typedef struct {
+    shim_duel *d; /* NULL: none */
+    int count, count2, root;
+    MPI_Datatype t, t2;
+    MPI_Op op;
+} shim_memo;
+static shim_memo g_memo[AI_COLL_COUNT];
+
+static void memo_set(ai_coll coll, size_t bytes, MPI_Comm comm, int count, MPI_Datatype t,
+                     int count2, MPI_Datatype t2, MPI_Op op, int root)
+{
+    shim_duel *d = &g_duel[coll][log2_floor(bytes)];
+    if (comm != MPI_COMM_WORLD || d->state != DUEL_MPI)
+        return;
+    g_memo[coll] = (shim_memo){d, count, count2, root, t, t2, op};
+}
+
+static inline int memo_hit(ai_coll coll, MPI_Comm comm, int count, MPI_Datatype t, int count2,
+                           MPI_Datatype t2, MPI_Op op, int root)
+{
+    shim_memo *m = &g_memo[coll];
+    shim_duel *d = m->d;
+    if (!d || comm != MPI_COMM_WORLD || m->count != count || m->t != t || m->count2 != count2 ||
+        m->t2 != t2 || m->op != op || m->root != root || d->state != DUEL_MPI ||
+        d->calls + 1 >= d->next)
+        return 0;
+    d->calls++;
+    bump(&autoinfra_shim_calls);
+    bump(&autoinfra_shim_mpi_arm);
+    return 1;
+}
+
 /* ------------------------------------------------------------- results */
 
 static void count_call(unsigned long long *c)
@@ -440,15 +709,24 @@ SHIM_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count,
     ai_dtype dt;
     ai_op aop;
     ai_comm *c = g_comm;
-    if (!c)
+    if (!c || memo_hit(AI_ALLREDUCE, comm, count, datatype, 0, MPI_DATATYPE_NULL, op, 0))
         return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     if (count < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
         recvbuf == MPI_IN_PLACE ||
         (count > 0 && (!sendbuf || !recvbuf || sendbuf == recvbuf)))
         return FALLBACK(PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm));
+    size_t bytes = (size_t)count * ai_dtype_size(dt);
+    double t0;
+    if (duel_pick(AI_ALLREDUCE, bytes, &t0)) {
+        memo_set(AI_ALLREDUCE, bytes, comm, count, datatype, 0, MPI_DATATYPE_NULL, op, 0);
+        return mpi_direct_done(AI_ALLREDUCE, bytes, t0,
+                               PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm));
+    }
     const void *sb = sendbuf == MPI_IN_PLACE ? AI_IN_PLACE : sendbuf;
-    return finish(ai_allreduce(c, sb, recvbuf, (size_t)count, dt, aop, NULL), "MPI_Allreduce",
-                  (size_t)count, ai_dtype_name(dt));
+    int rc = finish(ai_allreduce(c, sb, recvbuf, (size_t)count, dt, aop, NULL), "MPI_Allreduce",
+                    (size_t)count, ai_dtype_name(dt));
+    duel_done(AI_ALLREDUCE, bytes, 0, t0);
+    return rc;
 }
 
 SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
@@ -457,7 +735,7 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     ai_dtype dt;
     ai_op aop;
     ai_comm *c = g_comm;
-    if (!c)
+    if (!c || memo_hit(AI_REDUCE_SCATTER, comm, recvcount, datatype, 0, MPI_DATATYPE_NULL, op, 0))
         return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     if (recvcount < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
         recvbuf == MPI_IN_PLACE ||
@@ -465,6 +743,13 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
         return FALLBACK(
             PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
     size_t n = (size_t)recvcount, es = ai_dtype_size(dt);
+    double t0;
+    if (duel_pick(AI_REDUCE_SCATTER, n * es, &t0)) {
+        memo_set(AI_REDUCE_SCATTER, n * es, comm, recvcount, datatype, 0, MPI_DATATYPE_NULL, op, 0);
+        return mpi_direct_done(
+            AI_REDUCE_SCATTER, n * es, t0,
+            PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm));
+    }
     ai_status_t st;
     if (sendbuf == MPI_IN_PLACE) {
         /* MPI: the input is the whole receive buffer, the result goes to its
@@ -476,7 +761,9 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     } else {
         st = ai_reduce_scatter(c, sendbuf, recvbuf, n, dt, aop, NULL);
     }
-    return finish(st, "MPI_Reduce_scatter_block", n, ai_dtype_name(dt));
+    int rc = finish(st, "MPI_Reduce_scatter_block", n, ai_dtype_name(dt));
+    duel_done(AI_REDUCE_SCATTER, n * es, 0, t0);
+    return rc;
 }
 
 /* Invalid arguments (MPI reports them), decided as the other rules on
@@ -506,6 +793,16 @@ static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Dataty
                             : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
                                              recvtype, comm));
     size_t block = r.bytes, total = block * (size_t)g_size, n = (size_t)recvcount;
+    ai_coll k = a2a ? AI_ALLTOALL : AI_ALLGATHER;
+    double t0;
+    if (duel_pick(k, block, &t0)) {
+        memo_set(k, block, comm, sendcount, in_place ? MPI_DATATYPE_NULL : sendtype, recvcount,
+                 recvtype, MPI_OP_NULL, in_place);
+        return mpi_direct_done(
+            k, block, t0,
+            a2a ? PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm)
+                : PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+    }
     size_t all = n * (size_t)g_size, mine = (size_t)g_rank * n;
     const char *fn = a2a ? "MPI_Alltoall" : "MPI_Allgather";
     char *rb, *sbytes = NULL;
@@ -525,13 +822,17 @@ static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Dataty
                  : ai_allgather(c, sb, rb, block, AI_U8, NULL);
         moved = st != AI_OK || data_move(&r, 1, 0, all, 0);
     }
-    return finish_data(st, moved, &r, &s, fn, block);
+    int rc = finish_data(st, moved, &r, &s, fn, block);
+    duel_done(k, block, 0, t0);
+    return rc;
 }
 
 SHIM_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                               void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
-    if (!g_comm)
+    int ip = sendbuf == MPI_IN_PLACE;
+    if (!g_comm || memo_hit(AI_ALLGATHER, comm, sendcount, ip ? MPI_DATATYPE_NULL : sendtype,
+                            recvcount, recvtype, MPI_OP_NULL, ip))
         return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     return gather_or_a2a(0, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
@@ -539,7 +840,9 @@ SHIM_EXPORT int MPI_Allgather(const void *sendbuf, int sendcount, MPI_Datatype s
 SHIM_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype sendtype,
                              void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
 {
-    if (!g_comm)
+    int ip = sendbuf == MPI_IN_PLACE;
+    if (!g_comm || memo_hit(AI_ALLTOALL, comm, sendcount, ip ? MPI_DATATYPE_NULL : sendtype,
+                            recvcount, recvtype, MPI_OP_NULL, ip))
         return PMPI_Alltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
     return gather_or_a2a(1, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
@@ -548,11 +851,18 @@ SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
 {
     ai_comm *c = g_comm;
     shim_data d;
-    if (!c)
+    if (!c || memo_hit(AI_BROADCAST, comm, count, datatype, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, root))
         return PMPI_Bcast(buffer, count, datatype, root, comm);
     if (!comm_ok(comm) || !data_init(&d, buffer, count, datatype) || data_bad(&d, buffer) ||
         root < 0 || root >= g_size)
         return FALLBACK(PMPI_Bcast(buffer, count, datatype, root, comm));
+    double t0;
+    if (duel_pick(AI_BROADCAST, d.bytes, &t0)) {
+        size_t bytes = d.bytes;
+        memo_set(AI_BROADCAST, bytes, comm, count, datatype, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, root);
+        data_free(&d);
+        return mpi_direct_done(AI_BROADCAST, bytes, t0, PMPI_Bcast(buffer, count, datatype, root, comm));
+    }
     char *b;
     int moved = data_buf(&d, d.bytes, &b) && (g_rank != root || data_move(&d, 0, 0, (size_t)count, 0));
     ai_status_t st = AI_OK;
@@ -560,7 +870,10 @@ SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
         st = ai_broadcast(c, b, d.bytes, AI_U8, root, NULL);
         moved = st != AI_OK || g_rank == root || data_move(&d, 1, 0, (size_t)count, 0);
     }
-    return finish_data(st, moved, &d, NULL, "MPI_Bcast", d.bytes);
+    size_t bytes = d.bytes;
+    int rc = finish_data(st, moved, &d, NULL, "MPI_Bcast", bytes);
+    duel_done(AI_BROADCAST, bytes, 0, t0);
+    return rc;
 }
 
 /* --------------------------------------------------------------- set-up */
@@ -568,7 +881,7 @@ SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
 static int env_verbose(void)
 {
     const char *v = getenv("AUTOINFRA_LOG");
-    return v && (!strcmp(v, "info") || !strcmp(v, "debug"));
+    return !v ? 0 : !strcmp(v, "debug") ? 2 : !strcmp(v, "info");
 }
 
 /* This machine's first non-loopback IPv4 address that is up; 0 if none. */
@@ -699,6 +1012,52 @@ static void warn_fallback(int first, int nfailed, const char *why)
     fflush(stderr);
 }
 
+/* MPI's own collectives as arms of the learner, unless
+ * AUTOINFRA_SHIM_MPI_ARM=0; every rank alike (the duplicate is collective,
+ * and a rank whose duplicate failed makes every rank go without). */
+static int all_ranks(int ok)
+{
+    int all = 0;
+    return PMPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD) == MPI_SUCCESS && all;
+}
+
+static void mpi_arm_setup(ai_comm *c)
+{
+    const char *v = getenv("AUTOINFRA_SHIM_MPI_ARM");
+    if (v && !strcmp(v, "0"))
+        return;
+    int all = all_ranks(PMPI_Comm_dup(MPI_COMM_WORLD, &g_arm) == MPI_SUCCESS &&
+                        PMPI_Comm_set_errhandler(g_arm, MPI_ERRORS_RETURN) == MPI_SUCCESS);
+    if (all) {
+        /* A communicator's first collectives pay MPI's set-up (Open MPI's
+         * shared-memory segments, MPICH's per-communicator state): a
+         * first measurement of the arm 100 times its cost would keep the
+         * learner from ever trying it again. One call of each, here. */
+        unsigned char a[64] = {0}, b[64];
+        int per = (int)(sizeof a / (size_t)g_size);
+        all = all_ranks(
+            PMPI_Allreduce(a, b, 8, MPI_UINT8_T, MPI_MAX, g_arm) == MPI_SUCCESS &&
+            PMPI_Bcast(a, 8, MPI_BYTE, 0, g_arm) == MPI_SUCCESS &&
+            (per < 1 || (PMPI_Allgather(a, per, MPI_BYTE, b, per, MPI_BYTE, g_arm) == MPI_SUCCESS &&
+                         PMPI_Alltoall(a, per, MPI_BYTE, b, per, MPI_BYTE, g_arm) == MPI_SUCCESS &&
+                         PMPI_Reduce_scatter_block(a, b, per, MPI_UINT8_T, MPI_MAX, g_arm) ==
+                             MPI_SUCCESS)));
+    }
+    static const ai_coll colls[] = {AI_ALLREDUCE, AI_REDUCE_SCATTER, AI_ALLGATHER, AI_BROADCAST,
+                                    AI_ALLTOALL};
+    /* Registration fails alike on every rank (same arguments). */
+    for (size_t i = 0; all && i < sizeof colls / sizeof colls[0]; i++)
+        all = ai_comm_set_host_coll(c, colls[i], SHIM_ARM_NAME, mpi_arm, NULL) == AI_OK;
+    g_duel_on = all;
+    if (!all) {
+        for (size_t i = 0; i < sizeof colls / sizeof colls[0]; i++)
+            ai_comm_set_host_coll(c, colls[i], NULL, NULL, NULL);
+        if (g_arm != MPI_COMM_NULL)
+            PMPI_Comm_free(&g_arm);
+        g_arm = MPI_COMM_NULL;
+    }
+}
+
 static void shim_setup(void)
 {
     g_verbose = env_verbose();
@@ -764,6 +1123,12 @@ static void shim_setup(void)
         .token = token, .host_id = self, .timeout_s = timeout, .channels = (int)channels,
         .no_shm = (int)no_shm,
     };
+    /* MPI's own arm must compete from the smallest sizes, where MPI's
+     * shared-memory calls take a microsecond or less: the learner takes
+     * every size unless the user set AUTOINFRA_TUNE_MIN. */
+    const char *arm_on = getenv("AUTOINFRA_SHIM_MPI_ARM");
+    if (!(arm_on && !strcmp(arm_on, "0")) && !getenv("AUTOINFRA_TUNE_MIN"))
+        setenv("AUTOINFRA_TUNE_MIN", "1", 0);
     ai_comm *c = NULL;
     ai_status_t st = ai_comm_create(&cfg, &c);
     if (st != AI_OK)
@@ -775,6 +1140,7 @@ static void shim_setup(void)
         return;
     }
     ai_comm_set_wait_hook(c, drive_mpi, NULL);
+    mpi_arm_setup(c);
     g_comm = c;
     autoinfra_shim_active = 1;
     if (g_verbose && g_rank == 0)
@@ -811,8 +1177,10 @@ SHIM_EXPORT int MPI_Finalize(void)
          * reading the last collective's data from them. */
         PMPI_Barrier(MPI_COMM_WORLD);
         if (g_verbose && g_rank == 0)
-            fprintf(stderr, SHIM_TAG ": rank 0: %llu collectives ran in autoinfra, %llu in MPI\n",
-                    autoinfra_shim_calls, autoinfra_shim_fallbacks);
+            fprintf(stderr,
+                    SHIM_TAG ": rank 0: %llu collectives ran in autoinfra, %llu in MPI (of "
+                             "autoinfra's, %llu in MPI's own collective, the learner's choice)\n",
+                    autoinfra_shim_calls, autoinfra_shim_fallbacks, autoinfra_shim_mpi_arm);
         ai_comm *c = g_comm;
         g_comm = NULL;
         autoinfra_shim_active = 0;
@@ -820,6 +1188,8 @@ SHIM_EXPORT int MPI_Finalize(void)
     }
     if (g_private != MPI_COMM_NULL)
         PMPI_Comm_free(&g_private);
+    if (g_arm != MPI_COMM_NULL)
+        PMPI_Comm_free(&g_arm);
     if (g_keyval != MPI_KEYVAL_INVALID)
         PMPI_Comm_free_keyval(&g_keyval);
     return PMPI_Finalize();

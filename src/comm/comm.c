@@ -328,6 +328,7 @@ void comm_destroy(ai_comm *c)
     for (int i = 0; i < COMM_SCRATCH_SLOTS; i++)
         free(c->scratch[i]);
     comm_links_free(c->links);
+    free(c->host_coll);
     free(c->host_of);
     free(c->host_first);
     free(c->host_ranks);

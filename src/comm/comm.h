@@ -78,6 +78,9 @@ struct ai_comm {
     struct comm_ft *ft;  /* agreement state (comm/ft/), NULL until the first */
     void (*wait_hook)(void *arg); /* ai_comm_set_wait_hook; NULL: none */
     void *wait_hook_arg;
+    /* [AI_COLL_COUNT] other libraries' collectives as arms of `auto`
+     * (ai_comm_set_host_coll; comm/algo/host.c); NULL: none registered. */
+    struct comm_host_coll *host_coll;
 };
 
 /* The communicator proper (comm.c). The public communicator section of
@@ -188,5 +191,23 @@ typedef struct coll_algo {
 } coll_algo;
 
 /* The registry: comm/algo_registry.h. */
+
+/* A collective of another library (ai_comm_set_host_coll): `algo` is the
+ * arm the learner lists, named `name`, whose run calls fn. */
+typedef struct comm_host_coll {
+    coll_algo algo;
+    char name[32];
+    ai_host_coll_fn fn;
+    void *arg;
+} comm_host_coll;
+
+/* The host collective registered for coll, NULL if none. */
+static inline const coll_algo *comm_host_algo(const ai_comm *c, ai_coll coll)
+{
+    return c->host_coll && (unsigned)coll < AI_COLL_COUNT && c->host_coll[coll].fn
+               ? &c->host_coll[coll].algo
+               : NULL;
+}
+ai_status_t comm_host_coll_run(ai_comm *c, const coll_args *a);
 
 #endif

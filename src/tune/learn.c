@@ -291,6 +291,10 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
                 add_arm(b, al, chunks[k], chans[j]);
         }
     }
+    /* Another library's own collective (ai_comm_set_host_coll). */
+    const coll_algo *host = comm_host_algo(c, coll);
+    if (host)
+        add_arm(b, host, 0, c->channels);
 }
 
 static int find_arm(const tune_bucket *b, const char *algo, size_t chunk, int channels)
@@ -1021,6 +1025,7 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
         ch.chunk_bytes = a->chunk;
         ch.channels = a->channels;
         ch.source = b->warm ? "kb" : "learned";
+        ch.settled = b->settled;
         ch.explored = (int)b->explored;
         int best = bandit_best_measured(&b->s);
         if (best >= 0)

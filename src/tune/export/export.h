@@ -40,6 +40,23 @@ ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what,
 /* The arms of one (coll, bytes) bucket are v->arm[*i .. *end), fastest
  * first. Returns 0 when no bucket of `coll` is left. */
 int tune_view_next_bucket(const kb_view *v, ai_coll coll, size_t *i, size_t *end);
+/* The guard every rule passes (docs/exports.md, "Which arm becomes a
+ * rule"). An arm counts only with at least TUNE_EXPORT_MIN_SAMPLES
+ * measured calls behind it: one or two calls are as likely a lucky or an
+ * unlucky moment of the machine as the algorithm's speed. And the arm a
+ * rule would name must be at most TUNE_EXPORT_MAX_SLOWER times the
+ * bucket's fastest arm that counts, whatever its algorithm (also one the
+ * target lacks), and no slower than the target's own decision where the
+ * KB measured that (the MPI shim's host-MPI arm, `own`: "mpi_ompi",
+ * "mpi_mpich"). Otherwise the KB holds no evidence that the target's
+ * algorithm is a good choice there, and the target keeps its own
+ * decision for that bucket. */
+#define TUNE_EXPORT_MIN_SAMPLES 5
+#define TUNE_EXPORT_MAX_SLOWER 3.0
+int tune_view_enough(const ai_kb_arm *a);
+/* Arm a of the bucket [i, end) passes the guard. */
+int tune_view_exportable(const kb_view *v, size_t i, size_t end, const ai_kb_arm *a, const char *own);
+
 /* A bucket [bytes, 2 bytes) of per-rank payload in the target's units
  * (mult: 1 or the communicator size); the lowest bucket (bytes = 1) also
  * holds empty calls, so it starts at 0. */

@@ -218,9 +218,14 @@ static json_t *mpich_chain(jctx *j, const char *coll, const mpich_map *const *c,
     return o;
 }
 
-/* The bucket's candidates MPICH has: its own measured algorithms ("mpich:"
- * arms, bench/peer-to-kb.py) first, as with Open MPI, then ours mapped;
- * each fastest first, up to the first that needs no precondition. */
+/* The name of MPICH's own decision as the MPI shim's learner measures it
+ * (its host-MPI arm, ai_comm_set_host_coll). */
+#define MPICH_OWN "mpi_mpich"
+
+/* The bucket's candidates MPICH has that pass the guard (export.h): its
+ * own measured algorithms ("mpich:" arms, bench/peer-to-kb.py) first, as
+ * with Open MPI, then ours mapped; each fastest first, up to the first
+ * that needs no precondition. */
 static json_t *mpich_choice(jctx *j, const kb_view *v, const char *coll, const char *target,
                             size_t i, size_t end)
 {
@@ -230,6 +235,7 @@ static json_t *mpich_choice(jctx *j, const kb_view *v, const char *coll, const c
         for (size_t k = i; k < end && n < (int)AI_ARRAY_LEN(c); k++) {
             const mpich_map *m;
             if (!strncmp(v->arm[k].algo, "mpich:", 6) != (pass == 0) ||
+                !tune_view_exportable(v, i, end, &v->arm[k], MPICH_OWN) ||
                 !(m = mpich_lookup(target, &v->arm[k], v->nranks)))
                 continue;
             c[n++] = m;
@@ -241,8 +247,9 @@ static json_t *mpich_choice(jctx *j, const kb_view *v, const char *coll, const c
 
 static int mpich_has(const kb_view *v, const char *target, size_t i, size_t end)
 {
-    for (; i < end; i++)
-        if (mpich_lookup(target, &v->arm[i], v->nranks))
+    for (size_t k = i; k < end; k++)
+        if (tune_view_exportable(v, i, end, &v->arm[k], MPICH_OWN) &&
+            mpich_lookup(target, &v->arm[k], v->nranks))
             return 1;
     return 0;
 }

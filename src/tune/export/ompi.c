@@ -127,19 +127,24 @@ static long ompi_segsize(const ompi_map *m, const ai_kb_arm *a)
     }
 }
 
-/* Fastest arm of bucket [i, end) that Open MPI has for `target`. Open
- * MPI's own measured algorithms ("ompi:" arms) come first: our time for
- * "the same" algorithm need not carry over to its implementation. */
+/* The name of Open MPI's own decision as the MPI shim's learner measures
+ * it (its host-MPI arm, ai_comm_set_host_coll). */
+#define OMPI_OWN "mpi_ompi"
+
+/* Fastest arm of bucket [i, end) that Open MPI has for `target` and that
+ * passes the guard (export.h), NULL if none. Open MPI's own measured
+ * algorithms ("ompi:" arms) come first: our time for "the same" algorithm
+ * need not carry over to its implementation. */
 static const ai_kb_arm *ompi_pick(const kb_view *v, int target, size_t i, size_t end,
                                   const ompi_map **m)
 {
     for (size_t k = i; k < end; k++)
-        if (!strncmp(v->arm[k].algo, "ompi:", 5) &&
+        if (!strncmp(v->arm[k].algo, "ompi:", 5) && tune_view_enough(&v->arm[k]) &&
             (*m = ompi_lookup(target, &v->arm[k], v->nranks)) != NULL)
-            return &v->arm[k];
-    for (; i < end; i++)
-        if ((*m = ompi_lookup(target, &v->arm[i], v->nranks)) != NULL)
-            return &v->arm[i];
+            return tune_view_exportable(v, i, end, &v->arm[k], OMPI_OWN) ? &v->arm[k] : NULL;
+    for (size_t k = i; k < end; k++)
+        if (tune_view_enough(&v->arm[k]) && (*m = ompi_lookup(target, &v->arm[k], v->nranks)) != NULL)
+            return tune_view_exportable(v, i, end, &v->arm[k], OMPI_OWN) ? &v->arm[k] : NULL;
     return NULL;
 }
 

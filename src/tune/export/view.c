@@ -133,6 +133,31 @@ int tune_view_next_bucket(const kb_view *v, ai_coll coll, size_t *i, size_t *end
     return 1;
 }
 
+int tune_view_enough(const ai_kb_arm *a)
+{
+    return a->samples >= TUNE_EXPORT_MIN_SAMPLES;
+}
+
+int tune_view_exportable(const kb_view *v, size_t i, size_t end, const ai_kb_arm *a, const char *own)
+{
+    if (!tune_view_enough(a))
+        return 0;
+    /* The bucket is fastest first: its first arm that counts is the best. */
+    for (size_t k = i; k < end; k++) {
+        const ai_kb_arm *b = &v->arm[k];
+        if (!tune_view_enough(b))
+            continue;
+        if (a->mean_us > TUNE_EXPORT_MAX_SLOWER * b->mean_us)
+            return 0;
+        break;
+    }
+    for (size_t k = i; own && k < end; k++)
+        if (!strcmp(v->arm[k].algo, own) && tune_view_enough(&v->arm[k]) &&
+            v->arm[k].mean_us < a->mean_us)
+            return 0;
+    return 1;
+}
+
 unsigned long long tune_view_lo_edge(size_t bytes, int mult)
 {
     return bytes <= 1 ? 0 : (unsigned long long)bytes * (unsigned)mult;
