@@ -301,16 +301,25 @@ double model_ddp_reduction_end(int nranks, const model_ddp_rank *r, double besid
 
 /* ---------------------------------------------------------- fitting */
 
+/* What a published figure measures. */
+typedef enum {
+    MODEL_METRIC_STEP_S,       /* seconds per iteration (tokens/s rows are converted) */
+    MODEL_METRIC_MODEL_TFLOPS, /* model TFLOP/s per device (formats.md accounting) */
+    MODEL_METRIC_HW_TFLOPS,    /* hardware TFLOP/s per device: recomputation counted */
+} model_metric;
+
 /* One published measurement. */
 typedef struct model_calib_row {
-    char source[32];         /* "megatron_core_h100", "korthikanti_table5" */
+    char source[32];         /* "megatron_core_h100", "korthikanti_table5", ... */
     char name[32];
+    char cite[48];           /* paper and table, or document and release */
+    char software[32];       /* the software generation that ran it */
     topo_cluster *cluster;   /* owned */
     topo_model model;
     topo_training train;
     model_plan plan;
-    double published;        /* seconds per iteration, or model TFLOP/s per GPU */
-    int published_is_tflops;
+    double published;        /* in the unit of `metric` */
+    model_metric metric;
 } model_calib_row;
 
 typedef struct model_calib {
@@ -328,8 +337,12 @@ typedef struct model_calib {
     } *mem;
 } model_calib;
 
-/* Read the CSVs of data/calibration (directory). */
+/* Read the CSVs of data/calibration (directory): the two reference tables
+ * and every published/<source>.csv (README there gives the columns). */
 ai_status_t model_calib_load(const char *dir, model_calib **out);
+/* The figure of a row's metric from an evaluation, and its unit. */
+double model_calib_value(const model_calib_row *row, const model_result *r);
+const char *model_metric_unit(model_metric m);
 void model_calib_free(model_calib *c);
 /* Predicted value of a row in the row's unit. */
 double model_calib_predict(const model_calib_row *row, const model_params *p);

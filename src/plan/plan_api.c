@@ -813,7 +813,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
         model_ctx ctx = {r->cluster, &r->model, &r->train, p};
         model_result res;
         model_plan_eval(&ctx, &r->plan, &res);
-        double pred = r->published_is_tflops ? res.model_tflops_per_device : res.step_s;
+        double pred = model_calib_value(r, &res);
         double e = 100 * (pred / r->published - 1);
         mape += fabs(e) / c->nrows;
         maxe = AI_MAX(maxe, fabs(e));
@@ -824,7 +824,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
         }
         json_array_append_new(rows, json_pack("{s:s, s:s, s:b, s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "source",
                                               r->source, "row", r->name, "held_out", held, "unit",
-                                              r->published_is_tflops ? "model TFLOP/s per GPU" : "s per iteration",
+                                              model_metric_unit(r->metric),
                                               "published", r->published, "predicted", pred, "error_pct", e,
                                               "step_time_s", res.step_s, "model_tflops_per_device",
                                               res.model_tflops_per_device, "hw_tflops_per_device",
