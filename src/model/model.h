@@ -354,4 +354,29 @@ double model_fit_loss(const model_calib *c, const model_params *p);
 ai_status_t model_fit(const model_calib *c, const model_params *start, model_params *out,
                       double *loss_out);
 
+/* ------------------------------------- leave-one-source-out (model_loso.c) */
+
+#define MODEL_LOSO_MAX 32
+/* The distinct sources of c's rows, in order of first appearance. */
+int model_calib_sources(const model_calib *c, char names[][32], int max);
+/* Fit (from the shipped parameters) on every row whose source is not
+ * `holdout` (NULL: all rows); AI_ERR_NOTFOUND when no row has it. */
+ai_status_t model_fit_without(const model_calib *c, const char *holdout, model_params *out, double *loss);
+
+typedef struct model_loso_source {
+    char source[32];
+    int nrows, within_10;     /* rows, and rows within 10% */
+    double mape_pct;          /* mean |error| of its rows, fitted without it */
+    double worst_pct;         /* signed error of its worst row */
+    int worst_row;            /* index into c->rows */
+    double fit_loss;
+    model_params params;      /* fitted on the other sources */
+} model_loso_source;
+/* One fit per source on all the others; pred (c->nrows, may be NULL) gets
+ * each row's prediction by the fit that did not see its source. */
+ai_status_t model_loso(const model_calib *c, model_loso_source *src, int max, int *nsrc, double *pred);
+/* Load calib_dir, run model_loso and write the per-source table (text or
+ * JSON) into a malloc'd string. */
+ai_status_t model_loso_report(const char *calib_dir, int as_json, char **out);
+
 #endif

@@ -770,6 +770,8 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
 ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *holdout, int as_json,
                               char **out)
 {
+    if (refit && holdout && !strcmp(holdout, "all"))
+        return model_loso_report(calib_dir, as_json, out);
     model_calib *c;
     ai_status_t st = model_calib_load(calib_dir, &c);
     if (st != AI_OK)
