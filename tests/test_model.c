@@ -68,13 +68,21 @@ static void test_collective_closed_forms(void **state)
     assert_int_equal(algo, MODEL_ALGO_RING);
 
     /* On nodes: within one node only intra links count; across nodes the
-     * NIC share bounds the ring. */
+     * rings of the k members per node use k NICs (8 x 25 GB/s = 200 GB/s,
+     * under the 300 GB/s NVLink), one member per node one NIC. */
     model_group g = {8, 8, 300e9, 2e-6, 25e9, 5e-6};
     assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 1.0),
                  model_coll_best(AI_ALLREDUCE, 8, 1e9, 2e-6, 1 / 300e9, NULL), 1e-12);
     g.ranks = 32;
     assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 0.5),
+                 model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / (200e9 * 0.5), NULL), 1e-12);
+    g.per_node = 1;
+    assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 0.5),
                  model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / (25e9 * 0.5), NULL), 1e-12);
+    g.per_node = 8;
+    g.intra_Bps = 100e9;
+    assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 1.0),
+                 model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / 100e9, NULL), 1e-12);
 }
 
 static void test_flops_closed_forms(void **state)

@@ -31,10 +31,12 @@ typedef struct model_params {
     double link_eff;      /* fraction of link bandwidth reached by collectives */
     double dp_overlap;    /* fraction of a micro-batch's compute that hides DP traffic */
     double tp_overlap;    /* fraction of TP traffic hidden when tp_comm_overlap is on */
+    double fp8_gemm_eff;  /* fraction of the FP8 peak reached by large FP8 GEMMs */
+    double step_fixed_s;  /* seconds per step that do not shrink with scale */
 } model_params;
 
-#define MODEL_NPARAMS 7
-#define MODEL_NFITTED 6 /* tp_overlap has no calibration row: held at its prior */
+#define MODEL_NPARAMS 9
+#define MODEL_NFITTED 8 /* tp_overlap is held at its prior (docs/model.md) */
 extern const int model_param_fitted[MODEL_NPARAMS];
 /* Literature values the fit is weakly pulled towards (model_params.c). */
 extern const double model_param_prior[MODEL_NPARAMS];
