@@ -632,6 +632,17 @@ static void test_cli_baselines(void **state)
                  out, sizeof out);
     assert_int_equal(rc, 2);
     assert_non_null(strstr(out, "--baseline 'experts'"));
+    /* H3's node groups are the same device: the best plan is at least the
+     * homogeneous one, interleaved schedule included. */
+    rc = run_cli("--cluster examples/h3/cluster.json --model examples/h3/model.json "
+                 "--training examples/h3/training.json --baseline homogeneous --json",
+                 out, sizeof out);
+    assert_int_equal(rc, 0);
+    doc = json_loads(out, 0, &err);
+    assert_non_null(doc);
+    assert_true(json_number_value(json_object_get(json_array_get(json_object_get(doc, "baselines"), 0), "speedup")) >=
+                1 - 1e-9);
+    json_decref(doc);
 }
 
 int main(void)
