@@ -546,8 +546,13 @@ static void search_stage_split(search *s, model_plan *pl, const int *order, int 
         }
         if (pinned(s->fix->interleave, 1))
             try_modes(s, pl, layout_stage_split, NULL);
+        /* Interleaving needs equal stages, which only pools of one device
+         * give (they differ in links only): not worth trying otherwise. */
+        int same = 1;
+        for (int k = 1; k < norder; k++)
+            same &= !strcmp(c->pools[order[k]].device.name, c->pools[order[0]].device.name);
         static const int vs[] = {2, 3, 4, 6, 8};
-        for (size_t k = 0; k < AI_ARRAY_LEN(vs) && pp > 1 && st->micro_batches % pp == 0; k++) {
+        for (size_t k = 0; k < AI_ARRAY_LEN(vs) && same && pp > 1 && st->micro_batches % pp == 0; k++) {
             if (!pinned(s->fix->interleave, vs[k]) || L % (pp * vs[k]))
                 continue;
             pl->interleave = vs[k];
