@@ -9,15 +9,15 @@
 #include "model/model.h"
 
 const model_params model_params_fitted = {
-    .gemm_eff = 0.67956431,
+    .gemm_eff = 0.67958745,
     .gemm_half_dim = 32,
-    .attn_eff = 0.29514564,
+    .attn_eff = 0.30590772,
     .mem_eff = 0.98,
-    .link_eff = 0.90940393,
+    .link_eff = 0.90975338,
     .dp_overlap = 1,
     .tp_overlap = 0.5,
-    .fp8_gemm_eff = 0.50572087,
-    .step_fixed_s = 0.11914238,
+    .fp8_gemm_eff = 0.50626439,
+    .step_fixed_s = 0.12276717,
 };
 
 const char *const model_param_names[MODEL_NPARAMS] = {

@@ -217,9 +217,19 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
         if (pl->recompute == MODEL_RC_FULL)
             lc->rc_tp = lc->f_tp;
     }
-    /* Context parallelism: ring attention passes each rank's K and V chunk
-     * around the cp ring (cp-1 steps), overlapped with the attention of
-     * the chunk in hand; backward also returns dK, dV. */
+    /* Context parallelism (ring attention, Liu et al. 2023; Megatron-Core
+     * and Transformer Engine run it with the causal load balancing of 2*cp
+     * sequence chunks): the attention of a layer runs as cp steps, one per
+     * K/V chunk held, and step i+1's K/V chunk travels around the ring
+     * while step i computes, so each of the cp-1 transfers is exposed only
+     * beyond the attention of the step it overlaps. Backward sends K, V
+     * and the partial dK, dV (twice the bytes) under twice the compute.
+     * Splitting the attention costs more than the transfers: every step
+     * writes a partial output that is merged into an fp32 accumulator
+     * with its log-sum-exp correction (read the 16-bit partial, read and
+     * write the fp32 sum), and backward accumulates dQ, and dK, dV per
+     * step the same way; and each step's kernel sees only a K/V block of
+     * s/(2cp) tokens, so the tile efficiency of the shorter block applies. */
     if (pl->cp > 1) {
         int dpn = pool->devices_per_node;
         int in_node = pl->tp * pl->cp <= dpn;
@@ -228,8 +238,17 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
         double lat = (in_node ? pool->intra_latency_us : pool->net_latency_us) * 1e-6;
         double kv = 2 * T * h * g / tp * ab;
         double step = lat + kv / (bw * p->link_eff);
-        double fwd = (cp - 1) * step, bwd = 2 * fwd;
-        lc->cp = AI_MAX(0, fwd - attn) + AI_MAX(0, bwd - 2 * attn);
+        double blk = s / (2 * cp);
+        double attn_cp = attn * (blk + p->gemm_half_dim) / blk;
+        double a_step = attn_cp / cp;
+        double merge_f = cp * (ab + 8) * T * h / tp / membw;
+        double merge_b = cp * (ab + 8) * T * h * (1 + 2 * g) / tp / membw;
+        double split = attn_cp - attn;
+        lc->f += split + merge_f;
+        lc->b += 2 * split + merge_b;
+        if (pl->recompute == MODEL_RC_FULL)
+            lc->rc += split + merge_f;
+        lc->cp = (cp - 1) * (AI_MAX(0, step - a_step) + AI_MAX(0, 2 * step - 2 * a_step));
     }
     /* Output layer (logits GEMM) and the fp32 cross-entropy on the last
      * stage, which is memory bound: per logit, forward writes the 16-bit
