@@ -270,9 +270,12 @@ static void test_pipeline_bubble_and_overlap(void **state)
 static void test_compute_time_matches_flops(void **state)
 {
     (void)state;
-    json_t *doc = json_pack("{s:[{s:s, s:i, s:{s:s, s:{s:f}, s:f, s:f}, s:i, s:{s:f}, s:{s:i, s:f}}]}",
+    /* The device reaches its whole peak on large GEMMs (gemm_eff 1), so
+     * the model's gemm_eff alone sets the GEMM rate. */
+    json_t *doc = json_pack("{s:[{s:s, s:i, s:{s:s, s:{s:f}, s:f, s:f, s:{s:f}}, s:i, s:{s:f}, s:{s:i, s:f}}]}",
                             "node_groups", "name", "g", "count", 1, "device", "name", "ideal", "peak_tflops",
-                            "bf16", 1000.0, "memory_GB", 1000.0, "memory_bw_GBps", 1e7, "devices_per_node", 8,
+                            "bf16", 1000.0, "memory_GB", 1000.0, "memory_bw_GBps", 1e7, "gemm_eff", "bf16", 1.0,
+                            "devices_per_node", 8,
                             "intra", "bw_GBps", 300.0, "nic", "count", 1, "bw_Gbps", 100.0);
     topo_cluster *c = NULL;
     assert_int_equal(topo_cluster_from_json(doc, "test", &c), AI_OK);
@@ -307,6 +310,17 @@ static void test_compute_time_matches_flops(void **state)
     double full;
     model_pool_layer_time(&ctx, &p, 0, &full, &extra);
     assert_close(full, per_layer * 4 / 3, 1e-9);
+    /* The device's measured GEMM efficiency multiplies the model's: at
+     * 0.8 every GEMM (layer and logits) runs at 0.4 of peak. */
+    p.recompute = MODEL_RC_NONE;
+    c->pools[0].device.gemm_eff[TOPO_BF16] = 0.8;
+    model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.4) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
+    assert_close(extra, 3 * 2.0 * 64 * h * tok / (peak * 0.4) + 46 * tok * 64 / bw, 1e-9);
+    /* Not set: TOPO_GEMM_EFF_DEFAULT. */
+    c->pools[0].device.gemm_eff[TOPO_BF16] = 0;
+    model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.5 * TOPO_GEMM_EFF_DEFAULT) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
     topo_cluster_free(c);
 }
 

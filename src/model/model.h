@@ -24,14 +24,14 @@
  * measure; the fit only decides values the literature does not pin down.
  */
 typedef struct model_params {
-    double gemm_eff;      /* fraction of dense peak reached by large GEMMs */
+    double gemm_eff;      /* fraction of the device's large-GEMM throughput (topo gemm_eff) reached */
     double gemm_half_dim; /* GEMM dimension where that fraction is halved */
     double attn_eff;      /* fraction of peak reached by fused (flash) attention */
     double mem_eff;       /* fraction of HBM bandwidth reached by elementwise kernels */
     double link_eff;      /* fraction of link bandwidth reached by collectives */
     double dp_overlap;    /* fraction of a micro-batch's compute that hides DP traffic */
     double tp_overlap;    /* fraction of TP traffic hidden when tp_comm_overlap is on */
-    double fp8_gemm_eff;  /* fraction of the FP8 peak reached by large FP8 GEMMs */
+    double fp8_gemm_eff;  /* the same for FP8 GEMMs */
     double step_fixed_s;  /* seconds per step that do not shrink with scale */
 } model_params;
 

@@ -151,7 +151,13 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
 
     memset(lc, 0, sizeof *lc);
     lc->peak = peak;
-    double ge = fp8 ? p->fp8_gemm_eff : p->gemm_eff;
+    /* GEMM efficiency: the device's achieved fraction of peak on large
+     * GEMMs (a catalog input, measured per device and precision) times the
+     * fraction of that a training step's GEMMs reach (fitted, one for all
+     * devices: the software generation's kernels and shapes). */
+    double dev16 = topo_device_gemm_eff(&pool->device, fp8 ? TOPO_BF16 : t->precision);
+    double ge16 = p->gemm_eff * dev16;
+    double ge = fp8 ? p->fp8_gemm_eff * topo_device_gemm_eff(&pool->device, TOPO_FP8) : ge16;
     double gemm = gemm_time(p, ge, peak, membw, T, h, h * (1 + 2 * g) / tp) + gemm_time(p, ge, peak, membw, T, h / tp, h) +
                   gemm_time(p, ge, peak, membw, T, h, f * (ffn_mats(m) - 1) / tp) +
                   gemm_time(p, ge, peak, membw, T, f / tp, h);
@@ -168,7 +174,7 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
          * 16-bit (Korthikanti et al.'s 5 a s^2 b stored is the subset kept
          * for backward). */
         double scores = a / tp * T * s;
-        attn = 2 * (a / tp) * gemm_time(p, p->gemm_eff, peak16, membw, T, h / a, s) + 13 * ab / 2 * scores / membw;
+        attn = 2 * (a / tp) * gemm_time(p, ge16, peak16, membw, T, h / a, s) + 13 * ab / 2 * scores / membw;
     }
     /* Elementwise traffic in 16-bit elements per token of hidden size:
      * 2 layernorms (read+write, 2 each), 2 bias-dropout-residual adds (read
@@ -257,8 +263,8 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
      * probabilities (4+4): ~32 bytes; backward reads and writes the
      * softmax gradient and downcasts it (4+4+4+2 = 14). The pass structure
      * is Megatron's vocab-parallel cross entropy. */
-    lc->logits_f = gemm_time(p, p->gemm_eff, peak16, membw, T, h, V / tp) + 32 * T * V / tp / membw;
-    lc->logits_b = 2 * gemm_time(p, p->gemm_eff, peak16, membw, T, h, V / tp) + 14 * T * V / tp / membw;
+    lc->logits_f = gemm_time(p, ge16, peak16, membw, T, h, V / tp) + 32 * T * V / tp / membw;
+    lc->logits_b = 2 * gemm_time(p, ge16, peak16, membw, T, h, V / tp) + 14 * T * V / tp / membw;
 
     /* Pipeline sends carry one tensor-parallel slice each; the receiver
      * all-gathers over NVLink (the scatter/gather optimization of
