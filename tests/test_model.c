@@ -310,9 +310,29 @@ static void test_compute_time_matches_flops(void **state)
     double full;
     model_pool_layer_time(&ctx, &p, 0, &full, &extra);
     assert_close(full, per_layer * 4 / 3, 1e-9);
+    /* Context parallelism 2: each device holds half the tokens (so half
+     * the GEMM, attention and elementwise work), and the split attention
+     * merges its cp partial results through HBM: forward the output into
+     * an fp32 accumulator (read 16-bit, read and write fp32: 10 bytes per
+     * element and step), backward dQ, dK, dV the same way (MHA: g = 1).
+     * gemm_half_dim 0 makes the shorter K/V blocks free. The one ring
+     * transfer (K and V of the half sequence, over NVLink) is exposed
+     * beyond the attention of its step, forward and (twice) backward. */
+    p.recompute = MODEL_RC_NONE;
+    double cp1;
+    model_pool_layer_time(&ctx, &p, 0, &cp1, &extra);
+    p.cp = 2;
+    double cp2, half = tok / 2;
+    model_pool_layer_time(&ctx, &p, 0, &cp2, &extra);
+    const topo_pool *po = &c->pools[0];
+    double ring = po->intra_latency_us * 1e-6 + 2 * half * h * 2 / (po->intra_bw_GBps * 1e9 * ctx.params.link_eff);
+    double a_step = 0.5 * 4 * half * 2048 * h / (peak * 0.25) / 2;
+    double exposed = AI_MAX(0, ring - a_step) + AI_MAX(0, 2 * ring - 2 * a_step);
+    assert_true(exposed > 0);
+    assert_close(cp2, cp1 / 2 + 2 * 10 * half * h / bw + 2 * 10 * half * h * 3 / bw + exposed, 1e-9);
+    p.cp = 1;
     /* The device's measured GEMM efficiency multiplies the model's: at
      * 0.8 every GEMM (layer and logits) runs at 0.4 of peak. */
-    p.recompute = MODEL_RC_NONE;
     c->pools[0].device.gemm_eff[TOPO_BF16] = 0.8;
     model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
     assert_close(per_layer, 3 * (gemm / (peak * 0.4) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
