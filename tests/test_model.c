@@ -68,13 +68,21 @@ static void test_collective_closed_forms(void **state)
     assert_int_equal(algo, MODEL_ALGO_RING);
 
     /* On nodes: within one node only intra links count; across nodes the
-     * NIC share bounds the ring. */
+     * rings of the k members per node use k NICs (8 x 25 GB/s = 200 GB/s,
+     * under the 300 GB/s NVLink), one member per node one NIC. */
     model_group g = {8, 8, 300e9, 2e-6, 25e9, 5e-6};
     assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 1.0),
                  model_coll_best(AI_ALLREDUCE, 8, 1e9, 2e-6, 1 / 300e9, NULL), 1e-12);
     g.ranks = 32;
     assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 0.5),
+                 model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / (200e9 * 0.5), NULL), 1e-12);
+    g.per_node = 1;
+    assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 0.5),
                  model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / (25e9 * 0.5), NULL), 1e-12);
+    g.per_node = 8;
+    g.intra_Bps = 100e9;
+    assert_close(model_group_coll_time(AI_ALLREDUCE, &g, 1e9, 1.0),
+                 model_coll_best(AI_ALLREDUCE, 32, 1e9, 5e-6, 1 / 100e9, NULL), 1e-12);
 }
 
 static void test_flops_closed_forms(void **state)
@@ -262,9 +270,12 @@ static void test_pipeline_bubble_and_overlap(void **state)
 static void test_compute_time_matches_flops(void **state)
 {
     (void)state;
-    json_t *doc = json_pack("{s:[{s:s, s:i, s:{s:s, s:{s:f}, s:f, s:f}, s:i, s:{s:f}, s:{s:i, s:f}}]}",
+    /* The device reaches its whole peak on large GEMMs (gemm_eff 1), so
+     * the model's gemm_eff alone sets the GEMM rate. */
+    json_t *doc = json_pack("{s:[{s:s, s:i, s:{s:s, s:{s:f}, s:f, s:f, s:{s:f}}, s:i, s:{s:f}, s:{s:i, s:f}}]}",
                             "node_groups", "name", "g", "count", 1, "device", "name", "ideal", "peak_tflops",
-                            "bf16", 1000.0, "memory_GB", 1000.0, "memory_bw_GBps", 1e7, "devices_per_node", 8,
+                            "bf16", 1000.0, "memory_GB", 1000.0, "memory_bw_GBps", 1e7, "gemm_eff", "bf16", 1.0,
+                            "devices_per_node", 8,
                             "intra", "bw_GBps", 300.0, "nic", "count", 1, "bw_Gbps", 100.0);
     topo_cluster *c = NULL;
     assert_int_equal(topo_cluster_from_json(doc, "test", &c), AI_OK);
@@ -299,6 +310,37 @@ static void test_compute_time_matches_flops(void **state)
     double full;
     model_pool_layer_time(&ctx, &p, 0, &full, &extra);
     assert_close(full, per_layer * 4 / 3, 1e-9);
+    /* Context parallelism 2: each device holds half the tokens (so half
+     * the GEMM, attention and elementwise work), and the split attention
+     * merges its cp partial results through HBM: forward the output into
+     * an fp32 accumulator (read 16-bit, read and write fp32: 10 bytes per
+     * element and step), backward dQ, dK, dV the same way (MHA: g = 1).
+     * gemm_half_dim 0 makes the shorter K/V blocks free. The one ring
+     * transfer (K and V of the half sequence, over NVLink) is exposed
+     * beyond the attention of its step, forward and (twice) backward. */
+    p.recompute = MODEL_RC_NONE;
+    double cp1;
+    model_pool_layer_time(&ctx, &p, 0, &cp1, &extra);
+    p.cp = 2;
+    double cp2, half = tok / 2;
+    model_pool_layer_time(&ctx, &p, 0, &cp2, &extra);
+    const topo_pool *po = &c->pools[0];
+    double ring = po->intra_latency_us * 1e-6 + 2 * half * h * 2 / (po->intra_bw_GBps * 1e9 * ctx.params.link_eff);
+    double a_step = 0.5 * 4 * half * 2048 * h / (peak * 0.25) / 2;
+    double exposed = AI_MAX(0, ring - a_step) + AI_MAX(0, 2 * ring - 2 * a_step);
+    assert_true(exposed > 0);
+    assert_close(cp2, cp1 / 2 + 2 * 10 * half * h / bw + 2 * 10 * half * h * 3 / bw + exposed, 1e-9);
+    p.cp = 1;
+    /* The device's measured GEMM efficiency multiplies the model's: at
+     * 0.8 every GEMM (layer and logits) runs at 0.4 of peak. */
+    c->pools[0].device.gemm_eff[TOPO_BF16] = 0.8;
+    model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.4) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
+    assert_close(extra, 3 * 2.0 * 64 * h * tok / (peak * 0.4) + 46 * tok * 64 / bw, 1e-9);
+    /* Not set: TOPO_GEMM_EFF_DEFAULT. */
+    c->pools[0].device.gemm_eff[TOPO_BF16] = 0;
+    model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.5 * TOPO_GEMM_EFF_DEFAULT) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
     topo_cluster_free(c);
 }
 

@@ -35,23 +35,41 @@ static int teardown(void **state)
     return 0;
 }
 
-static void test_rows_within_10pct(void **state)
+/* The repo carries the published tables: the two reference ones and at
+ * least six more sources with 60 rows between them, every row cited. */
+static void test_published_sources(void **state)
 {
     (void)state;
-    assert_int_equal(calib->nrows, 17);
+    char names[MODEL_LOSO_MAX][32];
+    int n = model_calib_sources(calib, names, MODEL_LOSO_MAX);
+    int extra = 0;
+    for (int i = 0; i < calib->nrows; i++) {
+        const model_calib_row *r = &calib->rows[i];
+        assert_true(r->cite[0] && r->software[0] && r->published > 0);
+        extra += strcmp(r->source, "korthikanti_table5") && strcmp(r->source, "megatron_core_h100");
+    }
+    assert_true(n >= 8);
+    assert_true(extra >= 60);
+}
+
+/* The shipped parameters (fitted on every row) reproduce the tables they
+ * were fitted on: the in-sample error bounds of docs/model.md. */
+static void test_rows_in_sample(void **state)
+{
+    (void)state;
     double mape = 0;
     for (int i = 0; i < calib->nrows; i++) {
         const model_calib_row *r = &calib->rows[i];
         double pred = model_calib_predict(r, &model_params_fitted);
         double err = pred / r->published - 1;
-        if (fabs(err) > 0.10) {
+        if (fabs(err) > 0.25) {
             print_error("%s %s: predicted %.3f published %.3f (%+.1f%%)\n", r->source, r->name, pred,
                         r->published, 100 * err);
             fail();
         }
         mape += fabs(err) / calib->nrows;
     }
-    assert_true(mape < 0.05);
+    assert_true(mape < 0.075);
 }
 
 static void test_memory_within_10pct(void **state)
@@ -101,10 +119,86 @@ static void test_refit_reproduces_shipped(void **state)
     assert_true(loss2 < 1.5 * loss + 1e-4);
 }
 
+/* The fit is a pure function of the rows and the start: two fits give
+ * the same parameters to the last bit, and loading the data twice gives
+ * the same rows in the same order. */
+static void test_fit_deterministic(void **state)
+{
+    (void)state;
+    model_params a, b;
+    double la, lb;
+    assert_int_equal(model_fit_without(calib, "nemo_h100", &a, &la), AI_OK);
+    const char *src = getenv("AUTOINFRA_SOURCE_DIR");
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/data/calibration", src ? src : ".");
+    model_calib *again;
+    assert_int_equal(model_calib_load(dir, &again), AI_OK);
+    assert_int_equal(again->nrows, calib->nrows);
+    for (int i = 0; i < calib->nrows; i++) {
+        assert_string_equal(again->rows[i].name, calib->rows[i].name);
+        assert_true(again->rows[i].published == calib->rows[i].published);
+    }
+    assert_int_equal(model_fit_without(again, "nemo_h100", &b, &lb), AI_OK);
+    model_calib_free(again);
+    assert_memory_equal(&a, &b, sizeof a);
+    assert_true(la == lb);
+}
+
+/* Leave-one-source-out, recomputed from the repo's data: Narayanan et
+ * al.'s Table 1 (A100, Megatron-LM 2021, 1.7B-1T) predicted by a fit on
+ * the other sources (none of which has its software or its 2021 layouts)
+ * within 10% on every row, as docs/model.md reports; and model_loso gives
+ * the same numbers for that source. */
+static void test_loso_held_out_source(void **state)
+{
+    (void)state;
+    const char *held = "narayanan2021";
+    model_params p;
+    double loss;
+    assert_int_equal(model_fit_without(calib, held, &p, &loss), AI_OK);
+    int n = 0;
+    double mape = 0, worst = 0;
+    for (int i = 0; i < calib->nrows; i++) {
+        const model_calib_row *r = &calib->rows[i];
+        if (strcmp(r->source, held))
+            continue;
+        double e = 100 * (model_calib_predict(r, &p) / r->published - 1);
+        if (fabs(e) > 10) {
+            print_error("%s held out: %s %+.1f%%\n", held, r->name, e);
+            fail();
+        }
+        mape += fabs(e);
+        worst = AI_MAX(worst, fabs(e));
+        n++;
+    }
+    assert_int_equal(n, 10);
+    mape /= n;
+    assert_true(mape < 6);
+    model_loso_source src[MODEL_LOSO_MAX];
+    int nsrc;
+    assert_int_equal(model_loso(calib, src, MODEL_LOSO_MAX, &nsrc, NULL), AI_OK);
+    int found = 0;
+    for (int s = 0; s < nsrc; s++) {
+        if (strcmp(src[s].source, held))
+            continue;
+        found = 1;
+        assert_int_equal(src[s].nrows, 10);
+        assert_int_equal(src[s].within_10, 10);
+        assert_true(fabs(src[s].mape_pct - mape) < 1e-9);
+        assert_true(fabs(fabs(src[s].worst_pct) - worst) < 1e-9);
+    }
+    assert_true(found);
+    /* An unknown source is an error, not a fit on everything. */
+    assert_int_equal(model_fit_without(calib, "no_such_source", &p, &loss), AI_ERR_NOTFOUND);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rows_within_10pct),
+        cmocka_unit_test(test_published_sources),
+        cmocka_unit_test(test_rows_in_sample),
+        cmocka_unit_test(test_fit_deterministic),
+        cmocka_unit_test(test_loso_held_out_source),
         cmocka_unit_test(test_memory_within_10pct),
         cmocka_unit_test(test_refit_reproduces_shipped),
     };

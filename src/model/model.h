@@ -24,17 +24,19 @@
  * measure; the fit only decides values the literature does not pin down.
  */
 typedef struct model_params {
-    double gemm_eff;      /* fraction of dense peak reached by large GEMMs */
+    double gemm_eff;      /* fraction of the device's large-GEMM throughput (topo gemm_eff) reached */
     double gemm_half_dim; /* GEMM dimension where that fraction is halved */
     double attn_eff;      /* fraction of peak reached by fused (flash) attention */
     double mem_eff;       /* fraction of HBM bandwidth reached by elementwise kernels */
     double link_eff;      /* fraction of link bandwidth reached by collectives */
     double dp_overlap;    /* fraction of a micro-batch's compute that hides DP traffic */
     double tp_overlap;    /* fraction of TP traffic hidden when tp_comm_overlap is on */
+    double fp8_gemm_eff;  /* the same for FP8 GEMMs */
+    double step_fixed_s;  /* seconds per step that do not shrink with scale */
 } model_params;
 
-#define MODEL_NPARAMS 7
-#define MODEL_NFITTED 6 /* tp_overlap has no calibration row: held at its prior */
+#define MODEL_NPARAMS 9
+#define MODEL_NFITTED 8 /* tp_overlap is held at its prior (docs/model.md) */
 extern const int model_param_fitted[MODEL_NPARAMS];
 /* Literature values the fit is weakly pulled towards (model_params.c). */
 extern const double model_param_prior[MODEL_NPARAMS];
@@ -301,16 +303,25 @@ double model_ddp_reduction_end(int nranks, const model_ddp_rank *r, double besid
 
 /* ---------------------------------------------------------- fitting */
 
+/* What a published figure measures. */
+typedef enum {
+    MODEL_METRIC_STEP_S,       /* seconds per iteration (tokens/s rows are converted) */
+    MODEL_METRIC_MODEL_TFLOPS, /* model TFLOP/s per device (formats.md accounting) */
+    MODEL_METRIC_HW_TFLOPS,    /* hardware TFLOP/s per device: recomputation counted */
+} model_metric;
+
 /* One published measurement. */
 typedef struct model_calib_row {
-    char source[32];         /* "megatron_core_h100", "korthikanti_table5" */
+    char source[32];         /* "megatron_core_h100", "korthikanti_table5", ... */
     char name[32];
+    char cite[48];           /* paper and table, or document and release */
+    char software[32];       /* the software generation that ran it */
     topo_cluster *cluster;   /* owned */
     topo_model model;
     topo_training train;
     model_plan plan;
-    double published;        /* seconds per iteration, or model TFLOP/s per GPU */
-    int published_is_tflops;
+    double published;        /* in the unit of `metric` */
+    model_metric metric;
 } model_calib_row;
 
 typedef struct model_calib {
@@ -328,8 +339,12 @@ typedef struct model_calib {
     } *mem;
 } model_calib;
 
-/* Read the CSVs of data/calibration (directory). */
+/* Read the CSVs of data/calibration (directory): the two reference tables
+ * and every published/<source>.csv (README there gives the columns). */
 ai_status_t model_calib_load(const char *dir, model_calib **out);
+/* The figure of a row's metric from an evaluation, and its unit. */
+double model_calib_value(const model_calib_row *row, const model_result *r);
+const char *model_metric_unit(model_metric m);
 void model_calib_free(model_calib *c);
 /* Predicted value of a row in the row's unit. */
 double model_calib_predict(const model_calib_row *row, const model_params *p);
@@ -340,5 +355,30 @@ double model_fit_loss(const model_calib *c, const model_params *p);
  * model_fit_loss. */
 ai_status_t model_fit(const model_calib *c, const model_params *start, model_params *out,
                       double *loss_out);
+
+/* ------------------------------------- leave-one-source-out (model_loso.c) */
+
+#define MODEL_LOSO_MAX 32
+/* The distinct sources of c's rows, in order of first appearance. */
+int model_calib_sources(const model_calib *c, char names[][32], int max);
+/* Fit (from the shipped parameters) on every row whose source is not
+ * `holdout` (NULL: all rows); AI_ERR_NOTFOUND when no row has it. */
+ai_status_t model_fit_without(const model_calib *c, const char *holdout, model_params *out, double *loss);
+
+typedef struct model_loso_source {
+    char source[32];
+    int nrows, within_10;     /* rows, and rows within 10% */
+    double mape_pct;          /* mean |error| of its rows, fitted without it */
+    double worst_pct;         /* signed error of its worst row */
+    int worst_row;            /* index into c->rows */
+    double fit_loss;
+    model_params params;      /* fitted on the other sources */
+} model_loso_source;
+/* One fit per source on all the others; pred (c->nrows, may be NULL) gets
+ * each row's prediction by the fit that did not see its source. */
+ai_status_t model_loso(const model_calib *c, model_loso_source *src, int max, int *nsrc, double *pred);
+/* Load calib_dir, run model_loso and write the per-source table (text or
+ * JSON) into a malloc'd string. */
+ai_status_t model_loso_report(const char *calib_dir, int as_json, char **out);
 
 #endif

@@ -69,9 +69,14 @@ double model_coll_best(ai_coll coll, int p, double bytes, double a, double b, mo
 
 /*
  * On real nodes a ring that leaves a node is limited by the slower of the
- * two link kinds it uses, and every step pays the larger latency (NCCL's
- * ring behaves this way: bus bandwidth across nodes equals the per-GPU NIC
- * share). A group that stays inside one node only sees the intra links.
+ * two link kinds it uses, and every step pays the larger latency. A group
+ * with k members on each node runs k rings side by side (NCCL's channels),
+ * each leaving the node through a different member's NIC: of each ring's
+ * hops only one per node crosses the network, so the group's bus bandwidth
+ * across nodes is k NIC shares (nccl-tests across DGX nodes: bus bandwidth
+ * near the node's total NIC rate when all 8 GPUs take part, one NIC's rate
+ * when one GPU per node does), and the NVLink hops bound it from above.
+ * A group that stays inside one node only sees the intra links.
  */
 double model_group_coll_time(ai_coll coll, const model_group *g, double bytes, double link_eff)
 {
@@ -83,7 +88,7 @@ double model_group_coll_time(ai_coll coll, const model_group *g, double bytes, d
         bw = g->intra_Bps;
         alpha = g->intra_alpha_s;
     } else {
-        bw = per_node > 1 ? AI_MIN(g->intra_Bps, g->inter_Bps) : g->inter_Bps;
+        bw = per_node > 1 ? AI_MIN(g->intra_Bps, per_node * g->inter_Bps) : g->inter_Bps;
         alpha = g->inter_alpha_s;
     }
     return model_coll_best(coll, g->ranks, bytes, alpha, 1.0 / (bw * link_eff), NULL);

@@ -10,6 +10,7 @@
  */
 #include "model/model.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -18,7 +19,7 @@
 
 /* ---------------------------------------------------------------- CSV */
 
-#define CSV_MAX_COLS 24
+#define CSV_MAX_COLS 40
 #define CSV_MAX_ROWS 64
 
 typedef struct csv {
@@ -92,23 +93,32 @@ static ai_status_t csv_num(const csv *c, const char *path, int row, const char *
 
 /* ------------------------------------------------------------- rows */
 
-/* DGX systems of the sources. DGX A100: 8 x A100-SXM4-80GB, NVLink3
- * (600 GB/s bidirectional per GPU = 300 per direction), 8 x 200 Gb/s HDR
- * (NVIDIA DGX A100 user guide). DGX H100: NVLink4 900 GB/s bidirectional
- * (450 per direction), 8 x 400 Gb/s NDR (DGX H100 user guide). */
-static ai_status_t calib_cluster(const char *device, int gpus, topo_cluster **out)
+/* A cluster of `gpus` devices in nodes of `per_node`, with `intra_GBps`
+ * per direction between the devices of a node and `nics` NICs of
+ * `nic_Gbps` per node. DGX A100: NVLink3 600 GB/s bidirectional per GPU
+ * = 300 per direction, 8 x 200 Gb/s HDR (NVIDIA DGX A100 user guide).
+ * DGX H100: NVLink4 450 per direction, 8 x 400 Gb/s NDR (DGX H100 user
+ * guide). DGX B200: NVLink5 900 per direction, 8 x 400 Gb/s (DGX B200
+ * user guide). */
+static ai_status_t calib_node_cluster(const char *device, int gpus, int per_node, double intra_GBps,
+                                      int nics, double nic_Gbps, topo_cluster **out)
 {
-    int h100 = strstr(device, "H100") != NULL;
     json_t *doc = json_pack("{s:s, s:[{s:s, s:i, s:s, s:i, s:{s:f, s:f}, s:{s:i, s:f, s:f}}]}",
-                            "name", h100 ? "dgx-h100" : "dgx-a100", "node_groups", "name", "dgx",
-                            "count", AI_MAX(1, gpus / 8), "device", device, "devices_per_node",
-                            AI_MIN(8, gpus), "intra", "bw_GBps", h100 ? 450.0 : 300.0, "latency_us",
-                            2.0, "nic", "count", 8, "bw_Gbps", h100 ? 400.0 : 200.0, "latency_us", 5.0);
+                            "name", "calibration", "node_groups", "name", "node", "count",
+                            AI_MAX(1, (gpus + per_node - 1) / per_node), "device", device,
+                            "devices_per_node", AI_MIN(per_node, gpus), "intra", "bw_GBps", intra_GBps,
+                            "latency_us", 2.0, "nic", "count", nics, "bw_Gbps", nic_Gbps, "latency_us", 5.0);
     if (!doc)
         return ai_fail(AI_ERR_NOMEM, "calibration cluster");
     ai_status_t st = topo_cluster_from_json(doc, "(calibration cluster)", out);
     json_decref(doc);
     return st;
+}
+
+static ai_status_t calib_cluster(const char *device, int gpus, topo_cluster **out)
+{
+    int h100 = strstr(device, "H100") != NULL;
+    return calib_node_cluster(device, gpus, 8, h100 ? 450.0 : 300.0, 8, h100 ? 400.0 : 200.0, out);
 }
 
 static void uniform_plan(model_plan *pl, const topo_model *m, int tp, int pp, int dp, int mb,
@@ -166,6 +176,175 @@ static model_recompute parse_rc(const char *s)
     if (s && strcmp(s, "selective") == 0)
         return MODEL_RC_SELECTIVE;
     return MODEL_RC_NONE;
+}
+
+/* ------------------------------------------------- published/ sources */
+
+static int name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Megatron places layers evenly and, when they do not divide, gives the
+ * first and the last stage the fewer (those also hold the embedding and the
+ * output layer: Llama 3's 126 layers over 16 stages, 7 on each end). */
+static void split_layers(model_plan *pl, int layers, int pp)
+{
+    int base = (layers + pp - 1) / pp, deficit = base * pp - layers;
+    for (int i = 0; i < pp; i++)
+        pl->layers[i] = (short)base;
+    for (int k = 0; deficit > 0; k++, deficit--)
+        pl->layers[k % 2 ? k / 2 : pp - 1 - k / 2] -= 1;
+}
+
+static ai_status_t pub_num(const csv *t, const char *path, int i, const char *col, double lo, double *out)
+{
+    ai_status_t st = csv_num(t, path, i, col, out);
+    if (st == AI_OK && !(*out >= lo))
+        return ai_fail(AI_ERR_PARSE, "%s: row %d column %s: %g is below %g", path, i + 2, col, *out, lo);
+    return st;
+}
+
+static ai_status_t pub_str(const csv *t, const char *path, int i, const char *col, const char **out)
+{
+    *out = csv_get(t, i, col);
+    if (!*out)
+        return ai_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
+    return AI_OK;
+}
+
+static ai_status_t pub_row(const csv *t, const char *path, int i, model_calib_row *r)
+{
+    static const char *const nums[] = {"gpus_per_node", "intra_GBps", "nics", "nic_Gbps", "layers", "hidden",
+                                       "heads", "kv_heads", "ffn", "vocab", "seq", "gbs", "mbs", "tp", "pp",
+                                       "cp", "dp", "vp", "sp", "zero", "flash", "tp_overlap", "grad_fp32",
+                                       "value"};
+    enum { NN = sizeof nums / sizeof nums[0] };
+    double v[NN];
+    const char *src, *row, *cite, *sw, *dev, *prec, *kind, *rc, *metric;
+    ai_status_t st;
+    for (int k = 0; k < NN; k++)
+        if ((st = pub_num(t, path, i, nums[k], k >= 17 && k < 23 ? 0 : 1e-9, &v[k])) != AI_OK)
+            return st;
+    if ((st = pub_str(t, path, i, "source", &src)) || (st = pub_str(t, path, i, "row", &row)) ||
+        (st = pub_str(t, path, i, "cite", &cite)) || (st = pub_str(t, path, i, "software", &sw)) ||
+        (st = pub_str(t, path, i, "device", &dev)) || (st = pub_str(t, path, i, "precision", &prec)) ||
+        (st = pub_str(t, path, i, "ffn_kind", &kind)) || (st = pub_str(t, path, i, "recompute", &rc)) ||
+        (st = pub_str(t, path, i, "metric", &metric)))
+        return st;
+    int dpn = (int)v[0], L = (int)v[4], seq = (int)v[10], gbs = (int)v[11], mb = (int)v[12], tp = (int)v[13],
+        pp = (int)v[14], cp = (int)v[15], dp = (int)v[16], vp = (int)v[17];
+    int gpus = tp * pp * cp * dp;
+    if (gbs % (dp * mb))
+        return ai_fail(AI_ERR_PARSE, "%s: row %d: global batch %d is not a multiple of dp x micro-batch %d",
+                       path, i + 2, gbs, dp * mb);
+    if (vp < 1 || pp > MODEL_MAX_STAGES || pp > L)
+        return ai_fail(AI_ERR_PARSE, "%s: row %d: bad pp=%d or vp=%d", path, i + 2, pp, vp);
+    topo_precision precision;
+    if (!strcmp(prec, "bf16"))
+        precision = TOPO_BF16;
+    else if (!strcmp(prec, "fp16"))
+        precision = TOPO_FP16;
+    else if (!strcmp(prec, "fp8"))
+        precision = TOPO_FP8;
+    else
+        return ai_fail(AI_ERR_PARSE, "%s: row %d: precision '%s' is not bf16, fp16 or fp8", path, i + 2, prec);
+    if (!strcmp(metric, "step_s"))
+        r->metric = MODEL_METRIC_STEP_S, r->published = v[23];
+    else if (!strcmp(metric, "tokens_per_s_per_gpu"))
+        r->metric = MODEL_METRIC_STEP_S, r->published = (double)gbs * seq / (v[23] * gpus);
+    else if (!strcmp(metric, "model_tflops_per_gpu"))
+        r->metric = MODEL_METRIC_MODEL_TFLOPS, r->published = v[23];
+    else if (!strcmp(metric, "hw_tflops_per_gpu"))
+        r->metric = MODEL_METRIC_HW_TFLOPS, r->published = v[23];
+    else
+        return ai_fail(AI_ERR_PARSE, "%s: row %d: unknown metric '%s'", path, i + 2, metric);
+    snprintf(r->source, sizeof r->source, "%s", src);
+    snprintf(r->name, sizeof r->name, "%s", row);
+    snprintf(r->cite, sizeof r->cite, "%s", cite);
+    snprintf(r->software, sizeof r->software, "%s", sw);
+    memset(&r->model, 0, sizeof r->model);
+    snprintf(r->model.name, sizeof r->model.name, "%s", row);
+    r->model.layers = L;
+    r->model.hidden = (int)v[5];
+    r->model.heads = (int)v[6];
+    r->model.kv_heads = (int)v[7];
+    r->model.ffn_hidden = (int)v[8];
+    r->model.vocab = (int)v[9];
+    r->model.ffn_kind = !strcmp(kind, "swiglu") ? TOPO_FFN_SWIGLU : TOPO_FFN_GELU;
+    r->train = (topo_training){.seq_len = seq, .global_batch = gbs, .precision = precision,
+                               .optimizer = TOPO_OPT_ADAM, .flash_attention = v[20] != 0,
+                               .tp_comm_overlap = v[21] != 0, .grad_fp32 = v[22] != 0};
+    uniform_plan(&r->plan, &r->model, tp, pp, dp, mb, vp, parse_rc(rc), v[18] != 0 && tp > 1, (int)v[19], gbs);
+    r->plan.cp = cp;
+    split_layers(&r->plan, L, pp);
+    return calib_node_cluster(dev, gpus, dpn, v[1], (int)v[2], v[3], &r->cluster);
+}
+
+/* Every *.csv of dir, in name order (the fit sums over rows: a fixed
+ * order keeps it bit-for-bit repeatable). A missing directory is no
+ * error: the reference tables alone still load. */
+static ai_status_t load_published(const char *dir, model_calib *c)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? AI_OK : ai_fail(AI_ERR_IO, "%s: %s", dir, strerror(errno));
+    char *names[64];
+    int n = 0;
+    ai_status_t st = AI_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 64) {
+        size_t len = strlen(e->d_name);
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".csv") && !(names[n] = strdup(e->d_name))) {
+            st = ai_fail(AI_ERR_NOMEM, "calibration");
+            break;
+        }
+        n += len > 4 && !strcmp(e->d_name + len - 4, ".csv");
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof names[0], name_cmp);
+    csv *t = malloc(sizeof *t);
+    if (!t && st == AI_OK)
+        st = ai_fail(AI_ERR_NOMEM, "calibration");
+    for (int f = 0; f < n && st == AI_OK; f++) {
+        char path[1280];
+        snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+        if ((st = csv_read(path, t)) != AI_OK)
+            break;
+        model_calib_row *rows = realloc(c->rows, (size_t)(c->nrows + t->nrows) * sizeof *rows);
+        if (!rows) {
+            st = ai_fail(AI_ERR_NOMEM, "calibration");
+            break;
+        }
+        c->rows = rows;
+        for (int i = 0; i < t->nrows && st == AI_OK; i++) {
+            memset(&c->rows[c->nrows], 0, sizeof c->rows[0]);
+            if ((st = pub_row(t, path, i, &c->rows[c->nrows])) == AI_OK)
+                c->nrows++;
+        }
+    }
+    free(t);
+    for (int f = 0; f < n; f++)
+        free(names[f]);
+    return st;
+}
+
+double model_calib_value(const model_calib_row *row, const model_result *r)
+{
+    switch (row->metric) {
+    case MODEL_METRIC_MODEL_TFLOPS: return r->model_tflops_per_device;
+    case MODEL_METRIC_HW_TFLOPS: return r->hw_tflops_per_device;
+    default: return r->step_s;
+    }
+}
+
+const char *model_metric_unit(model_metric m)
+{
+    switch (m) {
+    case MODEL_METRIC_MODEL_TFLOPS: return "model TFLOP/s per GPU";
+    case MODEL_METRIC_HW_TFLOPS: return "hw TFLOP/s per GPU";
+    default: return "s per iteration";
+    }
 }
 
 ai_status_t model_calib_load(const char *dir, model_calib **out)
@@ -226,7 +405,9 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
         if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &r->cluster)) != AI_OK)
             goto err;
         r->published = secs;
-        r->published_is_tflops = 0;
+        r->metric = MODEL_METRIC_STEP_S;
+        snprintf(r->cite, sizeof r->cite, "arXiv:2205.05198 Table 5");
+        snprintf(r->software, sizeof r->software, "Megatron-LM 2022");
         c->nrows++;
     }
     /* Megatron-Core H100 table: bf16, s 4096, V 131072, dp 48, selective
@@ -255,7 +436,9 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
         if ((st = calib_cluster("H100-SXM5-80GB", (int)gpus, &r->cluster)) != AI_OK)
             goto err;
         r->published = tfl;
-        r->published_is_tflops = 1;
+        r->metric = MODEL_METRIC_MODEL_TFLOPS;
+        snprintf(r->cite, sizeof r->cite, "Megatron-LM README scaling figure");
+        snprintf(r->software, sizeof r->software, "Megatron-Core");
         c->nrows++;
     }
     /* Korthikanti Figure 1 memory, with the configuration of each model
@@ -298,6 +481,10 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
             goto err;
         c->nmem++;
     }
+    char pubdir[1024];
+    snprintf(pubdir, sizeof pubdir, "%s/published", dir);
+    if ((st = load_published(pubdir, c)) != AI_OK)
+        goto err;
     free(k5);
     free(mc);
     free(km);
@@ -318,7 +505,7 @@ double model_calib_predict(const model_calib_row *row, const model_params *p)
     model_ctx ctx = {row->cluster, &row->model, &row->train, *p};
     model_result r;
     model_plan_eval(&ctx, &row->plan, &r);
-    return row->published_is_tflops ? r.model_tflops_per_device : r.step_s;
+    return model_calib_value(row, &r);
 }
 
 /* ---------------------------------------------------------------- fit */

@@ -9,37 +9,43 @@
 #include "model/model.h"
 
 const model_params model_params_fitted = {
-    .gemm_eff = 0.75640772,
+    .gemm_eff = 0.85009075,
     .gemm_half_dim = 32,
-    .attn_eff = 0.15553712,
-    .mem_eff = 0.72621542,
-    .link_eff = 0.94713957,
+    .attn_eff = 0.30349702,
+    .mem_eff = 0.98,
+    .link_eff = 0.9081659,
     .dp_overlap = 1,
     .tp_overlap = 0.5,
+    .fp8_gemm_eff = 0.63495395,
+    .step_fixed_s = 0.12344007,
 };
 
 const char *const model_param_names[MODEL_NPARAMS] = {
-    "gemm_eff", "gemm_half_dim", "attn_eff", "mem_eff", "link_eff", "dp_overlap", "tp_overlap",
+    "gemm_eff", "gemm_half_dim", "attn_eff", "mem_eff", "link_eff", "dp_overlap", "tp_overlap", "fp8_gemm_eff", "step_fixed_s",
 };
 
-/* gemm_eff: cuBLAS reaches 70-90% of dense peak on large GEMMs;
+/* gemm_eff and fp8_gemm_eff: the fraction of the device's measured
+ * large-GEMM throughput (the catalog's gemm_eff, per device and
+ * precision) that a training step's GEMMs reach, at most 1;
  * gemm_half_dim: tile sizes are 64-256, so efficiency falls off for
  * dimensions of that order; attn_eff: FlashAttention-2 reports 50-73% of
  * peak forward on A100 (Dao 2023); mem_eff: STREAM-like kernels reach
  * 70-95% of HBM bandwidth; link_eff: nccl-tests bus bandwidth is 75-95% of
  * link rate; the overlaps are fractions. */
-const int model_param_fitted[MODEL_NPARAMS] = {1, 1, 1, 1, 1, 1, 0};
+const int model_param_fitted[MODEL_NPARAMS] = {1, 1, 1, 1, 1, 1, 0, 1, 1};
 
-/* Priors: gemm_eff 0.75 and gemm_half_dim 64 (cuBLAS large-GEMM
- * efficiency and its 64-256 tiles), attn_eff 0.40 (FlashAttention-2, Dao
+/* Priors: gemm_eff 0.90 (transformer GEMM shapes come close to the best
+ * shape's throughput) and gemm_half_dim 64 (the 64-256 tiles), attn_eff 0.40 (FlashAttention-2, Dao
  * 2023: ~35-50% of H100 peak for causal fwd+bwd at head dim 128),
  * mem_eff 0.80 (STREAM-class kernels on HBM), link_eff 0.80 (nccl-tests
  * bus bandwidth vs link rate on NVLink/IB), dp_overlap 0.8 (bucketed
- * reduction hides most, not all, of it: Li et al., VLDB 2020). */
-const double model_param_prior[MODEL_NPARAMS] = {0.75, 64, 0.40, 0.80, 0.80, 0.80, 0.5};
+ * reduction hides most, not all, of it: Li et al., VLDB 2020),
+ * fp8_gemm_eff 0.85 (cuBLASLt FP8 GEMMs of transformer shapes on H100
+ * reach roughly 1,200 of the 1,400 TFLOP/s its best shape does). */
+const double model_param_prior[MODEL_NPARAMS] = {0.90, 64, 0.40, 0.80, 0.80, 0.80, 0.5, 0.85, 0.05};
 
-const double model_param_lo[MODEL_NPARAMS] = {0.40, 32, 0.15, 0.40, 0.50, 0, 0};
-const double model_param_hi[MODEL_NPARAMS] = {0.95, 1024, 0.95, 0.98, 0.98, 1, 1};
+const double model_param_lo[MODEL_NPARAMS] = {0.50, 32, 0.15, 0.40, 0.50, 0, 0, 0.40, 0};
+const double model_param_hi[MODEL_NPARAMS] = {1.00, 1024, 0.95, 0.98, 0.98, 1, 1, 1.00, 1};
 
 double *model_params_slot(model_params *p, int i)
 {
@@ -50,6 +56,8 @@ double *model_params_slot(model_params *p, int i)
     case 3: return &p->mem_eff;
     case 4: return &p->link_eff;
     case 5: return &p->dp_overlap;
-    default: return &p->tp_overlap;
+    case 6: return &p->tp_overlap;
+    case 7: return &p->fp8_gemm_eff;
+    default: return &p->step_fixed_s;
     }
 }

@@ -119,10 +119,11 @@ typedef struct layer_cost {
  * calibration GEMMs are all compute bound; the memory side uses the same
  * mem_eff as the elementwise kernels.
  */
-static double gemm_time(const model_params *p, double peak, double membw, double M, double K, double N)
+static double gemm_time(const model_params *p, double eff_large, double peak, double membw, double M, double K,
+                        double N)
 {
     double d = AI_MIN(M, AI_MIN(K, N));
-    double eff = p->gemm_eff * d / (d + p->gemm_half_dim);
+    double eff = eff_large * d / (d + p->gemm_half_dim);
     double compute = 2 * M * K * N / (peak * eff);
     double memory = 2 * (M * K + K * N + M * N) / membw;
     return AI_MAX(compute, memory);
@@ -140,19 +141,31 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
     double T = (double)pl->micro_batch * s / cp;
     double ab = act_elem_bytes(t);
     double peak = pool->device.peak_tflops[t->precision] * 1e12;
+    /* FP8 training (Transformer Engine) runs only the layers' linear GEMMs
+     * in FP8: attention and the output layer stay in 16-bit, at the 16-bit
+     * peak. */
+    int fp8 = t->precision == TOPO_FP8;
+    double peak16 = pool->device.peak_tflops[fp8 ? TOPO_BF16 : t->precision] * 1e12;
     double membw = pool->device.memory_bw_GBps * 1e9 * p->mem_eff;
     int sp = pl->sequence_parallel && pl->tp > 1;
 
     memset(lc, 0, sizeof *lc);
     lc->peak = peak;
-    double gemm = gemm_time(p, peak, membw, T, h, h * (1 + 2 * g) / tp) + gemm_time(p, peak, membw, T, h / tp, h) +
-                  gemm_time(p, peak, membw, T, h, f * (ffn_mats(m) - 1) / tp) +
-                  gemm_time(p, peak, membw, T, f / tp, h);
+    /* GEMM efficiency: the device's achieved fraction of peak on large
+     * GEMMs (a catalog input, measured per device and precision) times the
+     * fraction of that a training step's GEMMs reach (fitted, one for all
+     * devices: the software generation's kernels and shapes). */
+    double dev16 = topo_device_gemm_eff(&pool->device, fp8 ? TOPO_BF16 : t->precision);
+    double ge16 = p->gemm_eff * dev16;
+    double ge = fp8 ? p->fp8_gemm_eff * topo_device_gemm_eff(&pool->device, TOPO_FP8) : ge16;
+    double gemm = gemm_time(p, ge, peak, membw, T, h, h * (1 + 2 * g) / tp) + gemm_time(p, ge, peak, membw, T, h / tp, h) +
+                  gemm_time(p, ge, peak, membw, T, h, f * (ffn_mats(m) - 1) / tp) +
+                  gemm_time(p, ge, peak, membw, T, f / tp, h);
     double attn_flops = 4 * T * s * h / tp;
     double attn;
     if (t->flash_attention) {
         /* Causal flash attention skips the masked half of the scores. */
-        attn = 0.5 * attn_flops / (peak * p->attn_eff);
+        attn = 0.5 * attn_flops / (peak16 * p->attn_eff);
     } else {
         /* Two batched GEMMs per local head (Q K^T and scores x V, inner
          * size head_dim and s), plus the scores going
@@ -161,7 +174,7 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
          * 16-bit (Korthikanti et al.'s 5 a s^2 b stored is the subset kept
          * for backward). */
         double scores = a / tp * T * s;
-        attn = 2 * (a / tp) * gemm_time(p, peak, membw, T, h / a, s) + 13 * ab / 2 * scores / membw;
+        attn = 2 * (a / tp) * gemm_time(p, ge16, peak16, membw, T, h / a, s) + 13 * ab / 2 * scores / membw;
     }
     /* Elementwise traffic in 16-bit elements per token of hidden size:
      * 2 layernorms (read+write, 2 each), 2 bias-dropout-residual adds (read
@@ -169,11 +182,18 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
      * activation reads and writes its f-wide input (2 f/h, SwiGLU 3 f/h). */
     double ffn_elem = (m->ffn_kind == TOPO_FFN_SWIGLU ? 3 : 2) * f / h;
     double elem = ab * T * h * (11 / (sp ? tp : 1) + ffn_elem / tp) / membw;
+    /* FP8: every GEMM input is quantized first, a fused cast-transpose that
+     * reads 16-bit and writes the FP8 tensor and its transpose (2 + 1 + 1
+     * bytes per element): forward the inputs of QKV, projection, FC1, FC2
+     * (h, h, h, f), backward the gradients of their outputs. */
+    double cast_f = fp8 ? 4 * T * (3 * h + f) / tp / membw : 0;
+    double cast_b = fp8 ? 4 * T * (h * (1 + 2 * g) + h + f * (ffn_mats(m) - 1) + h) / tp / membw : 0;
 
     lc->f = gemm + attn + elem;
     /* Backward does twice the GEMM work (input and weight gradients) and
      * twice the elementwise traffic. */
-    lc->b = 2 * lc->f;
+    lc->b = 2 * lc->f + cast_b;
+    lc->f += cast_f;
     if (pl->recompute == MODEL_RC_FULL)
         lc->rc = lc->f;
     else if (pl->recompute == MODEL_RC_SELECTIVE && !t->flash_attention)
@@ -203,9 +223,19 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
         if (pl->recompute == MODEL_RC_FULL)
             lc->rc_tp = lc->f_tp;
     }
-    /* Context parallelism: ring attention passes each rank's K and V chunk
-     * around the cp ring (cp-1 steps), overlapped with the attention of
-     * the chunk in hand; backward also returns dK, dV. */
+    /* Context parallelism (ring attention, Liu et al. 2023; Megatron-Core
+     * and Transformer Engine run it with the causal load balancing of 2*cp
+     * sequence chunks): the attention of a layer runs as cp steps, one per
+     * K/V chunk held, and step i+1's K/V chunk travels around the ring
+     * while step i computes, so each of the cp-1 transfers is exposed only
+     * beyond the attention of the step it overlaps. Backward sends K, V
+     * and the partial dK, dV (twice the bytes) under twice the compute.
+     * Splitting the attention costs more than the transfers: every step
+     * writes a partial output that is merged into an fp32 accumulator
+     * with its log-sum-exp correction (read the 16-bit partial, read and
+     * write the fp32 sum), and backward accumulates dQ, and dK, dV per
+     * step the same way; and each step's kernel sees only a K/V block of
+     * s/(2cp) tokens, so the tile efficiency of the shorter block applies. */
     if (pl->cp > 1) {
         int dpn = pool->devices_per_node;
         int in_node = pl->tp * pl->cp <= dpn;
@@ -214,8 +244,17 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
         double lat = (in_node ? pool->intra_latency_us : pool->net_latency_us) * 1e-6;
         double kv = 2 * T * h * g / tp * ab;
         double step = lat + kv / (bw * p->link_eff);
-        double fwd = (cp - 1) * step, bwd = 2 * fwd;
-        lc->cp = AI_MAX(0, fwd - attn) + AI_MAX(0, bwd - 2 * attn);
+        double blk = s / (2 * cp);
+        double attn_cp = attn * (blk + p->gemm_half_dim) / blk;
+        double a_step = attn_cp / cp;
+        double merge_f = cp * (ab + 8) * T * h / tp / membw;
+        double merge_b = cp * (ab + 8) * T * h * (1 + 2 * g) / tp / membw;
+        double split = attn_cp - attn;
+        lc->f += split + merge_f;
+        lc->b += 2 * split + merge_b;
+        if (pl->recompute == MODEL_RC_FULL)
+            lc->rc += split + merge_f;
+        lc->cp = (cp - 1) * (AI_MAX(0, step - a_step) + AI_MAX(0, 2 * step - 2 * a_step));
     }
     /* Output layer (logits GEMM) and the fp32 cross-entropy on the last
      * stage, which is memory bound: per logit, forward writes the 16-bit
@@ -224,8 +263,8 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
      * probabilities (4+4): ~32 bytes; backward reads and writes the
      * softmax gradient and downcasts it (4+4+4+2 = 14). The pass structure
      * is Megatron's vocab-parallel cross entropy. */
-    lc->logits_f = gemm_time(p, peak, membw, T, h, V / tp) + 32 * T * V / tp / membw;
-    lc->logits_b = 2 * gemm_time(p, peak, membw, T, h, V / tp) + 14 * T * V / tp / membw;
+    lc->logits_f = gemm_time(p, ge16, peak16, membw, T, h, V / tp) + 32 * T * V / tp / membw;
+    lc->logits_b = 2 * gemm_time(p, ge16, peak16, membw, T, h, V / tp) + 14 * T * V / tp / membw;
 
     /* Pipeline sends carry one tensor-parallel slice each; the receiver
      * all-gathers over NVLink (the scatter/gather optimization of
@@ -588,7 +627,7 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
         int block = pl->tp * pl->cp * s->dp;
         double tmax = 0, tot_s[MODEL_MAX_STAGES];
         int crit = 0;
-        double opt_max = 0, opt_P = -1, opt_t = 0;
+        double opt_max = 0, opt_P = -1, opt_t = 0, send_max = 0;
         int opt_pool = -1;
         for (int j = 0; j < s->nsegs; j++) {
             int pool = s->seg_pool[j];
@@ -608,7 +647,12 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
                 x->tp = L * (lc->f_tp + lc->b_tp + lc->rc_tp);
                 x->cp = L * lc->cp;
                 double send = block >= po->devices_per_node ? lc->p2p_inter : lc->p2p_intra;
-                x->p2p = pl->pp > 1 ? 2 * send * pl->interleave : 0;
+                /* 1F1B waits for each send; the interleaved schedule posts
+                 * them ahead and overlaps them with the next chunk's
+                 * compute (Megatron's overlapped p2p communication): only
+                 * the fill and the drain wait, added below. */
+                x->p2p = pl->pp > 1 && pl->interleave == 1 ? 2 * send : 0;
+                send_max = AI_MAX(send_max, pl->pp > 1 ? send : 0);
                 x->f = L * (lc->f + lc->f_tp) + (last ? lc->logits_f : 0);
                 double tot = x->comp + x->rc + x->tp + x->cp + x->p2p;
                 x->b = tot - x->f;
@@ -648,6 +692,8 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
         }
         double mb = s->micro_batches;
         double pipe = model_1f1b_time(s->micro_batches, stage, tot_s, pl->interleave, NULL);
+        double fill = pl->interleave > 1 ? 2 * (pl->pp - 1) * send_max : 0;
+        pipe += fill;
 
         /* Data-parallel traffic per stage and what hides it. Gradients of
          * the last micro-batch are reduced during its backward (bucketed,
@@ -687,13 +733,19 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
                 prevP = P;
                 prevg = gdp;
             }
+            /* With v model chunks per device the buckets follow the
+             * chunks: a chunk's gradients are reduced as soon as its last
+             * backward ends, under the other chunks' backward, and its
+             * weights gathered under the forward of the chunks before it;
+             * only one chunk's share waits at either end of the step. */
+            double v = pl->interleave;
             switch (pl->zero) {
             case 0:
-                e_b = AI_MAX(0, ar - win_b);
+                e_b = AI_MAX(0, ar / v - win_b);
                 break;
             case 1:
-                e_b = AI_MAX(0, rs - win_b);
-                e_f = AI_MAX(0, ag - win_f);
+                e_b = AI_MAX(0, rs / v - win_b);
+                e_f = AI_MAX(0, ag / v - win_f);
                 break;
             case 2:
                 /* Sharded gradients: reduce-scatter every micro-batch. */
@@ -712,6 +764,10 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
             slack_b += st[i].b;
             slack_f += st[i].f;
         }
+        /* What every step pays whatever the scale: the optimizer's launch
+         * and gradient-norm all-reduce, the loss reduction, the data
+         * loader's hand-over, logging. */
+        opt_max += p->step_fixed_s;
         double step = pipe + exp_b + exp_f + opt_max;
         if (step > best_step) {
             best_step = step;
@@ -720,8 +776,8 @@ void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *o
             r.recompute_s = mb * x->rc;
             r.tp_comm_s = mb * x->tp;
             r.cp_comm_s = mb * x->cp;
-            r.pp_comm_s = mb * x->p2p;
-            r.bubble_s = pipe - mb * tmax;
+            r.pp_comm_s = mb * x->p2p + fill;
+            r.bubble_s = pipe - fill - mb * tmax;
             r.dp_comm_s = exp_b + exp_f;
             r.optimizer_s = opt_max;
         }

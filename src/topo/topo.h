@@ -27,7 +27,21 @@ typedef struct topo_device {
     double peak_tflops[TOPO_PREC_COUNT];
     double memory_GB;      /* 1e9 bytes */
     double memory_bw_GBps; /* HBM bandwidth */
+    /* Achieved fraction of peak_tflops on large, well-shaped GEMMs per
+     * precision (a measured maximum achievable matmul throughput over the
+     * dense peak); 0: not measured, topo_device_gemm_eff gives the
+     * default. A device input, not a fitted parameter: clock behaviour
+     * under load and the vendor's GEMM library set it. */
+    double gemm_eff[TOPO_PREC_COUNT];
 } topo_device;
+
+/* Used where a device has no GEMM efficiency for a precision: the H100
+ * SXM's measured BF16 figure (80.3%, topo_catalog.c), the device most of
+ * the calibration rows ran on. */
+#define TOPO_GEMM_EFF_DEFAULT 0.80
+
+/* d->gemm_eff[p], or TOPO_GEMM_EFF_DEFAULT where that is 0. */
+double topo_device_gemm_eff(const topo_device *d, topo_precision p);
 
 /* Catalog lookup: exact name or alias, case-insensitive. NULL if unknown. */
 const topo_device *topo_catalog_find(const char *name);

@@ -13,7 +13,8 @@
  *     TOPO_MAX_DEVICES; nic.count 1..64, nic.bw_Gbps and intra.bw_GBps
  *     0.001..1e7, latency_us 0..1e7; racks[].uplink_Gbps 0.001..1e9;
  *     device peak_tflops.<precision> 0..1e6, memory_GB 0.001..1e6,
- *     memory_bw_GBps 0.001..1e7 (the same in overrides[]);
+ *     memory_bw_GBps 0.001..1e7 (the same in overrides[]), gemm_eff.<precision>
+ *     0.01..1;
  *   model: layers 1..100000, hidden 1..10000000, heads and kv_heads
  *     1..100000, vocab 1..100000000, ffn_hidden 1..100000000;
  *   training: seq_len and global_batch 1..100000000, tokens 1..1e20.
@@ -232,7 +233,7 @@ static ai_status_t parse_device(const spec_ctx *sc, json_t *v, const char *path,
     if (!json_is_object(v))
         return spec_err(sc, path, "expected a catalog name or a device object");
     const char *name = NULL;
-    ai_status_t st = check_keys(sc, v, path, KEYS("name", "peak_tflops", "memory_GB", "memory_bw_GBps"));
+    ai_status_t st = check_keys(sc, v, path, KEYS("name", "peak_tflops", "memory_GB", "memory_bw_GBps", "gemm_eff"));
     if (st == AI_OK)
         st = get_string(sc, v, path, "name", 0, &name);
     if (st != AI_OK)
@@ -270,6 +271,26 @@ static ai_status_t parse_device(const spec_ctx *sc, json_t *v, const char *path,
             any |= d.peak_tflops[i] > 0;
         if (!any)
             return spec_err(sc, pp, "at least one precision needs a peak above 0");
+    }
+    json_t *ge = NULL;
+    if ((st = get_object(sc, v, path, "gemm_eff", 0, &ge)) != AI_OK)
+        return st;
+    if (ge) {
+        char gp[256];
+        path_key(gp, sizeof gp, path, "gemm_eff");
+        const char *key;
+        json_t *val;
+        json_object_foreach(ge, key, val)
+        {
+            topo_precision p;
+            if (topo_precision_parse(key, &p) != AI_OK) {
+                char kp[300];
+                path_key(kp, sizeof kp, gp, key);
+                return spec_err(sc, kp, "unknown precision (bf16, fp16, fp8, fp32)");
+            }
+            if ((st = get_number(sc, ge, gp, key, 1, 0.01, 1, &d.gemm_eff[p])) != AI_OK)
+                return st;
+        }
     }
     if ((st = get_number(sc, v, path, "memory_GB", !base, 1e-3, 1e6, &d.memory_GB)) != AI_OK)
         return st;

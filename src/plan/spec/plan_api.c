@@ -769,6 +769,8 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
 ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *holdout, int as_json,
                               char **out)
 {
+    if (refit && holdout && !strcmp(holdout, "all"))
+        return model_loso_report(calib_dir, as_json, out);
     model_calib *c;
     ai_status_t st = model_calib_load(calib_dir, &c);
     if (st != AI_OK)
@@ -812,7 +814,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
         model_ctx ctx = {r->cluster, &r->model, &r->train, p};
         model_result res;
         model_plan_eval(&ctx, &r->plan, &res);
-        double pred = r->published_is_tflops ? res.model_tflops_per_device : res.step_s;
+        double pred = model_calib_value(r, &res);
         double e = 100 * (pred / r->published - 1);
         mape += fabs(e) / c->nrows;
         maxe = AI_MAX(maxe, fabs(e));
@@ -823,7 +825,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
         }
         json_array_append_new(rows, json_pack("{s:s, s:s, s:b, s:s, s:f, s:f, s:f, s:f, s:f, s:f}", "source",
                                               r->source, "row", r->name, "held_out", held, "unit",
-                                              r->published_is_tflops ? "model TFLOP/s per GPU" : "s per iteration",
+                                              model_metric_unit(r->metric),
                                               "published", r->published, "predicted", pred, "error_pct", e,
                                               "step_time_s", res.step_s, "model_tflops_per_device",
                                               res.model_tflops_per_device, "hw_tflops_per_device",

@@ -22,12 +22,15 @@ static ai_status_t one_pool_cluster(const char *name, const topo_pool *p, int de
 {
     double net_node = net_share * p->devices_per_node;
     json_t *doc = json_pack(
-        "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f}, s:i, s:{s:f, s:f}, s:{s:i, s:f, s:f}}]}",
+        "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f, s:{s:f, s:f, s:f, s:f}}, s:i, s:{s:f, s:f}, "
+        "s:{s:i, s:f, s:f}}]}",
         "name", name, "node_groups", "name", name, "count", devices / p->devices_per_node, "device",
         "name", p->device.name, "peak_tflops", "bf16", p->device.peak_tflops[TOPO_BF16], "fp16",
         p->device.peak_tflops[TOPO_FP16], "fp8", p->device.peak_tflops[TOPO_FP8], "fp32",
         p->device.peak_tflops[TOPO_FP32], "memory_GB", p->device.memory_GB, "memory_bw_GBps",
-        p->device.memory_bw_GBps, "devices_per_node", p->devices_per_node, "intra", "bw_GBps",
+        p->device.memory_bw_GBps, "gemm_eff", "bf16", topo_device_gemm_eff(&p->device, TOPO_BF16), "fp16",
+        topo_device_gemm_eff(&p->device, TOPO_FP16), "fp8", topo_device_gemm_eff(&p->device, TOPO_FP8), "fp32",
+        topo_device_gemm_eff(&p->device, TOPO_FP32), "devices_per_node", p->devices_per_node, "intra", "bw_GBps",
         p->intra_bw_GBps, "latency_us", p->intra_latency_us, "nic", "count", 1, "bw_Gbps",
         net_node * 8, "latency_us", p->net_latency_us);
     if (!doc)
@@ -43,10 +46,18 @@ static ai_status_t slowest_cluster(const topo_cluster *c, const topo_training *t
 {
     topo_pool slow = c->pools[0];
     double net_share = INFINITY;
+    /* The slowest device's GEMMs: the least achieved throughput of any
+     * pool, per precision, over the least peak. */
+    double achieved[TOPO_PREC_COUNT];
+    for (int k = 0; k < TOPO_PREC_COUNT; k++)
+        achieved[k] = INFINITY;
     for (int g = 0; g < c->npools; g++) {
         const topo_pool *p = &c->pools[g];
         for (int k = 0; k < TOPO_PREC_COUNT; k++)
+        {
             slow.device.peak_tflops[k] = AI_MIN(slow.device.peak_tflops[k], p->device.peak_tflops[k]);
+            achieved[k] = AI_MIN(achieved[k], p->device.peak_tflops[k] * topo_device_gemm_eff(&p->device, k));
+        }
         slow.device.memory_GB = AI_MIN(slow.device.memory_GB, p->device.memory_GB);
         slow.device.memory_bw_GBps = AI_MIN(slow.device.memory_bw_GBps, p->device.memory_bw_GBps);
         slow.intra_bw_GBps = AI_MIN(slow.intra_bw_GBps, p->intra_bw_GBps);
@@ -55,17 +66,23 @@ static ai_status_t slowest_cluster(const topo_cluster *c, const topo_training *t
         slow.devices_per_node = AI_MIN(slow.devices_per_node, p->devices_per_node);
         net_share = AI_MIN(net_share, p->node_net_GBps / p->devices_per_node);
     }
+    for (int k = 0; k < TOPO_PREC_COUNT; k++)
+        slow.device.gemm_eff[k] = slow.device.peak_tflops[k] > 0 ? AI_MIN(1, achieved[k] / slow.device.peak_tflops[k]) : 0;
     if (slow.device.peak_tflops[t->precision] <= 0)
         return ai_fail(AI_ERR_UNSUPPORTED, "baseline: some device has no %s peak",
                        topo_precision_name(t->precision));
     double net_node = net_share * slow.devices_per_node;
     json_t *doc = json_pack(
-        "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f}, s:i, s:{s:f, s:f}, s:{s:i, s:f, s:f}}]}",
+        "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f, s:{s:f, s:f, s:f, s:f}}, s:i, s:{s:f, s:f}, "
+        "s:{s:i, s:f, s:f}}]}",
         "name", "all-slowest", "node_groups", "name", "slowest", "count",
         c->devices / slow.devices_per_node, "device", "name", "slowest", "peak_tflops", "bf16",
         slow.device.peak_tflops[TOPO_BF16], "fp16", slow.device.peak_tflops[TOPO_FP16], "fp8",
         slow.device.peak_tflops[TOPO_FP8], "fp32", slow.device.peak_tflops[TOPO_FP32], "memory_GB",
-        slow.device.memory_GB, "memory_bw_GBps", slow.device.memory_bw_GBps, "devices_per_node",
+        slow.device.memory_GB, "memory_bw_GBps", slow.device.memory_bw_GBps, "gemm_eff", "bf16",
+        topo_device_gemm_eff(&slow.device, TOPO_BF16), "fp16", topo_device_gemm_eff(&slow.device, TOPO_FP16), "fp8",
+        topo_device_gemm_eff(&slow.device, TOPO_FP8), "fp32", topo_device_gemm_eff(&slow.device, TOPO_FP32),
+        "devices_per_node",
         slow.devices_per_node, "intra", "bw_GBps", slow.intra_bw_GBps, "latency_us",
         slow.intra_latency_us, "nic", "count", 1, "bw_Gbps", net_node * 8, "latency_us",
         slow.net_latency_us);

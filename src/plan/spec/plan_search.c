@@ -426,6 +426,19 @@ static int layout_stage_split(search *s, model_plan *pl, void *arg)
     return balance_layers(s, pl, 0);
 }
 
+/* The same split, kept only when every stage's layers divide into the
+ * plan's virtual stages (pools of equal speed give equal stages). */
+static int layout_stage_split_interleaved(search *s, model_plan *pl, void *arg)
+{
+    (void)arg;
+    if (!balance_layers(s, pl, 0))
+        return 0;
+    for (int i = 0; i < pl->pp; i++)
+        if (pl->layers[i] % pl->interleave)
+            return 0;
+    return 1;
+}
+
 /* Stage blocks of `block` devices tile nodes of dpn devices. */
 static int tiles(int block, int dpn) { return block % dpn == 0 || dpn % block == 0; }
 
@@ -531,7 +544,21 @@ static void search_stage_split(search *s, model_plan *pl, const int *order, int 
             st->seg_pool[k] = order[k];
             st->seg_stages[k] = stages[k];
         }
-        try_modes(s, pl, layout_stage_split, NULL);
+        if (pinned(s->fix->interleave, 1))
+            try_modes(s, pl, layout_stage_split, NULL);
+        /* Interleaving needs equal stages, which only pools of one device
+         * give (they differ in links only): not worth trying otherwise. */
+        int same = 1;
+        for (int k = 1; k < norder; k++)
+            same &= !strcmp(c->pools[order[k]].device.name, c->pools[order[0]].device.name);
+        static const int vs[] = {2, 3, 4, 6, 8};
+        for (size_t k = 0; k < AI_ARRAY_LEN(vs) && same && pp > 1 && st->micro_batches % pp == 0; k++) {
+            if (!pinned(s->fix->interleave, vs[k]) || L % (pp * vs[k]))
+                continue;
+            pl->interleave = vs[k];
+            try_modes(s, pl, layout_stage_split_interleaved, NULL);
+        }
+        pl->interleave = 1;
     }
 }
 
