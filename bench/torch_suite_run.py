@@ -7,10 +7,11 @@ file named by $SUITE_OUT (rewritten after each test, so a run cut short
 keeps what it did).
 
 Environment (bench/torch-suite sets it): WORLD_SIZE, TEMP_DIR, BACKEND
-(always gloo: the suite's skip conditions then pick the tests gloo runs),
+(gloo: the suite's skip conditions then pick the tests gloo runs; mpi for
+the tests only MPI may run),
 SUITE_STANDIN=autoinfra to make autoinfra stand in for every group the
 tests create (init_process_group, new_group and new_subgroups of backend
-gloo, or of none, become autoinfra's), SUITE_TESTS a regular expression
+gloo or $BACKEND, or of none, become autoinfra's), SUITE_TESTS a regular expression
 of test names to run, SUITE_SPAWN=1 to start ranks with spawn instead of
 fork.
 
@@ -37,7 +38,7 @@ if STANDIN == "autoinfra":
     def _swap(backend):
         if backend is None:
             return None
-        return "autoinfra" if str(backend).lower() == "gloo" else backend
+        return "autoinfra" if str(backend).lower() in ("gloo", os.environ["BACKEND"]) else backend
 
     _init = dist.init_process_group
     _new_group = dist.new_group
