@@ -43,6 +43,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -Iinclude -Isrc \
 
 .PHONY: all deps bench-deps fuzz-deps build asan demo test bench-vs-ompi fuzz fuzz-wire fuzz-spec clean
 .PHONY: torch2-venv torch2
+.PHONY: torch2-bench-deps
 
 all: build
 
@@ -112,3 +113,16 @@ fuzz: fuzz-wire fuzz-spec
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+
+# What bench/torch-suite and bench/train-faults --peer torchft need beyond
+# `make test`: PyTorch's test helpers import expecttest (MIT), into the
+# torch 2 venv and, for Debian's torch 1.13, into a folder of its own
+# (TORCH_SUITE_PYPATH, put on PYTHONPATH by bench/torch-suite); torchft
+# (BSD-3-Clause, Meta's fault tolerance for DDP) into the torch 2 venv,
+# with torch held at the venv's release.
+TORCH_SUITE_PYPATH ?= $(HOME)/.cache/autoinfra/py311-suite
+torch2-bench-deps: torch2-venv
+	$(TORCH2_VENV)/bin/python -m pip install --disable-pip-version-check \
+	    "torch==$(TORCH2_VERSION)" expecttest==0.3.0 torchft==0.2.0
+	$(TORCH2_VENV)/bin/python -m pip install --disable-pip-version-check \
+	    --target $(TORCH_SUITE_PYPATH) --upgrade expecttest==0.3.0

@@ -87,7 +87,7 @@ endfunction()
 # 1.13's lacks, but the comparisons stay the same).
 foreach(t "collectives 2" "collectives 3" "collectives 4" "ddp 2" "ddp 3" "kill 3"
           "deferred 3" "groups 3" "revoke 2" "mismatch 3" "p2p 2" "p2p 3" "asyncsmall 3"
-          "features 3")
+          "features 3" "suite 3")
   ai_torch2_test(torch2 check_backend.py "${t}" test-kb-torch2.sqlite 180)
 endforeach()
 

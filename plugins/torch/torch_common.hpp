@@ -205,6 +205,14 @@ class AutoinfraGroup : public Base {
 
   const std::string getBackendName() const override { return "autoinfra"; }
 
+  // The collectives this rank issued on the group (what gloo counts): the
+  // same on every rank of a correct program, so torch's debug wrapper
+  // (TORCH_DISTRIBUTED_DEBUG=DETAIL), which checks them before each
+  // collective, works over this backend. Point-to-point calls, which only
+  // some ranks issue, are not counted.
+  void setSequenceNumberForGroup() override { seq_.store(0, std::memory_order_relaxed); }
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(std::memory_order_relaxed); }
+
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& ts,
                                            const c10d::BroadcastOptions& o) override {
     auto t = one(ts, "broadcast");
@@ -342,7 +350,8 @@ class AutoinfraGroup : public Base {
   // ranks that did not arrive stay posted.
   void monitoredBarrier(const c10d::BarrierOptions& o, bool waitAllRanks) override {
     using ms = std::chrono::milliseconds;
-    ms timeout = o.timeout.count() > 0 ? o.timeout : ms(1800 * 1000);
+    // torch's unset timeout is negative; zero is a timeout that has run out.
+    ms timeout = o.timeout.count() >= 0 ? o.timeout : ms(1800 * 1000);
     auto deadline = std::chrono::steady_clock::now() + timeout;
     // Work::wait with 0 ms waits forever: at least 1 ms.
     auto left = [&] {
@@ -373,6 +382,17 @@ class AutoinfraGroup : public Base {
     }
     std::string failed;
     for (int r = 1; r < n; r++) {
+      // As gloo: without waitAllRanks, rank 0 gives up once its time is
+      // spent, naming the ranks it heard from and those it did not.
+      if (!waitAllRanks && std::chrono::steady_clock::now() >= deadline) {
+        std::string heard, not_yet;
+        for (int q = 1; q < n; q++) {
+          std::string& list = q < r ? heard : not_yet;
+          list += (list.empty() ? "" : ", ") + std::to_string(q);
+        }
+        TORCH_CHECK(false, "Rank 0 timed out in monitoredBarrier after ", timeout.count(),
+                    " ms. Ranks that arrived: [", heard, "]; not yet: [", not_yet, "]");
+      }
       try {
         works[r]->wait(left());
       } catch (const std::exception&) {
@@ -420,6 +440,7 @@ class AutoinfraGroup : public Base {
   // itself; large ones so while their caller waits at once (kWaitStreak).
   template <typename F>
   c10::intrusive_ptr<c10d::Work> post(c10d::OpType type, std::vector<at::Tensor> outputs, F fn) {
+    if (type != c10d::OpType::UNKNOWN) seq_.fetch_add(1, std::memory_order_relaxed);
     size_t bytes = 0;
     for (const auto& t : outputs) bytes += static_cast<size_t>(t.numel()) * t.element_size();
     bool large = bytes > kInlineBytes;
@@ -442,6 +463,7 @@ class AutoinfraGroup : public Base {
   }
 
   std::unique_ptr<CommRunner> runner_;
+  std::atomic<uint64_t> seq_{0};
 };
 
 }  // namespace

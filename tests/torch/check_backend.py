@@ -33,6 +33,11 @@ module):
                                      timeouts (wait(timeout), the communicator's) raise
                                      RuntimeError saying " Timed out " (CommError,
                                      status ERR_TIMEOUT)
+    check_backend.py suite N         what torch's own suite found: monitored_barrier with a
+                                     zero timeout fails at once on rank 0, naming it; the
+                                     group's sequence number counts its collectives, the
+                                     same on every rank; a group under torch's debug
+                                     wrapper (DETAIL) gathers objects
 
 Run with RANK set (bench/testbed run sets it on every node), a case runs
 as that one rank: test_testbed runs `groups` so across namespaces.
@@ -686,18 +691,69 @@ def features(rank, n):
     os._exit(0)  # the short group failed; skip torch's teardown
 
 
+def suite(rank, n):
+    import torch
+    import torch.distributed as dist
+    gloo = dist.new_group(backend="gloo")
+    # monitored_barrier with a timeout of 0 on rank 0 alone: gloo's words,
+    # at once (zero is a timeout, not "unset").
+    mb = dist.new_group()
+    if rank == 0:
+        t0 = time.time()
+        try:
+            mb.monitored_barrier(datetime.timedelta(seconds=0))
+            raise AssertionError("monitored_barrier(0) passed with nobody else there")
+        except RuntimeError as e:
+            took = time.time() - t0
+            assert "Rank 0 timed out in monitoredBarrier" in str(e), str(e)
+            assert took < 5, f"monitored_barrier(0) took {took:.1f} s"
+            print(f"rank 0: monitored_barrier(0) after {took:.3f} s: {e}")
+    dist.barrier(group=gloo)
+    # Sequence numbers: every collective counts, point-to-point calls do
+    # not; the same on every rank.
+    g = dist.new_group()
+    b = g._get_backend(torch.device("cpu")) if hasattr(g, "_get_backend") else g
+    b._set_sequence_number_for_group()
+    s0 = b._get_sequence_number_for_group()
+    x = torch.ones(4)
+    dist.all_reduce(x, group=g)
+    dist.broadcast(x, 0, group=g)
+    dist.barrier(group=g)
+    if rank == 0:
+        dist.send(torch.ones(2), 1, group=g)
+    elif rank == 1:
+        dist.recv(torch.zeros(2), 0, group=g)
+    seq = b._get_sequence_number_for_group() - s0
+    assert seq == 3, f"rank {rank}: sequence number moved by {seq} over 3 collectives"
+    seqs = [torch.zeros(1, dtype=torch.int64) for _ in range(n)]
+    dist.all_gather(seqs, torch.tensor([b._get_sequence_number_for_group()]), group=gloo)
+    assert len({int(v) for v in seqs}) == 1, f"sequence numbers differ: {seqs}"
+    # torch's debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL) checks every
+    # collective's sequence number across ranks (torch 2 wraps this
+    # backend's groups in it).
+    dist.set_debug_level(dist.DebugLevel.DETAIL)
+    dg = dist.new_group(backend="autoinfra")
+    objs = [None] * n
+    dist.all_gather_object(objs, {"rank": rank, "s": "x" * rank}, group=dg)
+    assert objs == [{"rank": r, "s": "x" * r} for r in range(n)], objs
+    dist.set_debug_level(dist.DebugLevel.OFF)
+    dist.barrier(group=gloo)
+    os._exit(0)  # rank 0's monitored_barrier left its receives posted
+
+
 def child(case, n):
     import torch
     import torch.distributed as dist
     import autoinfra.torch  # noqa: F401 (registers the backend)
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
-    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall", "features") else 60)
+    timeout = datetime.timedelta(seconds=10 if case in ("kill", "p2p", "asyncsmall", "features",
+                                                        "suite") else 60)
     dist.init_process_group("autoinfra", timeout=timeout)
     assert dist.get_backend() == "autoinfra" and dist.get_rank() == rank
     {"collectives": collectives, "ddp": ddp, "kill": kill, "revoke": revoke,
      "deferred": deferred, "groups": groups, "mismatch": mismatch, "p2p": p2p,
-     "asyncsmall": asyncsmall, "features": features}[case](rank, n)
+     "asyncsmall": asyncsmall, "features": features, "suite": suite}[case](rank, n)
     dist.destroy_process_group()
 
 
