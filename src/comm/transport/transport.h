@@ -371,6 +371,18 @@ ai_status_t comm_peek_calls(ai_comm *c);
 ai_status_t comm_shm_peek_slots(ai_comm *c);
 int comm_proc_is_dead(pid_t pid);
 
+/* stall.c: the error of a wait that timed out, blaming (tp->blame) a peer
+ * of this machine whose process is stopped, else the first peer waited
+ * on, and naming it first. w: the peers still waited on and how ("receive
+ * from", "send to"). comm_peer_stopped: peer's process is on this kernel
+ * and stopped (SIGSTOP, a debugger). */
+typedef struct comm_waited {
+    int peer;
+    const char *how;
+} comm_waited;
+ai_status_t comm_stall_error(ai_comm *c, const comm_waited *w, int n, double idle);
+int comm_peer_stopped(const ai_comm *c, int peer);
+
 static inline size_t comm_pad8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 #endif
