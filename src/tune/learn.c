@@ -79,8 +79,11 @@
 #define TUNE_LOAD_MEMORY 16   /* calls: the CPU wait's average decays as the
                                * posteriors' evidence (bandit.c) */
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
-#define TUNE_TURN_RISE 0.223 /* log: more load makes each turn on a CPU
-                              * wait at least 1.25x longer */
+#define TUNE_TURN_RISE 0.095 /* log: more load makes each turn on a CPU
+                              * wait at least 1.1x longer (a drift left it
+                              * 0.73-1.3x under a load of 20-30) */
+#define TUNE_LOAD_PART 0.3   /* the CPU wait's change matches at least this
+                              * part of the call's */
 #define TUNE_SHARE_TOL 0.1    /* the CPU wait's share of a call is this noisy
                                * (0.75-0.84 under a steady load) */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
@@ -383,9 +386,10 @@ static double run_delay_s(double *turns)
  * rank measures how long it waited for a CPU over each window (its run
  * delay, spread over the window's calls in proportion to their share of
  * the window's span), the agreement carries the largest, and a window off
- * the posterior by a drift's margin whose change is at least half matched
- * by a change in that wait from its average, with the wait's share of the
- * call moved the same way (load_explains), is no strike: slower or faster,
+ * the posterior by a drift's margin whose change is matched at least 0.3
+ * of the way by a change in that wait from its average, with the wait's
+ * share of the call and its wait per turn on a CPU moved the same way
+ * (load_explains), is no strike: slower or faster,
  * the machine's load moved, not the cluster. A slower network, a stalled
  * peer or a rank sleeping lowers that share: still a drift. The wait
  * measured is less than what contention costs (waking peers, caches):
@@ -407,10 +411,10 @@ static double window_load(tune_bucket *b, double mine, double *turn)
 }
 
 /* A settled window off the arm's posterior by a drift's margin, but
- * with at least half of that change matched by a change in the slowest
- * rank's CPU wait from its average, and the wait's share of the call
- * moved the same way: the machine's load moved, not the cluster. The
- * share tells a drift under load apart. A rank waiting for a slowed peer
+ * with at least 0.3 of that change matched by a change in the slowest
+ * rank's CPU wait from its average, and the wait's share of the call and
+ * its wait per turn moved the same way: the machine's load moved, not the
+ * cluster. Share and turn tell a drift under load apart. A rank waiting for a slowed peer
  * sleeps, and every wake-up waits for a CPU on a loaded machine: its wait
  * per call grows with the longer call (by 0.1-0.4 of the extra time with
  * 4 CPU-bound processes beside test_tune's 2 ranks on 2 cores, at times
@@ -428,7 +432,8 @@ static int load_explains(const ai_comm *c, const tune_bucket *b, int arm, double
      * (waiting for a slow peer in short sleeps) waits more in all, but no
      * longer per turn. */
     int turn_moved = !(turn > 0 && b->turn_m > 0) || sign * log(turn / b->turn_m) > TUNE_TURN_RISE;
-    return dt * dl > 0 && fabs(dl) >= 0.5 * fabs(dt) && dshare > -TUNE_SHARE_TOL && turn_moved;
+    return dt * dl > 0 && fabs(dl) >= TUNE_LOAD_PART * fabs(dt) && dshare > -TUNE_SHARE_TOL &&
+           turn_moved;
 }
 
 /* Is a settled window's time y (log, the mean of its calls) a drift strike?
