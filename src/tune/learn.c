@@ -11,7 +11,7 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls all ranks run one 56-byte MAX allreduce carrying each rank's
+ * of calls all ranks run one 64-byte MAX allreduce carrying each rank's
  * mean time over the window (the max is the slowest rank's, the time that
  * counts), each rank's vote for a short next window (its own time looks
  * like a drift strike), each rank's wait for a CPU (window_load), and
@@ -79,6 +79,13 @@
 #define TUNE_LOAD_MEMORY 16   /* calls: the CPU wait's average decays as the
                                * posteriors' evidence (bandit.c) */
 #define TUNE_DRIFT_MIN_S 0.04 /* ... whose windows last this long together */
+#define TUNE_TURN_RISE 0.095 /* log: more load makes each turn on a CPU
+                              * wait at least 1.1x longer (a drift left it
+                              * 0.73-1.3x under a load of 20-30) */
+#define TUNE_LOAD_PART 0.3   /* the CPU wait's change matches at least this
+                              * part of the call's */
+#define TUNE_SHARE_TOL 0.1    /* the CPU wait's share of a call is this noisy
+                               * (0.75-0.84 under a steady load) */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
@@ -112,13 +119,16 @@ typedef struct tune_bucket {
     long calls;
     int strikes;    /* settled windows in a row that looked like drift */
     double strike_s; /* ... and the seconds of calls they cover */
+    int held_arm, held_calls; /* strike windows not learned yet (teaches) */
+    double held_sy;           /* ... their log times times their calls */
     /* CPU contention (window_load): the seconds per call the slowest
      * rank waited for a CPU, averaged over the windows the posterior
      * learned from; and where this thread's count of that wait stood at
      * the end of its last window. */
-    double load_m;
+    double load_m, share_m; /* ... and its share of the call's time */
     int load_known;
-    double rd_at, rd_s;
+    double rd_at, rd_s, rd_n;
+    double turn_m; /* the wait for a CPU per turn on one (window_load) */
     int dirty;      /* rank 0: changed since the KB last saw it */
     tune_bucket_info info;
 } tune_bucket;
@@ -348,20 +358,25 @@ static int window(double ratio)
 }
 
 /* This thread's time spent runnable but waiting for a CPU, seconds
- * (schedstat's run delay), or -1 where the kernel does not count it. */
-static double run_delay_s(void)
+ * (schedstat's run delay), and its turns on a CPU; -1 where the kernel
+ * does not count them. */
+static double run_delay_s(double *turns)
 {
     char buf[128];
+    *turns = -1;
     int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -1;
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
-    unsigned long long run_ns, wait_ns;
+    unsigned long long run_ns, wait_ns, slices;
     if (n <= 0)
         return -1;
     buf[n] = '\0';
-    return sscanf(buf, "%llu %llu", &run_ns, &wait_ns) == 2 ? (double)wait_ns * 1e-9 : -1;
+    if (sscanf(buf, "%llu %llu %llu", &run_ns, &wait_ns, &slices) != 3)
+        return -1;
+    *turns = (double)slices;
+    return (double)wait_ns * 1e-9;
 }
 
 /*
@@ -375,34 +390,54 @@ static double run_delay_s(void)
  * rank measures how long it waited for a CPU over each window (its run
  * delay, spread over the window's calls in proportion to their share of
  * the window's span), the agreement carries the largest, and a window off
- * the posterior by a drift's margin whose change is at least half matched
- * by a change in that wait from its average (load_explains) is no strike:
- * slower or faster, the machine's load moved, not the cluster. A slower
- * network, a stalled peer or a rank sleeping changes little of the wait:
- * still a drift. The wait measured is less than what contention costs
- * (waking peers, caches): +36 ms of it came with +50 ms of call time.
+ * the posterior by a drift's margin whose change is matched at least 0.3
+ * of the way by a change in that wait from its average, with the wait's
+ * share of the call and its wait per turn on a CPU moved the same way
+ * (load_explains), is no strike: slower or faster,
+ * the machine's load moved, not the cluster. A slower network, a stalled
+ * peer or a rank sleeping lowers that share: still a drift. The wait
+ * measured is less than what contention costs (waking peers, caches):
+ * +36 ms of it came with +50 ms of call time.
  */
-static double window_load(tune_bucket *b, double mine)
+static double window_load(tune_bucket *b, double mine, double *turn)
 {
-    double now = ai_now(), rd = run_delay_s(), load = 0;
-    if (rd >= 0 && b->rd_at > 0 && now > b->rd_at && rd >= b->rd_s)
+    double now = ai_now(), turns, rd = run_delay_s(&turns), load = 0;
+    *turn = 0;
+    if (rd >= 0 && b->rd_at > 0 && now > b->rd_at && rd >= b->rd_s) {
         load = AI_MIN(mine, (rd - b->rd_s) / (now - b->rd_at) * mine);
+        if (turns > b->rd_n)
+            *turn = (rd - b->rd_s) / (turns - b->rd_n);
+    }
     b->rd_at = rd >= 0 ? now : 0;
     b->rd_s = rd;
+    b->rd_n = turns;
     return load;
 }
 
 /* A settled window off the arm's posterior by a drift's margin, but
- * with at least half of that change matched by a change in the slowest
- * rank's CPU wait from its average: the machine's load moved, not the
- * cluster. */
-static int load_explains(const ai_comm *c, const tune_bucket *b, int arm, double y, double load)
+ * with at least 0.3 of that change matched by a change in the slowest
+ * rank's CPU wait from its average, and the wait's share of the call and
+ * its wait per turn moved the same way: the machine's load moved, not the
+ * cluster. Share and turn tell a drift under load apart. A rank waiting for a slowed peer
+ * sleeps, and every wake-up waits for a CPU on a loaded machine: its wait
+ * per call grows with the longer call (by 0.1-0.4 of the extra time with
+ * 4 CPU-bound processes beside test_tune's 2 ranks on 2 cores, at times
+ * more than half), but as a share of the call it falls (0.75-0.8 before
+ * the drift, 0.1-0.55 after); more load raises both. */
+static int load_explains(const ai_comm *c, const tune_bucket *b, int arm, double y, double load,
+                         double turn)
 {
     if (!b->load_known || !b->settled ||
         !bandit_drifted(&b->s, arm, y, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST))
         return 0;
-    double dt = exp(y) - exp(b->s.mean_m[arm]), dl = load - b->load_m;
-    return dt * dl > 0 && fabs(dl) >= 0.5 * fabs(dt);
+    double t = exp(y), dt = t - exp(b->s.mean_m[arm]), dl = load - b->load_m, sign = dt > 0 ? 1 : -1;
+    double dshare = (load / t - b->share_m) * sign;
+    /* Each turn's wait, where both are known: a rank woken more often
+     * (waiting for a slow peer in short sleeps) waits more in all, but no
+     * longer per turn. */
+    int turn_moved = !(turn > 0 && b->turn_m > 0) || sign * log(turn / b->turn_m) > TUNE_TURN_RISE;
+    return dt * dl > 0 && fabs(dl) >= TUNE_LOAD_PART * fabs(dt) && dshare > -TUNE_SHARE_TOL &&
+           turn_moved;
 }
 
 /* Is a settled window's time y (log, the mean of its calls) a drift strike?
@@ -419,6 +454,28 @@ static int strikes_out(const ai_comm *c, const tune_bucket *b, int arm, double y
 {
     return b->settled && b->calls > TUNE_HORIZON &&
            bandit_drifted(&b->s, arm, y, c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST);
+}
+
+/* Does a settled window teach the arm's posterior and the CPU wait's
+ * averages now? Not a strike: it is judged against the posterior, and one
+ * strike learned at once moves the posterior and widens its noise so far
+ * (under a load of 20 on 2 cores a 2.9x window took a posterior from 86 to
+ * 216 ms, or from 19 to 29 ms with the next windows no longer 3 sd off)
+ * that the second strike, and the drift, is missed. A strike is held
+ * until a window that teaches comes (then it is learned, a spike like any
+ * other) or a second strike relearns the bucket. Not a window slowed by
+ * more load: the posterior keeps the quieter machine's time, so a drift
+ * that comes while the load lasts still stands out. But one sped up by
+ * less load does: the quieter machine is the reference, and a posterior
+ * learned under a load that has gone would explain any later slowdown (a
+ * job that starts beside other work must still see a drift after that
+ * work ends). */
+static int teaches(const ai_comm *c, const tune_bucket *b, int arm, double y, double load,
+                   double turn)
+{
+    if (load_explains(c, b, arm, y, load, turn))
+        return y < b->s.mean_m[arm];
+    return !strikes_out(c, b, arm, y);
 }
 
 /* Rank 0 opens the knowledge base once; without one it goes on. */
@@ -773,8 +830,11 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     tune_bucket *b = t->b[coll][bi];
     /* A bucket's first call pays for first touches of the buffers (page
      * faults, scratch growth): it teaches nothing about the arm. */
-    if (b->calls++ == 0)
+    if (b->calls++ == 0) {
+        double turn;
+        (void)window_load(b, 0, &turn); /* the first window's CPU wait counts from here */
         return AI_OK;
+    }
     /* Times scale to the bucket's edge (calls in a bucket differ by < 2x). */
     b->win_sum += seconds * (double)((size_t)1 << bi) / (double)bytes;
     if (++b->win_calls < b->win_len)
@@ -791,14 +851,14 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * calls long. The votes only shorten a window; strikes
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
-    double my_load = window_load(b, mine);
-    double msg[7] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
-                     strikes_out(c, b, ran, log(mine)), my_load};
+    double my_turn, my_load = window_load(b, mine, &my_turn);
+    double msg[8] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
+                     strikes_out(c, b, ran, log(mine)), my_load, my_turn};
     if (c->rank == 0) {
         /* Decide on a copy that includes our own time of this window. */
         tune_bucket *d = &t->draft;
         *d = *b;
-        if (!load_explains(c, b, ran, log(mine), my_load))
+        if (teaches(c, b, ran, log(mine), my_load, my_turn))
             learn_window(&d->s, ran, log(mine), calls, was_settled);
         int best = bandit_best_measured(&d->s);
         /* Settled, near ties are not worth a switch: they flip with the
@@ -851,13 +911,14 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 7, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 8, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     b->agree_s = t->agree_s = ai_now() - t0;
     if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
           msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
-          (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0]))
+          (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
+          msg[7] <= TUNE_BIG_RATIO))
         return ai_fail(AI_ERR_PROTO,
                        "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
                        "vote %g)",
@@ -865,7 +926,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
-    int loaded = load_explains(c, b, ran, y, msg[6]);
+    int loaded = load_explains(c, b, ran, y, msg[6], msg[7]);
     int strike = !loaded && strikes_out(c, b, ran, y);
     if (strike) {
         b->strikes++;
@@ -889,13 +950,30 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         if (refining)
             b->refined += calls;
     }
-    /* A window the load explains teaches nothing about the arm: the
-     * posterior and the wait's average keep the quiet machine's values,
-     * so a drift that comes while the load lasts still stands out. */
-    if (!loaded) {
+    if (c->rank == 0 && (loaded || strike))
+        ai_log(AI_LOG_DEBUG,
+               "learner: %s %zu: %s/%zu/%d %.1f us a call against %.1f us; CPU wait %.1f us "
+               "(share %.2f, %.1f us a turn) against %.1f us (%.2f, %.1f us): %s",
+               ai_coll_name(coll), (size_t)1 << bi, b->s.arm[ran].algo, b->s.arm[ran].chunk,
+               b->s.arm[ran].channels, msg[0] * 1e6, exp(b->s.mean_m[ran]) * 1e6, msg[6] * 1e6,
+               msg[6] / msg[0], msg[7] * 1e6, b->load_m * 1e6, b->share_m, b->turn_m * 1e6,
+               loaded ? "the load explains it" : "a drift strike");
+    if (strike && (b->held_calls == 0 || b->held_arm == ran)) {
+        b->held_arm = ran;
+        b->held_sy += y * calls;
+        b->held_calls += calls;
+    }
+    if (teaches(c, b, ran, y, msg[6], msg[7])) {
+        if (b->held_calls > 0)
+            learn_window(&b->s, b->held_arm, b->held_sy / b->held_calls, b->held_calls, 1);
+        b->held_calls = 0;
+        b->held_sy = 0;
         learn_window(&b->s, ran, y, calls, was_settled);
         double keep = pow(1.0 - 1.0 / TUNE_LOAD_MEMORY, calls);
         b->load_m = b->load_known ? keep * b->load_m + (1 - keep) * msg[6] : msg[6];
+        b->share_m = b->load_known ? keep * b->share_m + (1 - keep) * msg[6] / msg[0]
+                                   : msg[6] / msg[0];
+        b->turn_m = b->load_known ? keep * b->turn_m + (1 - keep) * msg[7] : msg[7];
         b->load_known = 1;
     }
     int was_inc = b->inc;

@@ -153,9 +153,8 @@ static ai_status_t slot_check(ai_comm *c, void *ctx)
 static ai_status_t slot_expired(ai_comm *c, void *ctx, double idle)
 {
     const slot_wait *w = ctx;
-    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting for rank %d's "
-                   "contribution to allreduce call #%u (shared-memory slots); a peer is stalled or dead",
-                   idle, c->timeout_s, w->rank, c->call_seq);
+    comm_waited who = {w->rank, "the shared-memory allreduce slot of"};
+    return comm_stall_error(c, &who, 1, idle);
 }
 
 static const comm_idle_ops slot_ops = {slot_check, slot_expired};

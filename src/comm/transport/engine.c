@@ -434,16 +434,13 @@ static ai_status_t check_peers(ai_comm *c, comm_req *reqs, int n)
 
 static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
 {
-    char who[256];
-    size_t len = 0;
-    who[0] = '\0';
-    for (int i = 0; i < n && len < sizeof who - 40; i++)
+    comm_waited w[64];
+    int nw = 0;
+    for (int i = 0; i < n && nw < (int)AI_ARRAY_LEN(w); i++)
         if (!reqs[i].done)
-            len += (size_t)snprintf(who + len, sizeof who - len, "%s%s rank %d (host %s)",
-                                    len ? ", " : "", reqs[i].kind == COMM_REQ_SEND ? "send to" : "receive from",
-                                    reqs[i].peer, comm_peer_host(c, reqs[i].peer));
-    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
-                   "a peer is stalled or dead", idle, c->timeout_s, who);
+            w[nw++] = (comm_waited){reqs[i].peer,
+                                    reqs[i].kind == COMM_REQ_SEND ? "send to" : "receive from"};
+    return comm_stall_error(c, w, nw, idle);
 }
 
 /* Block in poll() on the polled channels (rings_bell 0) of pending

@@ -130,6 +130,16 @@ ai_status_t comm_state_error(const ai_comm *c, const char *what);
  * from contributions its peers posted before they heard of it). */
 ai_status_t comm_usable(ai_comm *c, const char *what);
 
+/* The error of a wait that timed out (stall.c), blaming (tp->blame) a
+ * peer of this machine whose process is stopped, else the first peer
+ * waited on, and naming it first. w: the peers still waited on and how
+ * ("receive from", "send to"). */
+typedef struct comm_waited {
+    int peer;
+    const char *how;
+} comm_waited;
+ai_status_t comm_stall_error(ai_comm *c, const comm_waited *w, int n, double idle);
+
 /* ------------------------------------- waiting on the host's shared memory */
 
 /* A local rank's doorbell, on a cache line of its own: a rank about to

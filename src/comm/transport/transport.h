@@ -356,4 +356,8 @@ size_t comm_frame_rx(const ai_comm *c, comm_req *r, int k, const unsigned char *
 
 int comm_proc_is_dead(pid_t pid);
 
+/* stall.c: comm_peer_stopped: peer's process is on this kernel and
+ * stopped (SIGSTOP, a debugger); comm_stall_error is in engine.h. */
+int comm_peer_stopped(const ai_comm *c, int peer);
+
 #endif
