@@ -458,7 +458,7 @@ static void *client_run(void *arg)
         unsigned char nonce[COMM_WIRE_NONCE], ch[COMM_WIRE_CHALLENGE], mac[COMM_WIRE_MAC];
         unsigned char ns[COMM_WIRE_NONCE];
         size_t need;
-        ai_random_bytes(nonce, sizeof nonce);
+        util_random_bytes(nonce, sizeof nonce);
         comm_wire_data_hello_pack(cl->sent, nonce, 1, 0, 0);
         (void)!send(fd, cl->sent, COMM_WIRE_DATA_HELLO, MSG_NOSIGNAL);
         if (comm_sock_read_full(fd, ch, sizeof ch, now_s() + 5) == AI_OK &&

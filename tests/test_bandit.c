@@ -44,7 +44,7 @@ static void make(tune_bandit *b, const double *pred, int n)
         bandit_prior(b, i, pred[i], 0);
     }
     bandit_update(b);
-    ai_rng_seed(&b->rng, 42);
+    util_rng_seed(&b->rng, 42);
 }
 
 static void observe(tune_bandit *b, int i, double seconds, int times)

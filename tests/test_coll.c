@@ -686,7 +686,7 @@ static int sleepy_body(ai_comm *c, void *arg)
 {
     (void)arg;
     if (ai_comm_rank(c) == 0)
-        ai_sleep_us(30 * 1000 * 1000);
+        util_sleep_us(30 * 1000 * 1000);
     return 0;
 }
 

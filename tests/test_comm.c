@@ -430,19 +430,19 @@ static void test_hostlist_first(void **state)
     (void)state;
     char out[64];
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        if (ai_hostlist_first(ok[i][0], out, sizeof out) != AI_OK)
+        if (util_hostlist_first(ok[i][0], out, sizeof out) != AI_OK)
             fail_msg("'%s' refused: %s", ok[i][0], ai_last_error());
         assert_string_equal(out, ok[i][1]);
     }
     static const char *const bad[] = {"", ",a", "[1-2]", "n[", "n[x]", "n[1-2", "a[1]b[2]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         strcpy(out, "kept");
-        if (ai_hostlist_first(bad[i], out, sizeof out) == AI_OK)
+        if (util_hostlist_first(bad[i], out, sizeof out) == AI_OK)
             fail_msg("'%s' accepted as '%s'", bad[i], out);
         assert_string_equal(out, "kept");
         assert_non_null(strstr(ai_last_error(), bad[i]));
     }
-    assert_int_equal(ai_hostlist_first("abcdefgh[1]", out, 4), AI_ERR_INVALID);
+    assert_int_equal(util_hostlist_first("abcdefgh[1]", out, 4), AI_ERR_INVALID);
 }
 
 static void test_env_parsing(void **state)

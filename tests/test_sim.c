@@ -62,7 +62,7 @@ static void test_no_failures(void **state)
     p.interval_s = 100;
     p.ckpt_block_s = 10;
     ai_rng rng;
-    ai_rng_seed(&rng, 1);
+    util_rng_seed(&rng, 1);
     sim_result r;
     assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
     /* Checkpoints after 100, 200, ..., 900 s of compute; none at the end. */
@@ -273,7 +273,7 @@ static void test_oracle_loses_nothing(void **state)
     p.ckpt_block_s = 30;
     p.rate_per_node_s = 1.0 / 20000; /* job MTBF 5000 s */
     ai_rng rng;
-    ai_rng_seed(&rng, 7);
+    util_rng_seed(&rng, 7);
     sim_result r;
     assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
     assert_true(r.interruptions > 100);
@@ -302,7 +302,7 @@ static double learned_vs_daly(double recall, double false_per_day, double *lost_
         p.learned = learned;
         p.interval_s = learned ? 0 : sim_daly_interval(10, 36000);
         ai_rng rng;
-        ai_rng_seed(&rng, 5);
+        util_rng_seed(&rng, 5);
         sim_result r;
         assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
         assert_true(r.interruptions > 300);
@@ -350,7 +350,7 @@ static void test_rl_drain(void **state)
 {
     (void)state;
     ai_rng rng;
-    ai_rng_seed(&rng, 3);
+    util_rng_seed(&rng, 3);
     sim_result r;
     /* Warned at 400: a spare is readied by 420 (join 20 s) while the job
      * runs, the swap stalls shrink 2 + grow 4 s, and the failure never
@@ -389,7 +389,7 @@ static void test_rl_swap_while_down(void **state)
 {
     (void)state;
     ai_rng rng;
-    ai_rng_seed(&rng, 5);
+    util_rng_seed(&rng, 5);
     sim_result r;
     static const double at[] = {0, 700};
     sim_params p = rl_simple(0, 0, 1, 1);
@@ -433,7 +433,7 @@ static void test_warnings_keep_their_failures(void **state)
     p.recovery = SIM_SHRINK;
     p.work_s = 2e6;
     ai_rng rng;
-    ai_rng_seed(&rng, 6);
+    util_rng_seed(&rng, 6);
     sim_result r;
     assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
     assert_true(r.interruptions > 1000);
@@ -447,7 +447,7 @@ static void test_rl_exclude_and_checkpoint(void **state)
 {
     (void)state;
     ai_rng rng;
-    ai_rng_seed(&rng, 4);
+    util_rng_seed(&rng, 4);
     sim_result r;
     /* No spare: excluded at 400 (shrink 2 s), 3 of 4 units run from 402;
      * the node is repaired at 700, joins at 720 and the grow ends at 724:
@@ -510,7 +510,7 @@ static void test_rl_training(void **state)
         p.rl = rl;
         for (int i = 0; i < 20; i++) {
             ai_rng rng;
-            ai_rng_seed(&rng, 1000 + (uint64_t)i);
+            util_rng_seed(&rng, 1000 + (uint64_t)i);
             sim_result r;
             assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
             sum[rl] += r.useful_s / r.wall_s;
@@ -665,7 +665,7 @@ static void test_monte_carlo_vs_first_order(void **state)
     for (size_t k = 0; k < AI_ARRAY_LEN(taus); k++) {
         p.interval_s = taus[k];
         ai_rng rng;
-        ai_rng_seed(&rng, 11 + k);
+        util_rng_seed(&rng, 11 + k);
         sim_result r;
         assert_int_equal(sim_run(&p, &rng, &r), AI_OK);
         double mc = r.useful_s / r.wall_s;

@@ -48,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     topo_training t;
     if (topo_training_from_json(doc, "fuzz.json", &t) != AI_OK && !ai_last_error()[0])
         abort();
-    ai_clear_error();
+    util_clear_error();
     json_decref(doc);
     return 0;
 }

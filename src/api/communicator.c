@@ -45,7 +45,7 @@ ai_status_t ai_comm_create_env(ai_comm **out)
 ai_status_t ai_comm_config_env(ai_comm_config *out)
 {
     if (!out)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_config_env: no configuration to fill");
+        return util_fail(AI_ERR_INVALID, "ai_comm_config_env: no configuration to fill");
     util_param_refresh();
     return comm_config_env(out);
 }
@@ -68,8 +68,8 @@ ai_status_t ai_rendezvous_port(const char *host, int *port)
 {
     int p = comm_tcp_free_port(host);
     if (p <= 0)
-        return ai_fail(AI_ERR_IO, "no free TCP port on %s (or it does not resolve)",
-                       host ? host : "127.0.0.1");
+        return util_fail(AI_ERR_IO, "no free TCP port on %s (or it does not resolve)",
+                         host ? host : "127.0.0.1");
     *port = p;
     return AI_OK;
 }
@@ -98,7 +98,7 @@ ai_status_t ai_comm_probe(ai_comm *c, int refresh)
     c->call_seq++;
     const comm_links *l;
     ai_status_t st = comm_links_get(c, refresh, &l);
-    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d: link probe", c->rank);
+    return st == AI_OK ? AI_OK : util_fail_prefix(st, "rank %d: link probe", c->rank);
 }
 
 ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *bw_GBps,
@@ -106,10 +106,10 @@ ai_status_t ai_comm_link(const ai_comm *c, int from_host, int to_host, double *b
 {
     const comm_links *m = c->links;
     if (!m)
-        return ai_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
+        return util_fail(AI_ERR_INVALID, "no link measurements yet (call ai_comm_probe first)");
     if (from_host < 0 || to_host < 0 || from_host >= m->nhosts || to_host >= m->nhosts)
-        return ai_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
-                       m->nhosts - 1);
+        return util_fail(AI_ERR_INVALID, "host %d or %d is not in 0..%d", from_host, to_host,
+                         m->nhosts - 1);
     size_t at = (size_t)to_host * (size_t)m->nhosts + (size_t)from_host;
     *bw_GBps = m->bw_Bps[at] / 1e9;
     *lat_us = m->lat_s[at] * 1e6;

@@ -20,7 +20,7 @@
 
 static ai_status_t need(const void *p, const char *what)
 {
-    return p ? AI_OK : ai_fail(AI_ERR_INVALID, "%s: NULL argument", what);
+    return p ? AI_OK : util_fail(AI_ERR_INVALID, "%s: NULL argument", what);
 }
 
 ai_status_t ai_comm_revoke(ai_comm *c)
@@ -108,10 +108,10 @@ ai_status_t ai_comm_admit(ai_comm *c, double timeout_s, int *joined, ai_comm **o
         n = waiting;
     }
     if ((st = ai_allreduce(c, AI_IN_PLACE, &n, 1, AI_I32, AI_SUM, NULL)) != AI_OK)
-        return ai_fail_prefix(st, "ai_comm_admit: rank %d: learning rank 0's count of newcomers",
-                              ai_comm_rank(c));
+        return util_fail_prefix(st, "ai_comm_admit: rank %d: learning rank 0's count of newcomers",
+                                ai_comm_rank(c));
     if (n < 0)
-        return ai_fail(AI_ERR_PROTO, "ai_comm_admit: rank 0 counted %d newcomers", (int)n);
+        return util_fail(AI_ERR_PROTO, "ai_comm_admit: rank 0 counted %d newcomers", (int)n);
     *joined = (int)n;
     return n > 0 ? ai_comm_grow(c, (int)n, timeout_s, out) : AI_OK;
 }
@@ -132,14 +132,14 @@ static double median(const double *v, int n, double *tmp)
 ai_status_t ai_comm_degraded(const ai_comm *c, int *ranks, int max, int *n)
 {
     if (!c || !n || (max > 0 && !ranks))
-        return ai_fail(AI_ERR_INVALID, "ai_comm_degraded: NULL communicator or output");
+        return util_fail(AI_ERR_INVALID, "ai_comm_degraded: NULL communicator or output");
     *n = 0;
     const comm_links *l = c->links;
     if (!l || l->nhosts < 2)
         return AI_OK; /* nothing measured: nothing to tell */
     double *tmp = malloc((size_t)l->nhosts * sizeof *tmp);
     if (!tmp)
-        return ai_fail(AI_ERR_NOMEM, "degraded links");
+        return util_fail(AI_ERR_NOMEM, "degraded links");
     double bw = median(l->host_Bps, l->nhosts, tmp), lat = median(l->host_lat_s, l->nhosts, tmp);
     free(tmp);
     int me = c->host_of[c->rank], k = 0;

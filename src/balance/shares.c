@@ -18,22 +18,22 @@ ai_status_t ai_shares_split(int nranks, const double *throughput, int global_bat
                             int *local_batch)
 {
     if (nranks < 1 || !throughput || !local_batch)
-        return ai_fail(AI_ERR_INVALID, "shares: %d ranks, or no arrays", nranks);
+        return util_fail(AI_ERR_INVALID, "shares: %d ranks, or no arrays", nranks);
     double sum = 0;
     int active = 0;
     for (int i = 0; i < nranks; i++) {
         if (!isfinite(throughput[i]) || throughput[i] < 0)
-            return ai_fail(AI_ERR_INVALID, "shares: throughput of rank %d is %g, not >= 0", i,
-                           throughput[i]);
+            return util_fail(AI_ERR_INVALID, "shares: throughput of rank %d is %g, not >= 0", i,
+                             throughput[i]);
         sum += throughput[i];
         active += throughput[i] > 0;
     }
     if (active == 0)
-        return ai_fail(AI_ERR_INVALID, "shares: no rank has a throughput above 0");
+        return util_fail(AI_ERR_INVALID, "shares: no rank has a throughput above 0");
     if (global_batch < active)
-        return ai_fail(AI_ERR_INVALID,
-                       "shares: a global batch of %d cannot give each of %d ranks a sample",
-                       global_batch, active);
+        return util_fail(AI_ERR_INVALID,
+                         "shares: a global batch of %d cannot give each of %d ranks a sample",
+                         global_batch, active);
     /* A rank whose quota is under one sample gets exactly one; the others
      * share the rest in proportion (again, until no quota is under one:
      * the free quotas sum to what is left, at least one per free rank, so
@@ -42,7 +42,7 @@ ai_status_t ai_shares_split(int nranks, const double *throughput, int global_bat
      * (lower rank first on ties). */
     unsigned char *fixed = calloc((size_t)nranks, 1);
     if (!fixed)
-        return ai_fail(AI_ERR_NOMEM, "shares");
+        return util_fail(AI_ERR_NOMEM, "shares");
     int rest = global_batch;
     double rest_thr = sum;
     for (int again = 1; again;) {
@@ -84,16 +84,16 @@ ai_status_t ai_shares_split(int nranks, const double *throughput, int global_bat
 ai_status_t ai_shares_grad_weights(int nranks, const int *local_batch, double *weights)
 {
     if (nranks < 1 || !local_batch || !weights)
-        return ai_fail(AI_ERR_INVALID, "shares: %d ranks, or no arrays", nranks);
+        return util_fail(AI_ERR_INVALID, "shares: %d ranks, or no arrays", nranks);
     long total = 0;
     for (int i = 0; i < nranks; i++) {
         if (local_batch[i] < 0)
-            return ai_fail(AI_ERR_INVALID, "shares: local batch of rank %d is %d", i,
-                           local_batch[i]);
+            return util_fail(AI_ERR_INVALID, "shares: local batch of rank %d is %d", i,
+                             local_batch[i]);
         total += local_batch[i];
     }
     if (total == 0)
-        return ai_fail(AI_ERR_INVALID, "shares: every local batch is 0");
+        return util_fail(AI_ERR_INVALID, "shares: every local batch is 0");
     for (int i = 0; i < nranks; i++)
         weights[i] = (double)local_batch[i] / (double)total;
     return AI_OK;
@@ -267,18 +267,18 @@ struct ai_shares {
 ai_status_t ai_shares_create(int nranks, int global_batch, double hysteresis, ai_shares **out)
 {
     if (!out)
-        return ai_fail(AI_ERR_INVALID, "shares: no output pointer");
+        return util_fail(AI_ERR_INVALID, "shares: no output pointer");
     *out = NULL;
     if (nranks < 1 || nranks > 1000000)
-        return ai_fail(AI_ERR_INVALID, "shares: %d ranks is not in 1..1000000", nranks);
+        return util_fail(AI_ERR_INVALID, "shares: %d ranks is not in 1..1000000", nranks);
     if (global_batch < nranks)
-        return ai_fail(AI_ERR_INVALID, "shares: a global batch of %d cannot give each of %d ranks a sample",
-                       global_batch, nranks);
+        return util_fail(AI_ERR_INVALID, "shares: a global batch of %d cannot give each of %d ranks a sample",
+                         global_batch, nranks);
     if (!(hysteresis >= 0 && hysteresis < 1))
-        return ai_fail(AI_ERR_INVALID, "shares: hysteresis %g is not in [0, 1)", hysteresis);
+        return util_fail(AI_ERR_INVALID, "shares: hysteresis %g is not in [0, 1)", hysteresis);
     ai_shares *s = calloc(1, sizeof *s);
     if (!s)
-        return ai_fail(AI_ERR_NOMEM, "shares");
+        return util_fail(AI_ERR_NOMEM, "shares");
     s->nranks = nranks;
     s->global = global_batch;
     s->hysteresis = hysteresis;
@@ -287,7 +287,7 @@ ai_status_t ai_shares_create(int nranks, int global_batch, double hysteresis, ai
     double *even = malloc((size_t)nranks * sizeof *even);
     ai_status_t st = AI_ERR_NOMEM;
     if (!s->cur || !s->model || !even) {
-        ai_fail(AI_ERR_NOMEM, "shares");
+        util_fail(AI_ERR_NOMEM, "shares");
         goto err;
     }
     for (int i = 0; i < nranks; i++)
@@ -315,11 +315,11 @@ void ai_shares_destroy(ai_shares *s)
 ai_status_t ai_shares_observe(ai_shares *s, int rank, int batch, double seconds)
 {
     if (!s || rank < 0 || rank >= s->nranks)
-        return ai_fail(AI_ERR_INVALID, "shares: rank %d is not in 0..%d", rank, s ? s->nranks - 1 : -1);
+        return util_fail(AI_ERR_INVALID, "shares: rank %d is not in 0..%d", rank, s ? s->nranks - 1 : -1);
     if (batch < 1)
-        return ai_fail(AI_ERR_INVALID, "shares: rank %d: batch %d is not >= 1", rank, batch);
+        return util_fail(AI_ERR_INVALID, "shares: rank %d: batch %d is not >= 1", rank, batch);
     if (!isfinite(seconds) || seconds <= 0)
-        return ai_fail(AI_ERR_INVALID, "shares: rank %d: step time %g s is not > 0", rank, seconds);
+        return util_fail(AI_ERR_INVALID, "shares: rank %d: step time %g s is not > 0", rank, seconds);
     model_observe(&s->model[rank], batch, seconds);
     return AI_OK;
 }
@@ -328,10 +328,10 @@ ai_status_t ai_shares_model(const ai_shares *s, int rank, double *fixed_s, doubl
                             int *affine)
 {
     if (!s || rank < 0 || rank >= s->nranks)
-        return ai_fail(AI_ERR_INVALID, "shares: rank %d is not in 0..%d", rank, s ? s->nranks - 1 : -1);
+        return util_fail(AI_ERR_INVALID, "shares: rank %d is not in 0..%d", rank, s ? s->nranks - 1 : -1);
     const step_model *m = &s->model[rank];
     if (!m->fitted)
-        return ai_fail(AI_ERR_INVALID, "shares: rank %d has not been observed yet", rank);
+        return util_fail(AI_ERR_INVALID, "shares: rank %d has not been observed yet", rank);
     if (fixed_s)
         *fixed_s = m->a;
     if (per_sample_s)
@@ -407,7 +407,7 @@ static void shares_balance(const ai_shares *s, int *b)
 ai_status_t ai_shares_rebalance(ai_shares *s, int *local_batch, int *changed, double *predicted_s)
 {
     if (!s || !local_batch)
-        return ai_fail(AI_ERR_INVALID, "shares: no balancer or no output array");
+        return util_fail(AI_ERR_INVALID, "shares: no balancer or no output array");
     int moved = 0;
     double pred = 0;
     /* A model needs SHARES_MIN_STEPS steps (since it last restarted)
@@ -418,7 +418,7 @@ ai_status_t ai_shares_rebalance(ai_shares *s, int *local_batch, int *changed, do
     if (all) {
         int *next = malloc((size_t)s->nranks * sizeof *next);
         if (!next)
-            return ai_fail(AI_ERR_NOMEM, "shares");
+            return util_fail(AI_ERR_NOMEM, "shares");
         shares_balance(s, next);
         double now = predicted_max(s, s->cur), then = predicted_max(s, next);
         /* Hysteresis: noise in the models moves the optimum a little
@@ -446,17 +446,17 @@ ai_status_t ai_shares_rebalance(ai_shares *s, int *local_batch, int *changed, do
 ai_status_t ai_shares_set(ai_shares *s, const int *local_batch)
 {
     if (!s || !local_batch)
-        return ai_fail(AI_ERR_INVALID, "shares: no balancer or no shares");
+        return util_fail(AI_ERR_INVALID, "shares: no balancer or no shares");
     long sum = 0;
     for (int i = 0; i < s->nranks; i++) {
         if (local_batch[i] < 1)
-            return ai_fail(AI_ERR_INVALID, "shares: rank %d's share is %d, not >= 1", i,
-                           local_batch[i]);
+            return util_fail(AI_ERR_INVALID, "shares: rank %d's share is %d, not >= 1", i,
+                             local_batch[i]);
         sum += local_batch[i];
     }
     if (sum != s->global)
-        return ai_fail(AI_ERR_INVALID, "shares: the shares sum to %ld, not the global batch %d", sum,
-                       s->global);
+        return util_fail(AI_ERR_INVALID, "shares: the shares sum to %ld, not the global batch %d", sum,
+                         s->global);
     memcpy(s->cur, local_batch, (size_t)s->nranks * sizeof *local_batch);
     return AI_OK;
 }

@@ -43,7 +43,7 @@ const char *ai_coll_name(ai_coll coll)
 ai_status_t ai_coll_parse(const char *name, ai_coll *out)
 {
     if (!name)
-        return ai_fail(AI_ERR_INVALID, "collective name is NULL");
+        return util_fail(AI_ERR_INVALID, "collective name is NULL");
     for (int i = 0; i < AI_COLL_COUNT; i++) {
         if (strcasecmp(name, coll_names[i]) == 0) {
             *out = (ai_coll)i;
@@ -54,10 +54,10 @@ ai_status_t ai_coll_parse(const char *name, ai_coll *out)
         *out = AI_BROADCAST;
         return AI_OK;
     }
-    return ai_fail(AI_ERR_INVALID,
-                   "unknown collective '%s' (valid: allreduce, reduce_scatter, allgather, "
-                   "broadcast, reduce, alltoall, barrier)",
-                   name);
+    return util_fail(AI_ERR_INVALID,
+                     "unknown collective '%s' (valid: allreduce, reduce_scatter, allgather, "
+                     "broadcast, reduce, alltoall, barrier)",
+                     name);
 }
 
 int ai_coll_algo_count(ai_coll coll)
@@ -157,24 +157,24 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
 static ai_status_t check_comm(ai_comm *c, ai_coll coll)
 {
     if (!c)
-        return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", ai_coll_name(coll));
+        return util_fail(AI_ERR_INVALID, "%s: communicator is NULL", ai_coll_name(coll));
     return comm_usable(c, ai_coll_name(coll));
 }
 
 static ai_status_t check_types(ai_coll coll, ai_dtype dt, ai_op op, int has_op)
 {
     if ((unsigned)dt >= AI_DTYPE_COUNT)
-        return ai_fail(AI_ERR_INVALID, "%s: invalid dtype %d", ai_coll_name(coll), (int)dt);
+        return util_fail(AI_ERR_INVALID, "%s: invalid dtype %d", ai_coll_name(coll), (int)dt);
     if (has_op && (unsigned)op >= AI_OP_COUNT)
-        return ai_fail(AI_ERR_INVALID, "%s: invalid op %d", ai_coll_name(coll), (int)op);
+        return util_fail(AI_ERR_INVALID, "%s: invalid op %d", ai_coll_name(coll), (int)op);
     return AI_OK;
 }
 
 static ai_status_t check_buf(ai_coll coll, const void *p, const char *what, size_t count)
 {
     if (count > 0 && !p)
-        return ai_fail(AI_ERR_INVALID, "%s: %s is NULL with count %zu", ai_coll_name(coll), what,
-                       count);
+        return util_fail(AI_ERR_INVALID, "%s: %s is NULL with count %zu", ai_coll_name(coll), what,
+                         count);
     return AI_OK;
 }
 
@@ -183,15 +183,15 @@ static ai_status_t check_size(ai_coll coll, size_t count, size_t mult, ai_dtype 
 {
     size_t es = ai_dtype_size(dt);
     if (count > 0 && (count > SIZE_MAX / mult || count * mult > SIZE_MAX / es))
-        return ai_fail(AI_ERR_INVALID, "%s: count %zu is too large", ai_coll_name(coll), count);
+        return util_fail(AI_ERR_INVALID, "%s: count %zu is too large", ai_coll_name(coll), count);
     return AI_OK;
 }
 
 static ai_status_t check_root(const ai_comm *c, ai_coll coll, int root)
 {
     if (root < 0 || root >= c->size)
-        return ai_fail(AI_ERR_INVALID, "%s: root %d out of range (communicator of %d ranks)",
-                       ai_coll_name(coll), root, c->size);
+        return util_fail(AI_ERR_INVALID, "%s: root %d out of range (communicator of %d ranks)",
+                         ai_coll_name(coll), root, c->size);
     return AI_OK;
 }
 
@@ -212,8 +212,8 @@ static ai_status_t pick_algo(const ai_comm *c, ai_coll coll, const ai_algo_opts 
             if (w > 0)
                 len += (size_t)w;
         }
-        return ai_fail(AI_ERR_NOTFOUND, "%s: unknown algorithm '%s' (valid: auto, %s)",
-                       ai_coll_name(coll), name, list);
+        return util_fail(AI_ERR_NOTFOUND, "%s: unknown algorithm '%s' (valid: auto, %s)",
+                         ai_coll_name(coll), name, list);
     }
     *out = al;
     return AI_OK;
@@ -236,12 +236,12 @@ static ai_status_t coll_run(ai_comm *c, coll_args *a, const ai_algo_opts *opts, 
     comm_arm arm = {NULL, opts ? opts->chunk_bytes : 0, opts ? opts->channels : 0};
     if (is_auto && c->tuner.choose && a->count > 0 && a->coll != AI_BARRIER &&
         (st = c->tuner.choose(c->tuner.ctx, c, a->coll, bytes, &arm, &learned)) != AI_OK)
-        return ai_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
+        return util_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
     /* auto across hosts wants measured links: the first such call probes
      * them (collectively, on every rank at the same call). */
     if (is_auto && !learned && (st = comm_select_prepare(c, a->coll, bytes)) != AI_OK)
-        return ai_fail_prefix(st, "rank %d: %s: measuring links for auto", c->rank,
-                              ai_coll_name(a->coll));
+        return util_fail_prefix(st, "rank %d: %s: measuring links for auto", c->rank,
+                                ai_coll_name(a->coll));
     if (!learned && (st = pick_algo(c, a->coll, opts, bytes, &arm.algo)) != AI_OK)
         return st;
     const coll_algo *al = arm.algo;
@@ -267,10 +267,10 @@ static ai_status_t coll_run(ai_comm *c, coll_args *a, const ai_algo_opts *opts, 
     st = al->run(c, a);
     c->in_call = 0;
     if (st != AI_OK)
-        return ai_fail_prefix(st, "rank %d: %s/%s (count %zu, %s)", c->rank, ai_coll_name(a->coll),
-                              al->name, a->count, ai_dtype_name(a->dt));
+        return util_fail_prefix(st, "rank %d: %s/%s (count %zu, %s)", c->rank, ai_coll_name(a->coll),
+                                al->name, a->count, ai_dtype_name(a->dt));
     if (learned && (st = c->tuner.observe(c->tuner.ctx, c, a->coll, bytes, ai_now() - t0)) != AI_OK)
-        return ai_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
+        return util_fail_prefix(st, "rank %d: %s: learner", c->rank, ai_coll_name(a->coll));
     if (avg && avg_buf)
         comm_scale_div(avg_buf, avg_count, a->dt, c->size);
     return AI_OK;

@@ -24,7 +24,7 @@ static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
     c->host_first = malloc(((size_t)n + 1) * sizeof(int));
     c->host_ranks = malloc((size_t)n * sizeof(int));
     if (!c->host_of || !c->host_first || !c->host_ranks)
-        return ai_fail(AI_ERR_NOMEM, "host tables");
+        return util_fail(AI_ERR_NOMEM, "host tables");
     c->nhosts = 0;
     for (int r = 0; r < n; r++) {
         c->host_of[r] = -1;
@@ -55,7 +55,7 @@ static ai_status_t group_hosts(ai_comm *c, const comm_rank_info *table)
 void comm_token_key(const char *token, unsigned char key[COMM_KEY_BYTES])
 {
     const char *t = token ? token : "";
-    ai_key_derive(key, NULL, "autoinfra job token", t, strlen(t));
+    util_key_derive(key, NULL, "autoinfra job token", t, strlen(t));
 }
 
 /* This machine: its kernel's boot id (shared by every network namespace
@@ -68,34 +68,34 @@ uint64_t comm_machine_id(void)
         (void)gethostname(id, sizeof id - 1);
     if (f)
         fclose(f);
-    return ai_hash64(id, strlen(id), 0);
+    return util_hash64(id, strlen(id), 0);
 }
 
 /* kv: the caller's store replaces the rendezvous (no host, no port). */
 static ai_status_t check_config(const ai_comm_config *cfg, const ai_kv_store *kv)
 {
     if (!cfg)
-        return ai_fail(AI_ERR_INVALID, "no communicator configuration");
+        return util_fail(AI_ERR_INVALID, "no communicator configuration");
     if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
-        return ai_fail(AI_ERR_INVALID, "rank %d is outside a job of %d ranks", cfg->rank, cfg->size);
+        return util_fail(AI_ERR_INVALID, "rank %d is outside a job of %d ranks", cfg->rank, cfg->size);
     if (kv && (!kv->set || !kv->get))
-        return ai_fail(AI_ERR_INVALID, "key-value store without set or get function");
+        return util_fail(AI_ERR_INVALID, "key-value store without set or get function");
     if (cfg->size > 1 && !kv && (!cfg->store_host || !*cfg->store_host))
-        return ai_fail(AI_ERR_INVALID, "no rendezvous host (set AUTOINFRA_ADDR=host:port)");
+        return util_fail(AI_ERR_INVALID, "no rendezvous host (set AUTOINFRA_ADDR=host:port)");
     if (cfg->size > 1 && !kv && (cfg->store_port < 1 || cfg->store_port > 65535))
-        return ai_fail(AI_ERR_INVALID, "rendezvous port %d is not in 1..65535", cfg->store_port);
+        return util_fail(AI_ERR_INVALID, "rendezvous port %d is not in 1..65535", cfg->store_port);
     if (cfg->channels < 0 || cfg->channels > COMM_MAX_CHANNELS)
-        return ai_fail(AI_ERR_INVALID, "%d channels requested; want 0 (default) to %d",
-                       cfg->channels, COMM_MAX_CHANNELS);
+        return util_fail(AI_ERR_INVALID, "%d channels requested; want 0 (default) to %d",
+                         cfg->channels, COMM_MAX_CHANNELS);
     if (!(cfg->timeout_s >= 0 && cfg->timeout_s <= COMM_MAX_TIMEOUT_S))
-        return ai_fail(AI_ERR_INVALID, "timeout %g s; want 0 (default) to %g s", cfg->timeout_s,
-                       COMM_MAX_TIMEOUT_S);
+        return util_fail(AI_ERR_INVALID, "timeout %g s; want 0 (default) to %g s", cfg->timeout_s,
+                         COMM_MAX_TIMEOUT_S);
     ai_log_level level;
-    if (ai_log_level_env(&level) != AI_OK)
+    if (util_log_level_env(&level) != AI_OK)
         return AI_ERR_INVALID;
     if (cfg->host_id && strlen(cfg->host_id) >= COMM_HOST_MAX)
-        return ai_fail(AI_ERR_INVALID, "host id '%s' is longer than %d characters", cfg->host_id,
-                       COMM_HOST_MAX - 1);
+        return util_fail(AI_ERR_INVALID, "host id '%s' is longer than %d characters", cfg->host_id,
+                         COMM_HOST_MAX - 1);
     return AI_OK;
 }
 
@@ -105,7 +105,7 @@ static void set_key(struct comm_transport *tp, const unsigned char key[COMM_KEY_
 {
     unsigned char name[COMM_KEY_BYTES];
     memcpy(tp->key, key, COMM_KEY_BYTES);
-    ai_key_derive(name, key, "autoinfra communicator name", NULL, 0);
+    util_key_derive(name, key, "autoinfra communicator name", NULL, 0);
     memcpy(&tp->token_hash, name, sizeof tp->token_hash);
 }
 
@@ -117,7 +117,7 @@ ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
     if (!c || !(c->tp = calloc(1, sizeof *c->tp)) ||
         !(c->tp->peers = calloc((size_t)size, sizeof(comm_peer)))) {
         comm_destroy(c);
-        return ai_fail(AI_ERR_NOMEM, "communicator");
+        return util_fail(AI_ERR_NOMEM, "communicator");
     }
     c->rank = rank;
     c->size = size;
@@ -209,7 +209,7 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     unsigned char job_key[COMM_KEY_BYTES] = {0};
     comm_rank_info *table = calloc((size_t)cfg->size, sizeof *table);
     if (!table)
-        return ai_fail(AI_ERR_NOMEM, "communicator");
+        return util_fail(AI_ERR_NOMEM, "communicator");
     comm_params pp = {
         .timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : util_param_default(UTIL_PARAM_TIMEOUT),
         .channels = cfg->channels > 0 ? cfg->channels : (int)util_param_default(UTIL_PARAM_CHANNELS),
@@ -217,12 +217,12 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     };
     if ((st = comm_wait_params(cfg->block_waits, &pp)) != AI_OK)
         goto err;
-    if ((st = ai_crypto_init()) != AI_OK)
+    if ((st = util_crypto_init()) != AI_OK)
         goto err;
     comm_token_key(cfg->token, job_key);
     if ((st = comm_alloc(cfg->rank, cfg->size, &pp, job_key, job_key, &c)) != AI_OK)
         goto err;
-    ai_log_set_rank(c->rank);
+    util_log_set_rank(c->rank);
     struct comm_transport *tp = c->tp;
 
     comm_rank_info self = {.pid = (int32_t)getpid(), .machine = comm_machine_id()};
@@ -260,7 +260,7 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
          * apart. */
         if (kv) {
             unsigned char key[COMM_KEY_BYTES];
-            ai_key_derive(key, job_key, "autoinfra store nonce", &nonce, sizeof nonce);
+            util_key_derive(key, job_key, "autoinfra store nonce", &nonce, sizeof nonce);
             set_key(tp, key);
         }
     } else {
@@ -269,12 +269,12 @@ static ai_status_t create(const ai_comm_config *cfg, const ai_kv_store *kv, ai_c
     if ((st = comm_build(c, table)) != AI_OK)
         goto err;
     free(table);
-    ai_wipe(job_key, sizeof job_key);
+    util_wipe(job_key, sizeof job_key);
     *out = c;
     return AI_OK;
 err:
-    ai_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
-    ai_wipe(job_key, sizeof job_key);
+    util_fail_prefix(st, "rank %d of %d: communicator creation failed", cfg->rank, cfg->size);
+    util_wipe(job_key, sizeof job_key);
     free(table);
     comm_destroy(c);
     return st;
@@ -289,13 +289,13 @@ void comm_set_block_waits(ai_comm *c, int block)
 ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
 {
     if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)
-        return ai_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
+        return util_fail(AI_ERR_INVALID, "scratch slot %d out of range", slot);
     if (c->scratch_len[slot] < bytes) {
         /* Grow geometrically so alternating sizes don't reallocate. */
         size_t want = AI_MAX(bytes, c->scratch_len[slot] * 2);
         void *p = NULL;
         if (posix_memalign(&p, 64, want ? want : 64) != 0)
-            return ai_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
+            return util_fail(AI_ERR_NOMEM, "scratch buffer of %zu bytes", want);
         free(c->scratch[slot]);
         c->scratch[slot] = p;
         c->scratch_len[slot] = want;
@@ -320,8 +320,8 @@ void comm_destroy(ai_comm *c)
         comm_transports_close(c);
         if (c->tp->listen_fd >= 0)
             close(c->tp->listen_fd);
-        ai_wipe(c->tp->key, sizeof c->tp->key);
-        ai_wipe(c->tp->job_key, sizeof c->tp->job_key);
+        util_wipe(c->tp->key, sizeof c->tp->key);
+        util_wipe(c->tp->job_key, sizeof c->tp->job_key);
         free(c->tp->peers);
         free(c->tp);
     }
@@ -362,17 +362,17 @@ static ai_status_t slurm_store_host(const char *rank_var, char *host, size_t cap
     const char *nodes = util_env_outside("SLURM_STEP_NODELIST"), *num = util_env_outside("SLURM_STEP_NUM_NODES");
     long nnodes = 0;
     if (!rank_var || strcmp(rank_var, "SLURM_PROCID") != 0 || !nodes ||
-        ai_parse_long(num ? num : "1", &nnodes) != AI_OK || nnodes < 2)
+        util_parse_long(num ? num : "1", &nnodes) != AI_OK || nnodes < 2)
         return AI_OK;
     uint32_t addr;
-    ai_status_t st = ai_hostlist_first(nodes, host, cap);
+    ai_status_t st = util_hostlist_first(nodes, host, cap);
     if (st == AI_OK && (st = comm_resolve_ipv4(host, &addr)) != AI_OK)
-        st = ai_fail(st, "srun across %ld nodes: the rendezvous is on the step's first node '%s' "
-                     "(SLURM_STEP_NODELIST=%s), whose name does not resolve: set AUTOINFRA_ADDR=HOST:PORT "
-                     "to its address", nnodes, host, nodes);
+        st = util_fail(st, "srun across %ld nodes: the rendezvous is on the step's first node '%s' "
+                       "(SLURM_STEP_NODELIST=%s), whose name does not resolve: set AUTOINFRA_ADDR=HOST:PORT "
+                       "to its address", nnodes, host, nodes);
     else if (st != AI_OK)
-        st = ai_fail_prefix(st, "srun across %ld nodes: no rendezvous host (set AUTOINFRA_ADDR=HOST:PORT)",
-                            nnodes);
+        st = util_fail_prefix(st, "srun across %ld nodes: no rendezvous host (set AUTOINFRA_ADDR=HOST:PORT)",
+                              nnodes);
     return st;
 }
 
@@ -405,16 +405,16 @@ ai_status_t comm_config_env(ai_comm_config *out)
         /* Launchers may set one without the other (PMIX_RANK alone); ours
          * come as a pair or a job of one is not what was meant. */
         if (i == 0 && (!r) != (!s))
-            return ai_fail(AI_ERR_INVALID, "%s is set but %s is not: set both (rank 0..size-1, "
+            return util_fail(AI_ERR_INVALID, "%s is set but %s is not: set both (rank 0..size-1, "
                                            "size 1..%d) or neither", r ? rank_vars[i][0] : rank_vars[i][1],
                            r ? rank_vars[i][1] : rank_vars[i][0], 1 << 20);
         if (!r || !s)
             continue;
         long lr, ls;
-        if (ai_parse_long(r, &lr) != AI_OK || ai_parse_long(s, &ls) != AI_OK || ls < 1 ||
+        if (util_parse_long(r, &lr) != AI_OK || util_parse_long(s, &ls) != AI_OK || ls < 1 ||
             ls > 1 << 20 || lr < 0 || lr >= ls)
-            return ai_fail(AI_ERR_INVALID, "%s='%s' / %s='%s' are not a valid rank and size",
-                           rank_vars[i][0], r, rank_vars[i][1], s);
+            return util_fail(AI_ERR_INVALID, "%s='%s' / %s='%s' are not a valid rank and size",
+                             rank_vars[i][0], r, rank_vars[i][1], s);
         cfg.rank = (int)lr;
         cfg.size = (int)ls;
         rv = rank_vars[i][0];
@@ -434,22 +434,22 @@ ai_status_t comm_config_env(ai_comm_config *out)
     cfg.store_port = DEFAULT_STORE_PORT;
     if (addr) {
         if (comm_split_hostport(addr, host, sizeof host, &cfg.store_port) != 0)
-            return ai_fail(AI_ERR_INVALID, "AUTOINFRA_ADDR='%s' is not host:port", addr);
+            return util_fail(AI_ERR_INVALID, "AUTOINFRA_ADDR='%s' is not host:port", addr);
         if (!(cfg.store_host = util_param_intern(host)))
-            return ai_fail(AI_ERR_NOMEM, "rendezvous host");
+            return util_fail(AI_ERR_NOMEM, "rendezvous host");
     } else if (cfg.size > 1 && jobkey[0]) {
         /* Same job, same port: derived from the launcher's job id, below
          * Linux's ephemeral range (32768 up), where a rank connecting
          * before rank 0 listens could be given the port as its own source
          * and connect to itself. */
-        cfg.store_port = 20000 + (int)(ai_hash64(jobkey, strlen(jobkey), 0) % 12000);
+        cfg.store_port = 20000 + (int)(util_hash64(jobkey, strlen(jobkey), 0) % 12000);
         ai_status_t st = slurm_store_host(rv, host, sizeof host);
         if (st != AI_OK)
             return st;
         if (host[0] && !(cfg.store_host = util_param_intern(host)))
-            return ai_fail(AI_ERR_NOMEM, "rendezvous host");
-        ai_log(AI_LOG_INFO, "rank/size from %s; rendezvous at %s:%d (set AUTOINFRA_ADDR "
-               "for jobs spanning machines)", rv, cfg.store_host, cfg.store_port);
+            return util_fail(AI_ERR_NOMEM, "rendezvous host");
+        util_log(AI_LOG_INFO, "rank/size from %s; rendezvous at %s:%d (set AUTOINFRA_ADDR "
+                 "for jobs spanning machines)", rv, cfg.store_host, cfg.store_port);
     }
     cfg.token = util_param_str(UTIL_PARAM_TOKEN);
     if (!cfg.token) {
@@ -458,13 +458,13 @@ ai_status_t comm_config_env(ai_comm_config *out)
          * (every rank derives the same token), but rank 0 says so, once. */
         static atomic_flag warned = ATOMIC_FLAG_INIT;
         if (!(cfg.token = util_param_intern(jobkey[0] ? jobkey : "autoinfra")))
-            return ai_fail(AI_ERR_NOMEM, "job token");
+            return util_fail(AI_ERR_NOMEM, "job token");
         if (cfg.size > 1 && cfg.rank == 0 && !atomic_flag_test_and_set(&warned))
-            ai_log(AI_LOG_WARN, "AUTOINFRA_TOKEN is not set: the job token is %s, which others "
-                   "can guess and use to join this job; export AUTOINFRA_TOKEN=<a secret, e.g. "
-                   "from `openssl rand -hex 16`> to every rank (autoinfra launch and srun "
-                   "--autoinfra do)",
-                   jobkey[0] ? "derived from the launcher's job id" : "the fixed default");
+            util_log(AI_LOG_WARN, "AUTOINFRA_TOKEN is not set: the job token is %s, which others "
+                     "can guess and use to join this job; export AUTOINFRA_TOKEN=<a secret, e.g. "
+                     "from `openssl rand -hex 16`> to every rank (autoinfra launch and srun "
+                     "--autoinfra do)",
+                     jobkey[0] ? "derived from the launcher's job id" : "the fixed default");
     }
     ai_status_t st = env_settings(&cfg);
     if (st == AI_OK)
@@ -482,7 +482,7 @@ ai_status_t comm_create_env(ai_comm **out)
 ai_status_t comm_create_store(const ai_comm_config *cfg, const ai_kv_store *kv, ai_comm **out)
 {
     if (!cfg || !kv)
-        return ai_fail(AI_ERR_INVALID, "no communicator configuration or no key-value store");
+        return util_fail(AI_ERR_INVALID, "no communicator configuration or no key-value store");
     ai_comm_config c = *cfg;
     ai_status_t st = env_settings(&c);
     return st == AI_OK ? create(&c, kv, out) : st;

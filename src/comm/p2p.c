@@ -14,15 +14,15 @@ static ai_status_t check(ai_comm *c, const char *what, int peer, const void *buf
                          size_t bytes)
 {
     if (!c)
-        return ai_fail(AI_ERR_INVALID, "%s: communicator is NULL", what);
+        return util_fail(AI_ERR_INVALID, "%s: communicator is NULL", what);
     ai_status_t st = comm_usable(c, what);
     if (st != AI_OK)
         return st;
     if (peer < 0 || peer >= c->size || peer == c->rank)
-        return ai_fail(AI_ERR_INVALID, "%s: peer %d is not another rank (rank %d of %d)", what,
-                       peer, c->rank, c->size);
+        return util_fail(AI_ERR_INVALID, "%s: peer %d is not another rank (rank %d of %d)", what,
+                         peer, c->rank, c->size);
     if (bytes > 0 && !buf)
-        return ai_fail(AI_ERR_INVALID, "%s: buffer is NULL with %zu bytes", what, bytes);
+        return util_fail(AI_ERR_INVALID, "%s: buffer is NULL with %zu bytes", what, bytes);
     return AI_OK;
 }
 
@@ -32,10 +32,10 @@ static ai_status_t finish(ai_comm *c, comm_req *r, int n, const char *what, int 
         r[i].seq = COMM_SEQ_P2P;
     ai_status_t st = comm_wait(c, r, n);
     if (st != AI_OK && to >= 0 && from >= 0)
-        return ai_fail_prefix(st, "rank %d: %s (to rank %d, from rank %d)", c->rank, what, to, from);
+        return util_fail_prefix(st, "rank %d: %s (to rank %d, from rank %d)", c->rank, what, to, from);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "rank %d: %s %s rank %d", c->rank, what, to >= 0 ? "to" : "from",
-                              to >= 0 ? to : from);
+        return util_fail_prefix(st, "rank %d: %s %s rank %d", c->rank, what, to >= 0 ? "to" : "from",
+                                to >= 0 ? to : from);
     return AI_OK;
 }
 
@@ -85,14 +85,14 @@ static ai_status_t post(ai_comm *comm, int send, int peer, void *buf, size_t byt
 {
     const char *what = send ? "isend" : "irecv";
     if (!req)
-        return ai_fail(AI_ERR_INVALID, "%s: req is NULL", what);
+        return util_fail(AI_ERR_INVALID, "%s: req is NULL", what);
     *req = NULL;
     ai_status_t st = check(comm, what, peer, buf, bytes);
     if (st != AI_OK)
         return st;
     ai_p2p *p = calloc(1, sizeof *p);
     if (!p)
-        return ai_fail(AI_ERR_NOMEM, "%s: out of memory", what);
+        return util_fail(AI_ERR_NOMEM, "%s: out of memory", what);
     if (send)
         comm_isend(comm, &p->r, peer, buf, bytes);
     else
@@ -129,15 +129,15 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
     if (ndone)
         *ndone = 0;
     if (!comm || (n > 0 && !reqs) || n < 0)
-        return ai_fail(AI_ERR_INVALID, "p2p_progress: communicator or requests NULL, or n < 0");
+        return util_fail(AI_ERR_INVALID, "p2p_progress: communicator or requests NULL, or n < 0");
     ai_status_t st = comm_usable(comm, "p2p_progress");
     if (st != AI_OK)
         return st;
     int pending = 0;
     for (int i = 0; i < n; i++) {
         if (!reqs[i] || reqs[i]->comm != comm)
-            return ai_fail(AI_ERR_INVALID, "p2p_progress: request %d is NULL or of another "
-                           "communicator", i);
+            return util_fail(AI_ERR_INVALID, "p2p_progress: request %d is NULL or of another "
+                             "communicator", i);
         pending += !reqs[i]->r.done;
     }
     comm_req stack_batch[P2P_BATCH], *batch = stack_batch;
@@ -148,7 +148,7 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
         if (!batch || !idx) {
             free(batch);
             free(idx);
-            return ai_fail(AI_ERR_NOMEM, "p2p_progress: out of memory for %d requests", pending);
+            return util_fail(AI_ERR_NOMEM, "p2p_progress: out of memory for %d requests", pending);
         }
     }
     double moved_at = 0;
@@ -174,9 +174,9 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
                     break;
                 }
             const comm_req *r = &reqs[k]->r;
-            st = ai_fail_prefix(st, "rank %d: %s %s rank %d", comm->rank,
-                                r->kind == COMM_REQ_SEND ? "isend" : "irecv",
-                                r->kind == COMM_REQ_SEND ? "to" : "from", r->peer);
+            st = util_fail_prefix(st, "rank %d: %s %s rank %d", comm->rank,
+                                  r->kind == COMM_REQ_SEND ? "isend" : "irecv",
+                                  r->kind == COMM_REQ_SEND ? "to" : "from", r->peer);
         }
     }
     if (batch != stack_batch) {

@@ -42,12 +42,12 @@ static ai_status_t csv_read(const char *path, csv *c)
 {
     FILE *f = fopen(path, "r");
     if (!f)
-        return ai_fail(AI_ERR_IO, "%s: %s", path, strerror(errno));
+        return util_fail(AI_ERR_IO, "%s: %s", path, strerror(errno));
     char line[1024];
     memset(c, 0, sizeof *c);
     ai_status_t st = AI_OK;
     if (!fgets(line, sizeof line, f)) {
-        st = ai_fail(AI_ERR_PARSE, "%s: empty file", path);
+        st = util_fail(AI_ERR_PARSE, "%s: empty file", path);
         goto out;
     }
     csv_split(line, c->head, &c->ncols);
@@ -57,13 +57,13 @@ static ai_status_t csv_read(const char *path, csv *c)
         if (line[0] == '\n' || line[0] == '#')
             continue;
         if (c->nrows == CSV_MAX_ROWS) {
-            st = ai_fail(AI_ERR_PARSE, "%s: more than %d rows", path, CSV_MAX_ROWS);
+            st = util_fail(AI_ERR_PARSE, "%s: more than %d rows", path, CSV_MAX_ROWS);
             goto out;
         }
         int n;
         csv_split(line, c->cell[c->nrows], &n);
         if (n != c->ncols) {
-            st = ai_fail(AI_ERR_PARSE, "%s:%d: %d fields, header has %d", path, lineno, n, c->ncols);
+            st = util_fail(AI_ERR_PARSE, "%s:%d: %d fields, header has %d", path, lineno, n, c->ncols);
             goto out;
         }
         c->nrows++;
@@ -85,9 +85,9 @@ static ai_status_t csv_num(const csv *c, const char *path, int row, const char *
 {
     const char *s = csv_get(c, row, col);
     if (!s)
-        return ai_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
-    if (ai_parse_double(s, out) != AI_OK)
-        return ai_fail(AI_ERR_PARSE, "%s: row %d column %s: '%s' is not a number", path, row + 2, col, s);
+        return util_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
+    if (util_parse_double(s, out) != AI_OK)
+        return util_fail(AI_ERR_PARSE, "%s: row %d column %s: '%s' is not a number", path, row + 2, col, s);
     return AI_OK;
 }
 
@@ -109,7 +109,7 @@ static ai_status_t calib_node_cluster(const char *device, int gpus, int per_node
                             "devices_per_node", AI_MIN(per_node, gpus), "intra", "bw_GBps", intra_GBps,
                             "latency_us", 2.0, "nic", "count", nics, "bw_Gbps", nic_Gbps, "latency_us", 5.0);
     if (!doc)
-        return ai_fail(AI_ERR_NOMEM, "calibration cluster");
+        return util_fail(AI_ERR_NOMEM, "calibration cluster");
     ai_status_t st = topo_cluster_from_json(doc, "(calibration cluster)", out);
     json_decref(doc);
     return st;
@@ -201,7 +201,7 @@ static ai_status_t pub_num(const csv *t, const char *path, int i, const char *co
 {
     ai_status_t st = csv_num(t, path, i, col, out);
     if (st == AI_OK && !(*out >= lo))
-        return ai_fail(AI_ERR_PARSE, "%s: row %d column %s: %g is below %g", path, i + 2, col, *out, lo);
+        return util_fail(AI_ERR_PARSE, "%s: row %d column %s: %g is below %g", path, i + 2, col, *out, lo);
     return st;
 }
 
@@ -209,7 +209,7 @@ static ai_status_t pub_str(const csv *t, const char *path, int i, const char *co
 {
     *out = csv_get(t, i, col);
     if (!*out)
-        return ai_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
+        return util_fail(AI_ERR_PARSE, "%s: no column '%s'", path, col);
     return AI_OK;
 }
 
@@ -236,10 +236,10 @@ static ai_status_t pub_row(const csv *t, const char *path, int i, model_calib_ro
         pp = (int)v[14], cp = (int)v[15], dp = (int)v[16], vp = (int)v[17];
     int gpus = tp * pp * cp * dp;
     if (gbs % (dp * mb))
-        return ai_fail(AI_ERR_PARSE, "%s: row %d: global batch %d is not a multiple of dp x micro-batch %d",
-                       path, i + 2, gbs, dp * mb);
+        return util_fail(AI_ERR_PARSE, "%s: row %d: global batch %d is not a multiple of dp x micro-batch %d",
+                         path, i + 2, gbs, dp * mb);
     if (vp < 1 || pp > MODEL_MAX_STAGES || pp > L)
-        return ai_fail(AI_ERR_PARSE, "%s: row %d: bad pp=%d or vp=%d", path, i + 2, pp, vp);
+        return util_fail(AI_ERR_PARSE, "%s: row %d: bad pp=%d or vp=%d", path, i + 2, pp, vp);
     topo_precision precision;
     if (!strcmp(prec, "bf16"))
         precision = TOPO_BF16;
@@ -248,7 +248,7 @@ static ai_status_t pub_row(const csv *t, const char *path, int i, model_calib_ro
     else if (!strcmp(prec, "fp8"))
         precision = TOPO_FP8;
     else
-        return ai_fail(AI_ERR_PARSE, "%s: row %d: precision '%s' is not bf16, fp16 or fp8", path, i + 2, prec);
+        return util_fail(AI_ERR_PARSE, "%s: row %d: precision '%s' is not bf16, fp16 or fp8", path, i + 2, prec);
     if (!strcmp(metric, "step_s"))
         r->metric = MODEL_METRIC_STEP_S, r->published = v[23];
     else if (!strcmp(metric, "tokens_per_s_per_gpu"))
@@ -258,7 +258,7 @@ static ai_status_t pub_row(const csv *t, const char *path, int i, model_calib_ro
     else if (!strcmp(metric, "hw_tflops_per_gpu"))
         r->metric = MODEL_METRIC_HW_TFLOPS, r->published = v[23];
     else
-        return ai_fail(AI_ERR_PARSE, "%s: row %d: unknown metric '%s'", path, i + 2, metric);
+        return util_fail(AI_ERR_PARSE, "%s: row %d: unknown metric '%s'", path, i + 2, metric);
     snprintf(r->source, sizeof r->source, "%s", src);
     snprintf(r->name, sizeof r->name, "%s", row);
     snprintf(r->cite, sizeof r->cite, "%s", cite);
@@ -288,7 +288,7 @@ static ai_status_t load_published(const char *dir, model_calib *c)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return errno == ENOENT ? AI_OK : ai_fail(AI_ERR_IO, "%s: %s", dir, strerror(errno));
+        return errno == ENOENT ? AI_OK : util_fail(AI_ERR_IO, "%s: %s", dir, strerror(errno));
     char *names[64];
     int n = 0;
     ai_status_t st = AI_OK;
@@ -296,7 +296,7 @@ static ai_status_t load_published(const char *dir, model_calib *c)
     while ((e = readdir(d)) && n < 64) {
         size_t len = strlen(e->d_name);
         if (len > 4 && !strcmp(e->d_name + len - 4, ".csv") && !(names[n] = strdup(e->d_name))) {
-            st = ai_fail(AI_ERR_NOMEM, "calibration");
+            st = util_fail(AI_ERR_NOMEM, "calibration");
             break;
         }
         n += len > 4 && !strcmp(e->d_name + len - 4, ".csv");
@@ -305,7 +305,7 @@ static ai_status_t load_published(const char *dir, model_calib *c)
     qsort(names, (size_t)n, sizeof names[0], name_cmp);
     csv *t = malloc(sizeof *t);
     if (!t && st == AI_OK)
-        st = ai_fail(AI_ERR_NOMEM, "calibration");
+        st = util_fail(AI_ERR_NOMEM, "calibration");
     for (int f = 0; f < n && st == AI_OK; f++) {
         char path[1280];
         snprintf(path, sizeof path, "%s/%s", dir, names[f]);
@@ -313,7 +313,7 @@ static ai_status_t load_published(const char *dir, model_calib *c)
             break;
         model_calib_row *rows = realloc(c->rows, (size_t)(c->nrows + t->nrows) * sizeof *rows);
         if (!rows) {
-            st = ai_fail(AI_ERR_NOMEM, "calibration");
+            st = util_fail(AI_ERR_NOMEM, "calibration");
             break;
         }
         c->rows = rows;
@@ -355,7 +355,7 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
         *kc = malloc(sizeof *kc);
     model_calib *c = calloc(1, sizeof *c);
     if (!k5 || !mc || !km || !kc || !c) {
-        st = ai_fail(AI_ERR_NOMEM, "calibration");
+        st = util_fail(AI_ERR_NOMEM, "calibration");
         goto err;
     }
     snprintf(path, sizeof path, "%s/korthikanti_table5.csv", dir);
@@ -376,7 +376,7 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
     c->rows = calloc((size_t)(k5->nrows + mc->nrows), sizeof *c->rows);
     c->mem = calloc((size_t)km->nrows + 1, sizeof *c->mem);
     if (!c->rows || !c->mem) {
-        st = ai_fail(AI_ERR_NOMEM, "calibration");
+        st = util_fail(AI_ERR_NOMEM, "calibration");
         goto err;
     }
 
@@ -454,7 +454,7 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
             if (strcmp(csv_get(kc, j, "model"), name) == 0)
                 rowc = j;
         if (row5 < 0 || rowc < 0) {
-            st = ai_fail(AI_ERR_PARSE, "%s: model %s has no Table 5 row or no memory config", kmpath, name);
+            st = util_fail(AI_ERR_PARSE, "%s: model %s has no Table 5 row or no memory config", kmpath, name);
             goto err;
         }
         double heads, hidden, layers, tp, pp, gpus, gb, mb, v, pg, ag;
@@ -574,7 +574,7 @@ ai_status_t model_fit(const model_calib *c, const model_params *start, model_par
     enum { N = MODEL_NFITTED };
     double s[N + 1][N], f[N + 1];
     if (c->nrows == 0)
-        return ai_fail(AI_ERR_INVALID, "no calibration rows to fit");
+        return util_fail(AI_ERR_INVALID, "no calibration rows to fit");
     from_params(start, s[0]);
     /* Restarts from the best point shake the simplex out of the flat
      * valleys a logistic transform creates near the bounds. */

@@ -33,14 +33,14 @@ ai_status_t model_fit_without(const model_calib *c, const char *holdout, model_p
     model_calib train = *c;
     train.rows = calloc((size_t)c->nrows + 1, sizeof *train.rows);
     if (!train.rows)
-        return ai_fail(AI_ERR_NOMEM, "fit");
+        return util_fail(AI_ERR_NOMEM, "fit");
     train.nrows = 0;
     for (int i = 0; i < c->nrows; i++)
         if (!holdout || strcmp(c->rows[i].source, holdout) != 0)
             train.rows[train.nrows++] = c->rows[i];
     ai_status_t st;
     if (holdout && train.nrows == c->nrows)
-        st = ai_fail(AI_ERR_NOTFOUND, "no calibration source named '%s'", holdout);
+        st = util_fail(AI_ERR_NOTFOUND, "no calibration source named '%s'", holdout);
     else
         st = model_fit(&train, &model_params_fitted, out, loss);
     free(train.rows);
@@ -90,7 +90,7 @@ ai_status_t model_loso_report(const char *calib_dir, int as_json, char **out)
     double *pred = calloc((size_t)c->nrows + 1, sizeof *pred);
     int n = 0;
     if (!pred)
-        st = ai_fail(AI_ERR_NOMEM, "leave-one-source-out");
+        st = util_fail(AI_ERR_NOMEM, "leave-one-source-out");
     else
         st = model_loso(c, src, MODEL_LOSO_MAX, &n, pred);
     if (st != AI_OK) {
@@ -158,7 +158,7 @@ ai_status_t model_loso_report(const char *calib_dir, int as_json, char **out)
     free(pred);
     model_calib_free(c);
     if (!text)
-        return ai_fail(AI_ERR_NOMEM, "leave-one-source-out report");
+        return util_fail(AI_ERR_NOMEM, "leave-one-source-out report");
     *out = text;
     return AI_OK;
 }

@@ -22,7 +22,7 @@ ai_status_t model_net_alloc(model_net *n, int nranks, int nhosts, int nracks)
     n->up_Bps = calloc((size_t)(nracks > 0 ? nracks : 1), sizeof(double));
     if (!n->host_of || !n->nic_Bps || !n->lat_s || !n->rack_of || !n->up_Bps) {
         model_net_free(n);
-        return ai_fail(AI_ERR_NOMEM, "network model");
+        return util_fail(AI_ERR_NOMEM, "network model");
     }
     for (int h = 0; h < nhosts; h++)
         n->rack_of[h] = -1;

@@ -466,82 +466,82 @@ ai_status_t model_plan_check(const model_ctx *ctx, const model_plan *pl)
     const topo_training *t = ctx->train;
     const topo_cluster *c = ctx->cluster;
     if (pl->tp < 1 || m->heads % pl->tp)
-        return ai_fail(AI_ERR_INVALID, "tp=%d must divide heads (%d)", pl->tp, m->heads);
+        return util_fail(AI_ERR_INVALID, "tp=%d must divide heads (%d)", pl->tp, m->heads);
     if (m->kv_heads % pl->tp && pl->tp % m->kv_heads)
-        return ai_fail(AI_ERR_INVALID, "tp=%d and kv_heads=%d: one must divide the other", pl->tp,
-                       m->kv_heads);
+        return util_fail(AI_ERR_INVALID, "tp=%d and kv_heads=%d: one must divide the other", pl->tp,
+                         m->kv_heads);
     if (pl->cp < 1 || (pl->cp > 1 && t->seq_len % (2 * pl->cp) != 0))
-        return ai_fail(AI_ERR_INVALID, "cp=%d: seq_len (%d) must split into 2*cp chunks", pl->cp,
-                       t->seq_len);
+        return util_fail(AI_ERR_INVALID, "cp=%d: seq_len (%d) must split into 2*cp chunks", pl->cp,
+                         t->seq_len);
     if (pl->pp < 1 || pl->pp > m->layers || pl->pp > MODEL_MAX_STAGES)
-        return ai_fail(AI_ERR_INVALID, "pp=%d must be in 1..layers (%d)", pl->pp,
-                       AI_MIN(m->layers, MODEL_MAX_STAGES));
+        return util_fail(AI_ERR_INVALID, "pp=%d must be in 1..layers (%d)", pl->pp,
+                         AI_MIN(m->layers, MODEL_MAX_STAGES));
     if (pl->micro_batch < 1)
-        return ai_fail(AI_ERR_INVALID, "micro_batch must be >= 1");
+        return util_fail(AI_ERR_INVALID, "micro_batch must be >= 1");
     if (pl->zero < 0 || pl->zero > 3)
-        return ai_fail(AI_ERR_INVALID, "zero=%d must be 0..3", pl->zero);
+        return util_fail(AI_ERR_INVALID, "zero=%d must be 0..3", pl->zero);
     if (pl->interleave < 1 || (pl->interleave > 1 && pl->pp < 2))
-        return ai_fail(AI_ERR_INVALID, "interleave=%d needs pp >= 2", pl->interleave);
+        return util_fail(AI_ERR_INVALID, "interleave=%d needs pp >= 2", pl->interleave);
     int sum = 0;
     for (int i = 0; i < pl->pp; i++) {
         if (pl->layers[i] < 1 || pl->layers[i] % pl->interleave)
-            return ai_fail(AI_ERR_INVALID, "stage %d has %d layers (need >= 1 and a multiple of interleave=%d)",
-                           i, pl->layers[i], pl->interleave);
+            return util_fail(AI_ERR_INVALID, "stage %d has %d layers (need >= 1 and a multiple of interleave=%d)",
+                             i, pl->layers[i], pl->interleave);
         sum += pl->layers[i];
     }
     if (sum != m->layers)
-        return ai_fail(AI_ERR_INVALID, "stages hold %d layers, the model has %d", sum, m->layers);
+        return util_fail(AI_ERR_INVALID, "stages hold %d layers, the model has %d", sum, m->layers);
     if (pl->nsets < 1 || pl->nsets > MODEL_MAX_SETS)
-        return ai_fail(AI_ERR_INVALID, "bad number of replica sets");
+        return util_fail(AI_ERR_INVALID, "bad number of replica sets");
     int used[64] = {0};
     if (c->npools > 64)
-        return ai_fail(AI_ERR_UNSUPPORTED, "more than 64 distinct node pools");
+        return util_fail(AI_ERR_UNSUPPORTED, "more than 64 distinct node pools");
     long capacity = 0, below = 0;
     for (int k = 0; k < pl->nsets; k++) {
         const model_set *s = &pl->sets[k];
         if (s->dp < 1 || s->micro_batches < 1 || s->nsegs < 1 || s->nsegs > MODEL_MAX_SEGS)
-            return ai_fail(AI_ERR_INVALID, "set %d: dp, micro-batches and segments must be >= 1", k);
+            return util_fail(AI_ERR_INVALID, "set %d: dp, micro-batches and segments must be >= 1", k);
         if (pl->interleave > 1 && s->micro_batches % pl->pp)
-            return ai_fail(AI_ERR_INVALID,
-                           "interleaved schedule needs micro-batches (%d) to be a multiple of pp (%d)",
-                           s->micro_batches, pl->pp);
+            return util_fail(AI_ERR_INVALID,
+                             "interleaved schedule needs micro-batches (%d) to be a multiple of pp (%d)",
+                             s->micro_batches, pl->pp);
         int stages = 0;
         for (int j = 0; j < s->nsegs; j++) {
             int pool = s->seg_pool[j];
             if (pool < 0 || pool >= c->npools || s->seg_stages[j] < 1)
-                return ai_fail(AI_ERR_INVALID, "set %d segment %d: bad pool or stage count", k, j);
+                return util_fail(AI_ERR_INVALID, "set %d segment %d: bad pool or stage count", k, j);
             if (c->pools[pool].device.peak_tflops[t->precision] <= 0)
-                return ai_fail(AI_ERR_UNSUPPORTED, "device %s (pool %s) has no %s peak",
-                               c->pools[pool].device.name, c->pools[pool].name,
-                               topo_precision_name(t->precision));
+                return util_fail(AI_ERR_UNSUPPORTED, "device %s (pool %s) has no %s peak",
+                                 c->pools[pool].device.name, c->pools[pool].name,
+                                 topo_precision_name(t->precision));
             int dpn = c->pools[pool].devices_per_node;
             if (dpn % pl->tp && pl->tp % dpn)
-                return ai_fail(AI_ERR_INVALID, "tp=%d does not tile nodes of %d devices (pool %s)", pl->tp,
-                               dpn, c->pools[pool].name);
+                return util_fail(AI_ERR_INVALID, "tp=%d does not tile nodes of %d devices (pool %s)", pl->tp,
+                                 dpn, c->pools[pool].name);
             /* A stage's devices (tp x cp x dp, laid out contiguously)
              * either fill whole nodes or share one node evenly, so that
              * every link the model charges is the link the ranks use. */
             int block = s->dp * pl->tp * pl->cp;
             if (block % dpn && dpn % block)
-                return ai_fail(AI_ERR_INVALID,
-                               "a stage of tp x cp x dp = %d devices does not tile nodes of %d devices (pool %s)",
-                               block, dpn, c->pools[pool].name);
+                return util_fail(AI_ERR_INVALID,
+                                 "a stage of tp x cp x dp = %d devices does not tile nodes of %d devices (pool %s)",
+                                 block, dpn, c->pools[pool].name);
             used[pool] += s->seg_stages[j] * block;
             stages += s->seg_stages[j];
         }
         if (stages != pl->pp)
-            return ai_fail(AI_ERR_INVALID, "set %d places %d stages, pp=%d", k, stages, pl->pp);
+            return util_fail(AI_ERR_INVALID, "set %d places %d stages, pp=%d", k, stages, pl->pp);
         capacity += (long)s->dp * s->micro_batches * pl->micro_batch;
         below += (long)s->dp * (s->micro_batches - 1) * pl->micro_batch;
     }
     for (int q = 0; q < c->npools; q++)
         if (used[q] > c->pools[q].nodes * c->pools[q].devices_per_node)
-            return ai_fail(AI_ERR_INVALID, "plan needs %d devices in pool %s, it has %d", used[q],
-                           c->pools[q].name, c->pools[q].nodes * c->pools[q].devices_per_node);
+            return util_fail(AI_ERR_INVALID, "plan needs %d devices in pool %s, it has %d", used[q],
+                             c->pools[q].name, c->pools[q].nodes * c->pools[q].devices_per_node);
     if (pl->nsets == 1 ? capacity != t->global_batch : (capacity < t->global_batch || below >= t->global_batch))
-        return ai_fail(AI_ERR_INVALID,
-                       "dp x micro_batch x micro-batches = %ld does not make global_batch %d",
-                       capacity, t->global_batch);
+        return util_fail(AI_ERR_INVALID,
+                         "dp x micro_batch x micro-batches = %ld does not make global_batch %d",
+                         capacity, t->global_batch);
     return AI_OK;
 }
 

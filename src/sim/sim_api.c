@@ -25,10 +25,10 @@ struct ai_sim_report {
 ai_status_t ai_reliability_load(const char *path, ai_reliability **out)
 {
     if (!out)
-        return ai_fail(AI_ERR_INVALID, "ai_reliability_load: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_reliability_load: NULL argument");
     ai_reliability *w = calloc(1, sizeof *w);
     if (!w)
-        return ai_fail(AI_ERR_NOMEM, "reliability");
+        return util_fail(AI_ERR_NOMEM, "reliability");
     ai_status_t st = AI_OK;
     if (path)
         st = sim_reliability_load(path, &w->r);
@@ -52,8 +52,8 @@ ai_status_t ai_sim_policy_parse(const char *name, ai_sim_policy *out)
             *out = (ai_sim_policy)i;
             return AI_OK;
         }
-    return ai_fail(AI_ERR_INVALID, "policy '%s': want none, young-daly, oracle, learned or rl",
-                   name ? name : "(null)");
+    return util_fail(AI_ERR_INVALID, "policy '%s': want none, young-daly, oracle, learned or rl",
+                     name ? name : "(null)");
 }
 
 static const char *policy_name(ai_sim_policy p)
@@ -113,17 +113,17 @@ typedef struct {
 static ai_status_t sim_check_opts(const ai_sim_options *opts)
 {
     if ((unsigned)opts->policy > AI_SIM_POLICY_RL)
-        return ai_fail(AI_ERR_INVALID, "ai_sim: unknown policy %d", (int)opts->policy);
+        return util_fail(AI_ERR_INVALID, "ai_sim: unknown policy %d", (int)opts->policy);
     if (opts->checkpoint_every_min < 0 || !isfinite(opts->checkpoint_every_min))
-        return ai_fail(AI_ERR_INVALID, "checkpoint interval %g min: want > 0",
-                       opts->checkpoint_every_min);
+        return util_fail(AI_ERR_INVALID, "checkpoint interval %g min: want > 0",
+                         opts->checkpoint_every_min);
     if (opts->checkpoint_every_min > 0 && opts->policy != AI_SIM_POLICY_NONE)
-        return ai_fail(AI_ERR_INVALID, "a fixed checkpoint interval goes with policy none, "
+        return util_fail(AI_ERR_INVALID, "a fixed checkpoint interval goes with policy none, "
                                        "not %s (which sets its own)", policy_name(opts->policy));
     if (opts->tokens < 0 || opts->days < 0 || (opts->tokens > 0 && opts->days > 0))
-        return ai_fail(AI_ERR_INVALID, "give a token count or a number of days, not both");
+        return util_fail(AI_ERR_INVALID, "give a token count or a number of days, not both");
     if (!(opts->step_time_s >= 0) || opts->step_time_s > 1e7)
-        return ai_fail(AI_ERR_INVALID, "step time %g s: want 0 < s <= 1e7", opts->step_time_s);
+        return util_fail(AI_ERR_INVALID, "step time %g s: want 0 < s <= 1e7", opts->step_time_s);
     return AI_OK;
 }
 
@@ -140,7 +140,7 @@ static ai_status_t sim_step(sim_job *j, const ai_cluster *cluster, const ai_mode
     const topo_training *t = &training->t;
     j->tokens = opts->tokens > 0 ? opts->tokens : t->tokens;
     if (!(opts->days > 0) && !(j->tokens > 0))
-        return ai_fail(AI_ERR_INVALID, "no run length: the training spec has no 'tokens'; "
+        return util_fail(AI_ERR_INVALID, "no run length: the training spec has no 'tokens'; "
                                        "give a token count or a number of days");
     j->step_s = opts->step_time_s;
     if (!(j->step_s > 0)) {
@@ -150,7 +150,7 @@ static ai_status_t sim_step(sim_job *j, const ai_cluster *cluster, const ai_mode
         ai_status_t st = ai_plan(cluster, model, training, &po, &pr);
         j->plan_s = ai_now() - t0;
         if (st != AI_OK)
-            return ai_fail_prefix(st, "planning the step");
+            return util_fail_prefix(st, "planning the step");
         st = ai_plan_report_summary(pr, 0, &j->ps);
         ai_plan_report_destroy(pr);
         if (st != AI_OK)
@@ -263,7 +263,7 @@ static ai_status_t sim_train_policy(sim_job *j, const ai_sim_options *opts)
         ai_status_t st = sim_rl_train(&j->p, &j->ro, &j->rl_train, &j->rl_base);
         j->rl_train_s = ai_now() - t1;
         if (st != AI_OK)
-            return ai_fail_prefix(st, "training the rl policy");
+            return util_fail_prefix(st, "training the rl policy");
     }
 
     j->eff_interval_s = j->p.interval_s; /* the periodic interval actually used */
@@ -283,7 +283,7 @@ static ai_status_t sim_replay(sim_job *j, const ai_sim_options *opts)
     if (opts->fail_at_step > 0 || opts->rejoin_at_step > 0 || opts->shrunk_step_time_s > 0) {
         if (!(opts->step_time_s > 0) || !(opts->fail_at_step >= 1) || j->p.interval_s > 0 || j->p.oracle ||
             j->p.learned || j->p.rl || opts->days > 0)
-            return ai_fail(AI_ERR_INVALID, "replaying a failure at a step needs a measured step "
+            return util_fail(AI_ERR_INVALID, "replaying a failure at a step needs a measured step "
                                            "time, a token count, and no checkpoint policy (none)");
         j->fail_at[0] = (opts->fail_at_step - 0.5) * j->step_s;
         j->p.fail_at = j->fail_at;
@@ -292,16 +292,16 @@ static ai_status_t sim_replay(sim_job *j, const ai_sim_options *opts)
         j->p.shrunk_step_s = opts->shrunk_step_time_s;
     }
     if (opts->shared_cores < 0)
-        return ai_fail(AI_ERR_INVALID, "shared_cores %d: want 0 (none) or more", opts->shared_cores);
+        return util_fail(AI_ERR_INVALID, "shared_cores %d: want 0 (none) or more", opts->shared_cores);
     j->p.shared_cores = opts->shared_cores;
     j->runs = opts->runs < 1 ? 1 : opts->runs;
     if (opts->events) {
         if (j->runs != 1)
-            return ai_fail(AI_ERR_INVALID, "the events of a run are reported for one run only "
+            return util_fail(AI_ERR_INVALID, "the events of a run are reported for one run only "
                                            "(runs 1, not %d)", j->runs);
         j->events = malloc(sizeof *j->events * AI_SIM_EVENTS_MAX);
         if (!j->events)
-            return ai_fail(AI_ERR_NOMEM, "ai_sim: events");
+            return util_fail(AI_ERR_NOMEM, "ai_sim: events");
         j->p.events = j->events;
         j->p.events_cap = AI_SIM_EVENTS_MAX;
     }
@@ -314,14 +314,14 @@ static ai_status_t sim_runs(sim_job *j, const ai_sim_options *opts)
     j->ettr = malloc(sizeof(double) * (size_t)j->runs);
     j->days = malloc(sizeof(double) * (size_t)j->runs);
     if (!j->ettr || !j->days)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim: %d runs", j->runs);
+        return util_fail(AI_ERR_NOMEM, "ai_sim: %d runs", j->runs);
     double t0 = ai_now();
     for (int i = 0; i < j->runs; i++) {
         /* Run i of seed S draws from its own stream: (S, i) hashed whole,
          * so that no run of one seed is a run of another. */
         uint64_t key[2] = {opts->seed, (uint64_t)i};
         ai_rng rng;
-        ai_rng_seed(&rng, ai_hash64(key, sizeof key, 0));
+        util_rng_seed(&rng, util_hash64(key, sizeof key, 0));
         sim_result res;
         ai_status_t st = sim_run(&j->p, &rng, &res);
         if (st != AI_OK)
@@ -490,14 +490,14 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
                    const ai_reliability *rel, const ai_sim_options *opts, ai_sim_report **out)
 {
     if (!cluster || !model || !training || !opts || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_sim: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_sim: NULL argument");
     ai_status_t st = sim_check_opts(opts);
     if (st != AI_OK)
         return st;
     sim_job *j = calloc(1, sizeof *j);
     ai_sim_report *rep = NULL;
     if (!j)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim");
+        return util_fail(AI_ERR_NOMEM, "ai_sim");
     if ((st = sim_step(j, cluster, model, training, rel, opts)) != AI_OK)
         goto out;
     sim_fill_params(j, cluster, model, training, opts);
@@ -505,7 +505,7 @@ ai_status_t ai_sim(const ai_cluster *cluster, const ai_model_spec *model, const 
         (st = sim_runs(j, opts)) != AI_OK)
         goto out;
     if (!(rep = calloc(1, sizeof *rep))) {
-        st = ai_fail(AI_ERR_NOMEM, "ai_sim: report");
+        st = util_fail(AI_ERR_NOMEM, "ai_sim: report");
         goto out;
     }
     sim_summarize(j, &rep->sum);
@@ -530,7 +530,7 @@ void ai_sim_report_destroy(ai_sim_report *report)
 ai_status_t ai_sim_report_summary(const ai_sim_report *report, ai_sim_summary *out)
 {
     if (!report || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_sim_report_summary: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_sim_report_summary: NULL argument");
     *out = report->sum;
     return AI_OK;
 }
@@ -538,12 +538,12 @@ ai_status_t ai_sim_report_summary(const ai_sim_report *report, ai_sim_summary *o
 ai_status_t ai_sim_report_json(const ai_sim_report *report, char **out)
 {
     if (!report || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_sim_report_json: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_sim_report_json: NULL argument");
     /* A timeline's times need more digits than the figures: 1 ms over weeks. */
     int digits = json_object_get(report->doc, "events") ? 10 : 6;
     char *text = json_dumps(report->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(digits));
     if (!text)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim_report_json");
+        return util_fail(AI_ERR_NOMEM, "ai_sim_report_json");
     *out = text;
     return AI_OK;
 }
@@ -551,7 +551,7 @@ ai_status_t ai_sim_report_json(const ai_sim_report *report, char **out)
 ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out)
 {
     if (!report || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_sim_report_text: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_sim_report_text: NULL argument");
     const ai_sim_summary *s = &report->sum;
     json_t *d = report->doc;
     json_t *th = json_object_get(d, "time_h_mean");
@@ -559,7 +559,7 @@ ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim_report_text");
+        return util_fail(AI_ERR_NOMEM, "ai_sim_report_text");
     fprintf(f, "simulated %d run%s (%d finished), policy %s, recovery %s\n", s->runs,
             s->runs == 1 ? "" : "s", s->finished_runs,
             json_string_value(json_object_get(d, "policy")),
@@ -608,7 +608,7 @@ ai_status_t ai_sim_report_text(const ai_sim_report *report, char **out)
     fprintf(f, "  simulated in  %.3g s (planning %.3g s)\n", s->sim_s, s->plan_s);
     if (fclose(f) != 0 || !buf) {
         free(buf);
-        return ai_fail(AI_ERR_NOMEM, "ai_sim_report_text");
+        return util_fail(AI_ERR_NOMEM, "ai_sim_report_text");
     }
     *out = buf;
     return AI_OK;

@@ -129,7 +129,7 @@ static double exp_draw(ai_rng *rng, double rate)
 {
     if (rate <= 0)
         return INFINITY;
-    double u = ai_rng_uniform(rng);
+    double u = util_rng_uniform(rng);
     return -log1p(-u) / rate;
 }
 
@@ -161,7 +161,7 @@ static void draw_next_fail(state *s)
         s->next_fail = s->t + exp_draw(s->rng, s->cur_rate = job_rate(s));
     s->next_cause = 0;
     if (p->ncauses > 1) {
-        double u = ai_rng_uniform(s->rng);
+        double u = util_rng_uniform(s->rng);
         while (s->next_cause < p->ncauses - 1 && u >= p->cause_cum[s->next_cause])
             s->next_cause++;
     }
@@ -207,11 +207,11 @@ static void draw_warning(state *s)
     learner *l = &s->lr;
     l->warn_at = INFINITY;
     if (!isfinite(s->next_fail) || !p->cause_repair[s->next_cause] ||
-        ai_rng_uniform(s->rng) >= p->warn_recall)
+        util_rng_uniform(s->rng) >= p->warn_recall)
         return;
     double lead = p->warn_lead_fixed ? p->warn_lead_s : exp_draw(s->rng, 1 / p->warn_lead_s);
     l->warn_at = s->next_fail - lead > s->t ? s->next_fail - lead : s->t;
-    l->warn_score = pow(ai_rng_uniform(s->rng), 1 / p->warn_separation);
+    l->warn_score = pow(util_rng_uniform(s->rng), 1 / p->warn_separation);
 }
 
 /* Warnings older than the window without a failure were false. */
@@ -294,7 +294,7 @@ static void on_warning(state *s, double score)
 static void take_spare(state *s)
 {
     int lemon = s->spare_lemons > 0 &&
-                ai_rng_uniform(s->rng) * s->spares_free < (double)s->spare_lemons;
+                util_rng_uniform(s->rng) * s->spares_free < (double)s->spare_lemons;
     s->spares_free--;
     if (lemon) {
         s->spare_lemons--;
@@ -352,7 +352,7 @@ static void on_failure(state *s)
     int lemon = 0;
     if (s->job_lemons > 0) {
         double rate = job_rate(s);
-        lemon = ai_rng_uniform(s->rng) * rate < s->rn * p->lemon_factor * s->job_lemons;
+        lemon = util_rng_uniform(s->rng) * rate < s->rn * p->lemon_factor * s->job_lemons;
     }
     if (repair) {
         if (lemon)
@@ -578,13 +578,13 @@ static void rl_drain(state *s)
 ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
 {
     if (!p || !out || (!rng && !p->fail_at))
-        return ai_fail(AI_ERR_INVALID, "sim_run: NULL argument");
+        return util_fail(AI_ERR_INVALID, "sim_run: NULL argument");
     if (!(p->work_s > 0) && !(p->horizon_s > 0))
-        return ai_fail(AI_ERR_INVALID, "sim_run: neither work nor a horizon");
+        return util_fail(AI_ERR_INVALID, "sim_run: neither work nor a horizon");
     if (p->nodes < 1 || p->units < 1 || p->units > p->nodes * 64 || !(p->step_s > 0) ||
         p->ncauses < 1 || p->ncauses > SIM_MAX_CAUSES || p->lemon_nodes < 0 ||
         p->lemon_nodes > p->nodes || p->spares < 0 || !(p->rate_per_node_s >= 0))
-        return ai_fail(AI_ERR_INVALID, "sim_run: parameters out of range");
+        return util_fail(AI_ERR_INVALID, "sim_run: parameters out of range");
 
     state s;
     memset(&s, 0, sizeof s);
@@ -606,7 +606,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
     if (!s.rq.at || !s.rq.lemon) {
         free(s.rq.at);
         free(s.rq.lemon);
-        return ai_fail(AI_ERR_NOMEM, "sim_run: repair queue of %d", s.rq.cap);
+        return util_fail(AI_ERR_NOMEM, "sim_run: repair queue of %d", s.rq.cap);
     }
     double max_wall = p->max_wall_s > 0 ? p->max_wall_s : 1000 * (p->work_s > 0 ? p->work_s : 0);
     if (p->horizon_s > 0)
@@ -764,7 +764,7 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
             break;
         case 8: {
             s.lr.next_false = s.t + exp_draw(rng, p->false_per_s);
-            double score = 1 - pow(ai_rng_uniform(rng), 1 / p->warn_separation);
+            double score = 1 - pow(util_rng_uniform(rng), 1 / p->warn_separation);
             s.r.warnings_false++;
             if (p->rl)
                 rl_on_warning(&s, score, 0);

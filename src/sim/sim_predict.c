@@ -128,12 +128,12 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
                         sim_predict_result *out)
 {
     if (!trace || !o || !out)
-        return ai_fail(AI_ERR_INVALID, "sim_predict: NULL argument");
+        return util_fail(AI_ERR_INVALID, "sim_predict: NULL argument");
     if (!json_is_array(trace))
-        return ai_fail(AI_ERR_INVALID, "%s: a fault trace is a JSON array of events", path);
+        return util_fail(AI_ERR_INVALID, "%s: a fault trace is a JSON array of events", path);
     if (!(o->window_days > 0) || !(o->train_share > 0 && o->train_share < 1) || o->topk < 1)
-        return ai_fail(AI_ERR_INVALID, "sim_predict: window %g days, train share %g, top %d",
-                       o->window_days, o->train_share, o->topk);
+        return util_fail(AI_ERR_INVALID, "sim_predict: window %g days, train share %g, top %d",
+                         o->window_days, o->train_share, o->topk);
     size_t n = json_array_size(trace);
     fault *f = calloc(n ? n : 1, sizeof *f);
     const char **ids = calloc(n ? n : 1, sizeof *ids);
@@ -141,7 +141,7 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
     unsigned char *y = NULL;
     ai_status_t st = AI_OK;
     if (!f || !ids) {
-        st = ai_fail(AI_ERR_NOMEM, "sim_predict: %zu events", n);
+        st = util_fail(AI_ERR_NOMEM, "sim_predict: %zu events", n);
         goto out;
     }
     int nf = 0, nids = 0;
@@ -153,10 +153,10 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
         json_t *tv = json_object_get(e, "event_time");
         if (!json_is_object(e) || !id || !type || !json_is_number(tv) ||
             !(json_number_value(tv) >= 0)) {
-            st = ai_fail(AI_ERR_INVALID,
-                         "%s: [%zu]: want node_id (string), event_type (string), event_time "
-                         "(days >= 0)",
-                         path, i);
+            st = util_fail(AI_ERR_INVALID,
+                           "%s: [%zu]: want node_id (string), event_type (string), event_time "
+                           "(days >= 0)",
+                           path, i);
             goto out;
         }
         double t = json_number_value(tv);
@@ -181,7 +181,7 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
         nf++;
     }
     if (nf == 0) {
-        st = ai_fail(AI_ERR_INVALID, "%s: no fault_start events", path);
+        st = util_fail(AI_ERR_INVALID, "%s: no fault_start events", path);
         goto out;
     }
     qsort(f, (size_t)nf, sizeof *f, by_time);
@@ -195,8 +195,8 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
     for (double t = split; t + w <= end; t += w)
         ntest++;
     if (ntrain < 1 || ntest < 1) {
-        st = ai_fail(AI_ERR_INVALID, "%s: %.4g days: too short for windows of %g days split at %g",
-                     path, end, w, split);
+        st = util_fail(AI_ERR_INVALID, "%s: %.4g days: too short for windows of %g days split at %g",
+                       path, end, w, split);
         goto out;
     }
     int times = ntrain + ntest;
@@ -206,7 +206,7 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
     score = malloc(sizeof(double) * (size_t)rows);
     base = malloc(sizeof(double) * (size_t)rows);
     if (!xs || !y || !score || !base) {
-        st = ai_fail(AI_ERR_NOMEM, "sim_predict: %ld rows", rows);
+        st = util_fail(AI_ERR_NOMEM, "sim_predict: %ld rows", rows);
         goto out;
     }
     for (int k = 0; k < times; k++) {
@@ -295,7 +295,7 @@ ai_status_t ai_sim_predict(const char *trace_path, const ai_sim_predict_options 
                            char **out)
 {
     if (!trace_path || !opts || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_sim_predict: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_sim_predict: NULL argument");
     sim_predict_opts o = {opts->nodes, opts->window_days > 0 ? opts->window_days : 7,
                           opts->train_share > 0 ? opts->train_share : 0.5,
                           opts->topk > 0 ? opts->topk : 10};
@@ -318,7 +318,7 @@ ai_status_t ai_sim_predict(const char *trace_path, const ai_sim_predict_options 
         isfinite(r.auc_baseline) ? json_real(r.auc_baseline) : json_null(), "precision_at_k",
         r.precision_baseline, "recall_at_k", r.recall_baseline, "seconds", secs);
     if (!d)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim_predict: report");
+        return util_fail(AI_ERR_NOMEM, "ai_sim_predict: report");
     char *text = NULL;
     if (as_json) {
         text = json_dumps(d, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));
@@ -345,7 +345,7 @@ ai_status_t ai_sim_predict(const char *trace_path, const ai_sim_predict_options 
     }
     json_decref(d);
     if (!text)
-        return ai_fail(AI_ERR_NOMEM, "ai_sim_predict: report");
+        return util_fail(AI_ERR_NOMEM, "ai_sim_predict: report");
     *out = text;
     return AI_OK;
 }

@@ -43,7 +43,7 @@ static ai_status_t evaluate(sim_params *p, const double *theta, const sim_rl_tra
     for (int i = 0; i < o->runs; i++) {
         uint64_t key[3] = {o->seed, (uint64_t)i, 1};
         ai_rng rng;
-        ai_rng_seed(&rng, ai_hash64(key, sizeof key, 0));
+        util_rng_seed(&rng, util_hash64(key, sizeof key, 0));
         sim_result r;
         ai_status_t st = sim_run(p, &rng, &r);
         if (st != AI_OK)
@@ -56,7 +56,7 @@ static ai_status_t evaluate(sim_params *p, const double *theta, const sim_rl_tra
 
 static double gauss(ai_rng *rng)
 {
-    double u = ai_rng_uniform(rng), v = ai_rng_uniform(rng);
+    double u = util_rng_uniform(rng), v = util_rng_uniform(rng);
     return sqrt(-2 * log1p(-u)) * cos(2 * M_PI * v);
 }
 
@@ -76,11 +76,11 @@ ai_status_t sim_rl_train(sim_params *p, const sim_rl_train_opts *o, double *trai
 {
     if (!p || !o || o->runs < 1 || o->iters < 1 || o->pop < 2 || o->elite < 1 ||
         o->elite > o->pop)
-        return ai_fail(AI_ERR_INVALID, "sim_rl_train: bad options");
+        return util_fail(AI_ERR_INVALID, "sim_rl_train: bad options");
     p->rl = 1;
     cand *c = calloc((size_t)o->pop, sizeof *c);
     if (!c)
-        return ai_fail(AI_ERR_NOMEM, "sim_rl_train: %d candidates", o->pop);
+        return util_fail(AI_ERR_NOMEM, "sim_rl_train: %d candidates", o->pop);
     /* The start, and the first generation's first candidate: Young/Daly
      * as it is (no action on warnings, the base interval). */
     double base[SIM_RL_NPARAM] = {1, 1, 1, 1, 1, 0.5};
@@ -98,7 +98,7 @@ ai_status_t sim_rl_train(sim_params *p, const sim_rl_train_opts *o, double *trai
         *baseline_ettr = best.score;
     uint64_t key[2] = {o->seed, 0x63656d};
     ai_rng rng;
-    ai_rng_seed(&rng, ai_hash64(key, sizeof key, 0));
+    util_rng_seed(&rng, util_hash64(key, sizeof key, 0));
     for (int it = 0; it < o->iters; it++) {
         for (int j = 0; j < o->pop; j++) {
             for (int k = 0; k < SIM_RL_NPARAM; k++) {

@@ -96,7 +96,7 @@ static ai_status_t rel_err(const char *file, const char *path, const char *fmt, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ai_fail(AI_ERR_INVALID, "%s: %s: %s", file, path[0] ? path : "(root)", msg);
+    return util_fail(AI_ERR_INVALID, "%s: %s: %s", file, path[0] ? path : "(root)", msg);
 }
 
 static ai_status_t check_keys(const char *file, json_t *obj, const char *base,

@@ -4,7 +4,7 @@
  *
  * Pure data. Loaders read a JSON file with jansson, validate every field and
  * report the first problem as "<file>: <json.path>: <what>" (syntax errors as
- * "<file>:<line>:<column>: <what>") through ai_fail().
+ * "<file>:<line>:<column>: <what>") through util_fail().
  *
  * Ownership: topo_*_load allocate; the matching topo_*_free releases
  * (NULL is a no-op). After a failed load nothing needs releasing.

@@ -114,6 +114,6 @@ ai_status_t topo_precision_parse(const char *name, topo_precision *out)
             *out = (topo_precision)i;
             return AI_OK;
         }
-    return ai_fail(AI_ERR_INVALID, "unknown precision '%s' (bf16, fp16, fp8, fp32)",
-                   name ? name : "");
+    return util_fail(AI_ERR_INVALID, "unknown precision '%s' (bf16, fp16, fp8, fp32)",
+                     name ? name : "");
 }

@@ -28,18 +28,18 @@ typedef struct strvec {
 static ai_status_t vec_push(strvec *s, const char *str, size_t len)
 {
     if (s->n >= TOPO_HOSTLIST_MAX)
-        return ai_fail(AI_ERR_INVALID, "more than %d names", TOPO_HOSTLIST_MAX);
+        return util_fail(AI_ERR_INVALID, "more than %d names", TOPO_HOSTLIST_MAX);
     if (s->n == s->cap) {
         int cap = s->cap ? s->cap * 2 : 16;
         char **v = realloc(s->v, (size_t)cap * sizeof *v);
         if (!v)
-            return ai_fail(AI_ERR_NOMEM, "hostlist");
+            return util_fail(AI_ERR_NOMEM, "hostlist");
         s->v = v;
         s->cap = cap;
     }
     char *c = strndup(str, len);
     if (!c)
-        return ai_fail(AI_ERR_NOMEM, "hostlist");
+        return util_fail(AI_ERR_NOMEM, "hostlist");
     s->v[s->n++] = c;
     return AI_OK;
 }
@@ -59,18 +59,18 @@ static ai_status_t expand_item(const char *item, size_t len, strvec *out)
     const char *close = memchr(item, ']', len);
     if (!open) {
         if (close)
-            return ai_fail(AI_ERR_INVALID, "']' without '['");
+            return util_fail(AI_ERR_INVALID, "']' without '['");
         return vec_push(out, item, len);
     }
     if (!close || close < open)
-        return ai_fail(AI_ERR_INVALID, "'[' without ']'");
+        return util_fail(AI_ERR_INVALID, "'[' without ']'");
     const char *in = open + 1;
     if (memchr(in, '[', (size_t)(close - in)))
-        return ai_fail(AI_ERR_INVALID, "brackets inside brackets");
+        return util_fail(AI_ERR_INVALID, "brackets inside brackets");
     if (close == in)
-        return ai_fail(AI_ERR_INVALID, "empty brackets");
+        return util_fail(AI_ERR_INVALID, "empty brackets");
     if (in[0] == ',' || close[-1] == ',' || memmem(in, (size_t)(close - in), ",,", 2))
-        return ai_fail(AI_ERR_INVALID, "an empty number in '%.*s'", (int)(close - open + 1), open);
+        return util_fail(AI_ERR_INVALID, "an empty number in '%.*s'", (int)(close - open + 1), open);
     size_t pre = (size_t)(open - item), rest = len - (size_t)(close + 1 - item);
     char buf[512];
     while (in < close) {
@@ -82,23 +82,23 @@ static ai_status_t expand_item(const char *item, size_t len, strvec *out)
         const char *hi = dash ? dash + 1 : in;
         size_t wlo = (size_t)(lo_end - in), whi = (size_t)(end - hi);
         if (wlo == 0 || whi == 0 || wlo > 18 || whi > 18)
-            return ai_fail(AI_ERR_INVALID, "'%.*s' is not a number or a range LO-HI",
-                           (int)(end - in), in);
+            return util_fail(AI_ERR_INVALID, "'%.*s' is not a number or a range LO-HI",
+                             (int)(end - in), in);
         for (const char *q = in; q < end; q++)
             if (q != dash && !isdigit((unsigned char)*q))
-                return ai_fail(AI_ERR_INVALID, "'%.*s' is not a number or a range LO-HI",
-                               (int)(end - in), in);
+                return util_fail(AI_ERR_INVALID, "'%.*s' is not a number or a range LO-HI",
+                                 (int)(end - in), in);
         unsigned long long lo = strtoull(in, NULL, 10), hv = strtoull(hi, NULL, 10);
         if (hv < lo)
-            return ai_fail(AI_ERR_INVALID, "range '%.*s' runs backwards", (int)(end - in), in);
+            return util_fail(AI_ERR_INVALID, "range '%.*s' runs backwards", (int)(end - in), in);
         if (hv - lo >= TOPO_HOSTLIST_MAX)
-            return ai_fail(AI_ERR_INVALID, "range '%.*s' has more than %d names",
-                           (int)(end - in), in, TOPO_HOSTLIST_MAX);
+            return util_fail(AI_ERR_INVALID, "range '%.*s' has more than %d names",
+                             (int)(end - in), in, TOPO_HOSTLIST_MAX);
         for (unsigned long long v = lo;; v++) {
             int w = snprintf(buf, sizeof buf, "%.*s%0*llu%.*s", (int)pre, item, (int)wlo, v,
                              (int)rest, close + 1);
             if (w < 0 || (size_t)w >= sizeof buf)
-                return ai_fail(AI_ERR_INVALID, "a name longer than %zu characters", sizeof buf - 1);
+                return util_fail(AI_ERR_INVALID, "a name longer than %zu characters", sizeof buf - 1);
             ai_status_t st = expand_item(buf, (size_t)w, out);
             if (st != AI_OK)
                 return st;
@@ -117,12 +117,12 @@ ai_status_t topo_hostlist_expand(const char *expr, char ***names, int *count)
     *count = 0;
     ai_status_t st = AI_OK;
     if (!expr || !*expr) {
-        st = ai_fail(AI_ERR_INVALID, "empty hostlist");
+        st = util_fail(AI_ERR_INVALID, "empty hostlist");
         goto err;
     }
     for (const char *q = expr; *q; q++)
         if (isspace((unsigned char)*q) || *q == '=' || *q == '"') {
-            st = ai_fail(AI_ERR_INVALID, "hostlist '%s': '%c' has no place in a node name", expr, *q);
+            st = util_fail(AI_ERR_INVALID, "hostlist '%s': '%c' has no place in a node name", expr, *q);
             goto err;
         }
     const char *item = expr;
@@ -134,11 +134,11 @@ ai_status_t topo_hostlist_expand(const char *expr, char ***names, int *count)
             q++;
         }
         if (q == item) {
-            st = ai_fail(AI_ERR_INVALID, "hostlist '%s': an empty name", expr);
+            st = util_fail(AI_ERR_INVALID, "hostlist '%s': an empty name", expr);
             goto err;
         }
         if ((st = expand_item(item, (size_t)(q - item), &out)) != AI_OK) {
-            ai_fail_prefix(st, "hostlist '%s'", expr);
+            util_fail_prefix(st, "hostlist '%s'", expr);
             goto err;
         }
         if (!*q)
@@ -369,7 +369,7 @@ static void ctx_free(slurm_ctx *c)
 
 static size_t name_slot(const slurm_ctx *c, const char *name)
 {
-    size_t mask = c->index_cap - 1, h = (size_t)ai_hash64(name, strlen(name), 0) & mask;
+    size_t mask = c->index_cap - 1, h = (size_t)util_hash64(name, strlen(name), 0) & mask;
     while (c->index[h] && strcmp(c->nodes[c->index[h] - 1].name, name) != 0)
         h = (h + 1) & mask;
     return h;
@@ -388,7 +388,7 @@ static ai_status_t node_add(slurm_ctx *c, const char *name, int line, int *idx)
         int cap = c->capnodes ? c->capnodes * 2 : 64;
         snode *v = realloc(c->nodes, (size_t)cap * sizeof *v);
         if (!v)
-            return ai_fail(AI_ERR_NOMEM, "slurm nodes");
+            return util_fail(AI_ERR_NOMEM, "slurm nodes");
         c->nodes = v;
         c->capnodes = cap;
     }
@@ -396,7 +396,7 @@ static ai_status_t node_add(slurm_ctx *c, const char *name, int line, int *idx)
     memset(n, 0, sizeof *n);
     n->name = strdup(name);
     if (!n->name)
-        return ai_fail(AI_ERR_NOMEM, "slurm nodes");
+        return util_fail(AI_ERR_NOMEM, "slurm nodes");
     n->line = line;
     n->leaf = -1;
     n->num = -1;
@@ -405,7 +405,7 @@ static ai_status_t node_add(slurm_ctx *c, const char *name, int line, int *idx)
         size_t cap = c->index_cap ? c->index_cap * 2 : 256;
         int *ix = calloc(cap, sizeof *ix);
         if (!ix)
-            return ai_fail(AI_ERR_NOMEM, "slurm nodes");
+            return util_fail(AI_ERR_NOMEM, "slurm nodes");
         free(c->index);
         c->index = ix;
         c->index_cap = cap;
@@ -448,9 +448,9 @@ static ai_status_t parse_gres(const char *label, int line, const char *value, in
         if (np >= 2) {
             const char *last = parts[np - 1];
             if (isdigit((unsigned char)last[0])) {
-                if (ai_parse_long(last, &count) != AI_OK || count < 0 || count > 4096)
-                    return ai_fail(AI_ERR_INVALID, "%s:%d: Gres=%s: GPU count '%s' is not in 0..4096",
-                                   label, line, value, last);
+                if (util_parse_long(last, &count) != AI_OK || count < 0 || count > 4096)
+                    return util_fail(AI_ERR_INVALID, "%s:%d: Gres=%s: GPU count '%s' is not in 0..4096",
+                                     label, line, value, last);
                 if (np >= 3)
                     ty = parts[1];
             } else {
@@ -458,7 +458,7 @@ static ai_status_t parse_gres(const char *label, int line, const char *value, in
             }
         }
         if (*ty && type[0] && strcasecmp(ty, type) != 0)
-            return ai_fail(AI_ERR_INVALID, "%s:%d: Gres=%s: GPUs of two types (%s, %s) on one node "
+            return util_fail(AI_ERR_INVALID, "%s:%d: Gres=%s: GPUs of two types (%s, %s) on one node "
                                            "(not in the cluster format)", label, line, value, type, ty);
         if (*ty)
             snprintf(type, TOPO_NAME_MAX, "%s", ty);
@@ -471,9 +471,9 @@ static ai_status_t parse_int_field(const char *label, int line, const char *key,
                                    int *out)
 {
     long x;
-    if (ai_parse_long(v, &x) != AI_OK || x < 0 || x > 1000000) {
-        ai_clear_error();
-        return ai_fail(AI_ERR_INVALID, "%s:%d: %s=%s is not a count", label, line, key, v);
+    if (util_parse_long(v, &x) != AI_OK || x < 0 || x > 1000000) {
+        util_clear_error();
+        return util_fail(AI_ERR_INVALID, "%s:%d: %s=%s is not a count", label, line, key, v);
     }
     *out = (int)x;
     return AI_OK;
@@ -497,7 +497,7 @@ static ai_status_t read_nodes(slurm_ctx *c, const char *text, const char *label)
         buf = strndup(p, len);
         p = e ? e + 1 : p + len;
         if (!buf)
-            return ai_fail(AI_ERR_NOMEM, "slurm.conf");
+            return util_fail(AI_ERR_NOMEM, "slurm.conf");
         kvline kv;
         kv_split(buf, conf, &kv);
         if (kv.n == 0)
@@ -508,7 +508,7 @@ static ai_status_t read_nodes(slurm_ctx *c, const char *text, const char *label)
                 continue;
             spart *v = realloc(c->parts, (size_t)(c->nparts + 1) * sizeof *v);
             if (!v) {
-                st = ai_fail(AI_ERR_NOMEM, "partitions");
+                st = util_fail(AI_ERR_NOMEM, "partitions");
                 break;
             }
             c->parts = v;
@@ -517,7 +517,7 @@ static ai_status_t read_nodes(slurm_ctx *c, const char *text, const char *label)
             pt->nodes = nodes && strcmp(nodes, "(null)") ? strdup(nodes) : NULL;
             pt->line = line;
             if (!pt->name) {
-                st = ai_fail(AI_ERR_NOMEM, "partitions");
+                st = util_fail(AI_ERR_NOMEM, "partitions");
                 break;
             }
             continue;
@@ -542,14 +542,14 @@ static ai_status_t read_nodes(slurm_ctx *c, const char *text, const char *label)
         char **names;
         int nn;
         if ((st = topo_hostlist_expand(kv.val[0], &names, &nn)) != AI_OK) {
-            ai_fail_prefix(st, "%s:%d: NodeName", label, line);
+            util_fail_prefix(st, "%s:%d: NodeName", label, line);
             break;
         }
         for (int i = 0; i < nn && st == AI_OK; i++) {
             int at = node_find(c, names[i]), idx;
             if (at >= 0) {
-                st = ai_fail(AI_ERR_INVALID, "%s:%d: node '%s' is defined again (first at line %d)",
-                             label, line, names[i], c->nodes[at].line);
+                st = util_fail(AI_ERR_INVALID, "%s:%d: node '%s' is defined again (first at line %d)",
+                               label, line, names[i], c->nodes[at].line);
                 break;
             }
             if ((st = node_add(c, names[i], line, &idx)) != AI_OK)
@@ -580,14 +580,14 @@ static ai_status_t read_topology(slurm_ctx *c, const char *text, const char *lab
         buf = strndup(p, len);
         p = e ? e + 1 : p + len;
         if (!buf)
-            return ai_fail(AI_ERR_NOMEM, "topology");
+            return util_fail(AI_ERR_NOMEM, "topology");
         kvline kv;
         kv_split(buf, 1, &kv);
         if (kv.n == 0)
             continue;
         if (strcasecmp(kv.key[0], "SwitchName") != 0) {
-            st = ai_fail(AI_ERR_INVALID, "%s:%d: expected SwitchName=..., not '%s='", label, line,
-                         kv.key[0]);
+            st = util_fail(AI_ERR_INVALID, "%s:%d: expected SwitchName=..., not '%s='", label, line,
+                           kv.key[0]);
             break;
         }
         const char *nodes = kv_get(&kv, "Nodes"), *speed = kv_get(&kv, "LinkSpeed");
@@ -596,13 +596,13 @@ static ai_status_t read_topology(slurm_ctx *c, const char *text, const char *lab
         if (!nodes || !strcmp(nodes, "(null)") || (below && strcmp(below, "(null)")))
             continue;
         if (strlen(kv.val[0]) >= TOPO_NAME_MAX || !kv.val[0][0]) {
-            st = ai_fail(AI_ERR_INVALID, "%s:%d: switch name '%s' is not 1 to %d characters", label,
-                         line, kv.val[0], TOPO_NAME_MAX - 1);
+            st = util_fail(AI_ERR_INVALID, "%s:%d: switch name '%s' is not 1 to %d characters", label,
+                           line, kv.val[0], TOPO_NAME_MAX - 1);
             break;
         }
         sleaf *v = realloc(c->leaves, (size_t)(c->nleaves + 1) * sizeof *v);
         if (!v) {
-            st = ai_fail(AI_ERR_NOMEM, "topology");
+            st = util_fail(AI_ERR_NOMEM, "topology");
             break;
         }
         c->leaves = v;
@@ -612,15 +612,15 @@ static ai_status_t read_topology(slurm_ctx *c, const char *text, const char *lab
         lf->line = line;
         for (int k = 0; k < c->nleaves; k++)
             if (!strcmp(c->leaves[k].name, lf->name)) {
-                st = ai_fail(AI_ERR_INVALID, "%s:%d: switch '%s' is named again (first at line %d)",
-                             label, line, lf->name, c->leaves[k].line);
+                st = util_fail(AI_ERR_INVALID, "%s:%d: switch '%s' is named again (first at line %d)",
+                               label, line, lf->name, c->leaves[k].line);
                 goto out;
             }
         if (speed) {
             double s;
-            if (ai_parse_double(speed, &s) != AI_OK || s < 0) {
-                ai_clear_error();
-                st = ai_fail(AI_ERR_INVALID, "%s:%d: LinkSpeed=%s is not a number", label, line, speed);
+            if (util_parse_double(speed, &s) != AI_OK || s < 0) {
+                util_clear_error();
+                st = util_fail(AI_ERR_INVALID, "%s:%d: LinkSpeed=%s is not a number", label, line, speed);
                 break;
             }
             lf->linkspeed = s;
@@ -629,7 +629,7 @@ static ai_status_t read_topology(slurm_ctx *c, const char *text, const char *lab
         char **names;
         int nn;
         if ((st = topo_hostlist_expand(nodes, &names, &nn)) != AI_OK) {
-            ai_fail_prefix(st, "%s:%d: Nodes", label, line);
+            util_fail_prefix(st, "%s:%d: Nodes", label, line);
             break;
         }
         for (int i = 0; i < nn && st == AI_OK; i++) {
@@ -637,14 +637,14 @@ static ai_status_t read_topology(slurm_ctx *c, const char *text, const char *lab
             if (at < 0 && define)
                 st = node_add(c, names[i], 0, &at);
             else if (at < 0)
-                st = ai_fail(AI_ERR_INVALID, "%s:%d: node '%s' has no NodeName line", label, line,
-                             names[i]);
+                st = util_fail(AI_ERR_INVALID, "%s:%d: node '%s' has no NodeName line", label, line,
+                               names[i]);
             if (st != AI_OK)
                 break;
             if (c->nodes[at].leaf >= 0 && c->nodes[at].leaf != me)
-                st = ai_fail(AI_ERR_INVALID, "%s:%d: node '%s' is also under switch '%s' (line %d)",
-                             label, line, names[i], c->leaves[c->nodes[at].leaf].name,
-                             c->leaves[c->nodes[at].leaf].line);
+                st = util_fail(AI_ERR_INVALID, "%s:%d: node '%s' is also under switch '%s' (line %d)",
+                               label, line, names[i], c->leaves[c->nodes[at].leaf].name,
+                               c->leaves[c->nodes[at].leaf].line);
             else
                 c->nodes[at].leaf = me;
         }
@@ -666,11 +666,11 @@ static ai_status_t select_list(slurm_ctx *c, const char *expr, const char *what,
     int nn;
     ai_status_t st = topo_hostlist_expand(expr, &names, &nn);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "%s", what);
+        return util_fail_prefix(st, "%s", what);
     for (int i = 0; i < nn; i++) {
         int at = node_find(c, names[i]);
         if (at < 0) {
-            st = ai_fail(AI_ERR_INVALID, "%s: node '%s' is not a known node", what, names[i]);
+            st = util_fail(AI_ERR_INVALID, "%s: node '%s' is not a known node", what, names[i]);
             break;
         }
         c->nodes[at].selected |= mark;
@@ -694,20 +694,20 @@ static ai_status_t overlay_parse(const char *arg, const char *from, overlay *o)
     memset(o, 0, sizeof *o);
     const char *eq = strchr(arg, '=');
     if (!eq || eq == arg || !eq[1])
-        return ai_fail(AI_ERR_INVALID, "%s '%s': expected PATTERN=KIND[:N] (e.g. 'gpu[001-016]=H100:8')", from, arg);
+        return util_fail(AI_ERR_INVALID, "%s '%s': expected PATTERN=KIND[:N] (e.g. 'gpu[001-016]=H100:8')", from, arg);
     o->pattern = strndup(arg, (size_t)(eq - arg));
     if (!o->pattern)
-        return ai_fail(AI_ERR_NOMEM, "--device");
+        return util_fail(AI_ERR_NOMEM, "--device");
     char kind[TOPO_NAME_MAX];
     snprintf(kind, sizeof kind, "%s", eq + 1);
     char *colon = strrchr(kind, ':');
     if (colon) {
         long n;
         *colon = '\0';
-        if (ai_parse_long(colon + 1, &n) != AI_OK || n < 1 || n > 4096) {
-            ai_clear_error();
-            return ai_fail(AI_ERR_INVALID, "%s '%s': the device count '%s' is not in 1..4096", from, arg,
-                           colon + 1);
+        if (util_parse_long(colon + 1, &n) != AI_OK || n < 1 || n > 4096) {
+            util_clear_error();
+            return util_fail(AI_ERR_INVALID, "%s '%s': the device count '%s' is not in 1..4096", from, arg,
+                             colon + 1);
         }
         o->count = (int)n;
     }
@@ -717,14 +717,14 @@ static ai_status_t overlay_parse(const char *arg, const char *from, overlay *o)
         for (size_t i = 0; i < topo_catalog_count(); i++)
             snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
                      topo_catalog_at(i)->name);
-        return ai_fail(AI_ERR_NOTFOUND, "%s '%s': unknown device '%s' (known: %s)", from, arg, kind, list);
+        return util_fail(AI_ERR_NOTFOUND, "%s '%s': unknown device '%s' (known: %s)", from, arg, kind, list);
     }
     snprintf(o->kind, sizeof o->kind, "%s", d->name);
     o->glob = strpbrk(o->pattern, "*?") != NULL;
     if (!o->glob) {
         ai_status_t st = topo_hostlist_expand(o->pattern, &o->names, &o->nnames);
         if (st != AI_OK)
-            return ai_fail_prefix(st, "%s '%s'", from, arg);
+            return util_fail_prefix(st, "%s '%s'", from, arg);
     }
     return AI_OK;
 }
@@ -787,7 +787,7 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
     json_t *doc = NULL;
     int ng = 0;
     if (!ov || !gs || !order || !gix || !pix) {
-        st = ai_fail(AI_ERR_NOMEM, "slurm import");
+        st = util_fail(AI_ERR_NOMEM, "slurm import");
         goto out;
     }
     for (int k = 0; k < src->ndevices; k++)
@@ -795,7 +795,7 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
                                 &ov[k])) != AI_OK)
             goto out;
     if (!(src->nic_Gbps > 0)) {
-        st = ai_fail(AI_ERR_INVALID, "Slurm does not know the network: give the NIC rate (--nic-gbps G, "
+        st = util_fail(AI_ERR_INVALID, "Slurm does not know the network: give the NIC rate (--nic-gbps G, "
                                      "per NIC)");
         goto out;
     }
@@ -818,21 +818,21 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
             char hint[TOPO_NAME_MAX];
             name_prefix(n->name, hint);
             if (n->gpus > 0 && n->gpu_type[0])
-                st = ai_fail(AI_ERR_NOTFOUND, "node '%s': GPU type '%s' is not a catalog device: "
-                             "name it with --device '%s=KIND'", n->name, n->gpu_type, n->name);
+                st = util_fail(AI_ERR_NOTFOUND, "node '%s': GPU type '%s' is not a catalog device: "
+                               "name it with --device '%s=KIND'", n->name, n->gpu_type, n->name);
             else
-                st = ai_fail(AI_ERR_INVALID, "node '%s' has %s: say what it holds with --device "
-                             "'%s=KIND[:N]' (a pattern such as '%s*=H100:8'; for CPU ranks 'cpu')",
-                             n->name, n->gpus ? "GPUs of no type" : "no GPUs (Gres=gpu:TYPE:N)",
-                             n->name, hint);
+                st = util_fail(AI_ERR_INVALID, "node '%s' has %s: say what it holds with --device "
+                               "'%s=KIND[:N]' (a pattern such as '%s*=H100:8'; for CPU ranks 'cpu')",
+                               n->name, n->gpus ? "GPUs of no type" : "no GPUs (Gres=gpu:TYPE:N)",
+                               n->name, hint);
             goto out;
         }
         snprintf(n->device, sizeof n->device, "%s", d->name);
         int is_cpu = !strcasecmp(d->name, "cpu");
         n->dpn = hit && hit->count ? hit->count : n->gpus ? n->gpus : is_cpu ? n->cpus : 0;
         if (n->dpn < 1 || n->dpn > 4096) {
-            st = ai_fail(AI_ERR_INVALID, "node '%s': %d devices (%s): give the count with --device "
-                         "'%s=%s:N'", n->name, n->dpn, is_cpu ? "CPUs" : "Gres GPUs", n->name, d->name);
+            st = util_fail(AI_ERR_INVALID, "node '%s': %d devices (%s): give the count with --device "
+                           "'%s=%s:N'", n->name, n->dpn, is_cpu ? "CPUs" : "Gres GPUs", n->name, d->name);
             goto out;
         }
         size_t p = digits_at(n->name);
@@ -841,7 +841,7 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         name_prefix(n->name, pre);
         char key[3 * TOPO_NAME_MAX];
         int klen = snprintf(key, sizeof key, "%s/%s/%d", pre, n->device, n->dpn);
-        size_t h = (size_t)ai_hash64(key, (size_t)klen, 0) & (gcap - 1);
+        size_t h = (size_t)util_hash64(key, (size_t)klen, 0) & (gcap - 1);
         int g = -1;
         while (gix[h]) {
             const sgroup *q = &gs[gix[h] - 1];
@@ -852,9 +852,9 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
             h = (h + 1) & (gcap - 1);
         }
         if (g < 0 && ng == SLURM_MAX_GROUPS) {
-            st = ai_fail(AI_ERR_INVALID, "node '%s' would start a node group beyond %d (nodes group by "
-                         "the name without its trailing number, device and count)", n->name,
-                         SLURM_MAX_GROUPS);
+            st = util_fail(AI_ERR_INVALID, "node '%s' would start a node group beyond %d (nodes group by "
+                           "the name without its trailing number, device and count)", n->name,
+                           SLURM_MAX_GROUPS);
             goto out;
         }
         if (g < 0) {
@@ -867,7 +867,7 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
             /* the first group of a prefix is named after it, later ones
              * prefix_2, prefix_3...; a prefix never ends in a digit, so
              * these cannot meet another prefix's plain name */
-            size_t ph = (size_t)ai_hash64(pre, strlen(pre), 1) & (gcap - 1);
+            size_t ph = (size_t)util_hash64(pre, strlen(pre), 1) & (gcap - 1);
             while (pix[ph] && strcmp(gs[pix[ph] - 1].prefix, pre) != 0)
                 ph = (ph + 1) & (gcap - 1);
             int same = pix[ph] ? gs[pix[ph] - 1].nth : 0;
@@ -882,13 +882,13 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         gs[g].count++;
     }
     if (nsel == 0) {
-        st = ai_fail(AI_ERR_INVALID, "no nodes selected");
+        st = util_fail(AI_ERR_INVALID, "no nodes selected");
         goto out;
     }
     for (int g = 0; g < ng; g++)
         if (gs[g].dpn > 1 && !(src->intra_GBps > 0)) {
-            st = ai_fail(AI_ERR_INVALID, "nodes such as group '%s' have %d devices: give the link "
-                         "between them (--intra-GBps B, per device and direction)", gs[g].name, gs[g].dpn);
+            st = util_fail(AI_ERR_INVALID, "nodes such as group '%s' have %d devices: give the link "
+                           "between them (--intra-GBps B, per device and direction)", gs[g].name, gs[g].dpn);
             goto out;
         }
 
@@ -974,17 +974,17 @@ ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out)
     const char *nl = src->nodes_label ? src->nodes_label : "slurm.conf";
     const char *tl = src->topology_label ? src->topology_label : "topology.conf";
     if (!src->nodes_text && !src->topology_text)
-        return ai_fail(AI_ERR_INVALID, "neither node lines (slurm.conf) nor a topology.conf");
+        return util_fail(AI_ERR_INVALID, "neither node lines (slurm.conf) nor a topology.conf");
     if (src->nodes_text && (st = read_nodes(&c, src->nodes_text, nl)) != AI_OK)
         goto out;
     if (src->nodes_text && c.nnodes == 0) {
-        st = ai_fail(AI_ERR_INVALID, "%s: no NodeName= line", nl);
+        st = util_fail(AI_ERR_INVALID, "%s: no NodeName= line", nl);
         goto out;
     }
     if (src->topology_text && (st = read_topology(&c, src->topology_text, tl, !src->nodes_text)) != AI_OK)
         goto out;
     if (c.nnodes == 0) {
-        st = ai_fail(AI_ERR_INVALID, "%s: no switch with Nodes=", tl);
+        st = util_fail(AI_ERR_INVALID, "%s: no switch with Nodes=", tl);
         goto out;
     }
     int marks = 0;
@@ -998,13 +998,13 @@ ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out)
             for (int q = 0; q < c.nparts; q++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", q ? ", " : "",
                          c.parts[q].name);
-            st = ai_fail(AI_ERR_NOTFOUND, "%s: no partition '%s' (there %s: %s)", nl, src->partition,
-                         c.nparts == 1 ? "is" : "are", c.nparts ? list : "none");
+            st = util_fail(AI_ERR_NOTFOUND, "%s: no partition '%s' (there %s: %s)", nl, src->partition,
+                           c.nparts == 1 ? "is" : "are", c.nparts ? list : "none");
             goto out;
         }
         if (!c.parts[p].nodes) {
-            st = ai_fail(AI_ERR_INVALID, "%s:%d: partition '%s' has no nodes", nl, c.parts[p].line,
-                         src->partition);
+            st = util_fail(AI_ERR_INVALID, "%s:%d: partition '%s' has no nodes", nl, c.parts[p].line,
+                           src->partition);
             goto out;
         }
         char what[300];
@@ -1026,7 +1026,7 @@ ai_status_t ai_slurm_cluster_json(const ai_slurm_source *src, char **out)
     *out = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     json_decref(doc);
     if (!*out)
-        st = ai_fail(AI_ERR_NOMEM, "cluster JSON");
+        st = util_fail(AI_ERR_NOMEM, "cluster JSON");
 out:
     ctx_free(&c);
     return st;
@@ -1052,15 +1052,15 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
         return st;
     for (int g = 0; g < c->ngroups; g++)
         if (!slurm_word(c->groups[g].name)) {
-            st = ai_fail(AI_ERR_INVALID, "%s: node_groups[%d].name '%s': a Slurm node name has no "
-                         "spaces, '=', ',', brackets, '#' or quotes", spec_path, g, c->groups[g].name);
+            st = util_fail(AI_ERR_INVALID, "%s: node_groups[%d].name '%s': a Slurm node name has no "
+                           "spaces, '=', ',', brackets, '#' or quotes", spec_path, g, c->groups[g].name);
             topo_cluster_free(c);
             return st;
         }
     for (int r = 0; r < c->nracks; r++)
         if (!slurm_word(c->racks[r].name)) {
-            st = ai_fail(AI_ERR_INVALID, "%s: racks[%d].name '%s': a Slurm switch name has no "
-                         "spaces, '=', ',', brackets, '#' or quotes", spec_path, r, c->racks[r].name);
+            st = util_fail(AI_ERR_INVALID, "%s: racks[%d].name '%s': a Slurm switch name has no "
+                           "spaces, '=', ',', brackets, '#' or quotes", spec_path, r, c->racks[r].name);
             topo_cluster_free(c);
             return st;
         }
@@ -1069,7 +1069,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
     sbuf b = {0};
     int nleaves = 0;
     if (!names || !leaves) {
-        st = ai_fail(AI_ERR_NOMEM, "topology");
+        st = util_fail(AI_ERR_NOMEM, "topology");
         goto out;
     }
     sb_add(&b, "# topology.conf for cluster '%s' (autoinfra cluster to-slurm-topology)\n"
@@ -1083,7 +1083,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
                 char nm[TOPO_NAME_MAX * 2];
                 snprintf(nm, sizeof nm, "%s-%d", c->groups[n->group].name, n->index);
                 if (!(names[k++] = strdup(nm))) {
-                    st = ai_fail(AI_ERR_NOMEM, "topology");
+                    st = util_fail(AI_ERR_NOMEM, "topology");
                     goto out;
                 }
             }
@@ -1093,7 +1093,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
             names[i] = NULL;
         }
         if (k && !list) {
-            st = ai_fail(AI_ERR_NOMEM, "topology");
+            st = util_fail(AI_ERR_NOMEM, "topology");
             goto out;
         }
         if (k && r < 0) {
@@ -1110,7 +1110,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
         }
         free(list);
         if (nleaves && !leaves[nleaves - 1]) {
-            st = ai_fail(AI_ERR_NOMEM, "topology");
+            st = util_fail(AI_ERR_NOMEM, "topology");
             goto out;
         }
     }
@@ -1126,7 +1126,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
         }
         char *list = topo_hostlist_compress(leaves, nleaves);
         if (!list) {
-            st = ai_fail(AI_ERR_NOMEM, "topology");
+            st = util_fail(AI_ERR_NOMEM, "topology");
             goto out;
         }
         sb_add(&b, "SwitchName=%s Switches=%s\n", top, list);
@@ -1135,7 +1135,7 @@ ai_status_t ai_slurm_topology_conf(const char *spec_path, char **out)
     *out = sb_take(&b);
     b.s = NULL;
     if (!*out)
-        st = ai_fail(AI_ERR_NOMEM, "topology");
+        st = util_fail(AI_ERR_NOMEM, "topology");
 out:
     free(b.s);
     free(names);

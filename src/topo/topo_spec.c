@@ -42,7 +42,7 @@ static ai_status_t spec_err(const spec_ctx *sc, const char *path, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return ai_fail(AI_ERR_INVALID, "%s: %s: %s", sc->file, path[0] ? path : "(root)", msg);
+    return util_fail(AI_ERR_INVALID, "%s: %s: %s", sc->file, path[0] ? path : "(root)", msg);
 }
 
 static void path_key(char *dst, size_t n, const char *base, const char *key)
@@ -89,9 +89,9 @@ ai_status_t topo_json_load_file(const char *path, json_t **out)
     json_t *doc = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
     if (!doc) {
         if (err.line < 0)
-            return ai_fail(AI_ERR_IO, "%s: %s", path, err.text);
-        return ai_fail(AI_ERR_PARSE, "%s:%d:%d: JSON syntax error: %s", path, err.line,
-                       err.column, err.text);
+            return util_fail(AI_ERR_IO, "%s: %s", path, err.text);
+        return util_fail(AI_ERR_PARSE, "%s:%d:%d: JSON syntax error: %s", path, err.line,
+                         err.column, err.text);
     }
     *out = doc;
     return AI_OK;
@@ -223,9 +223,9 @@ static ai_status_t parse_device(const spec_ctx *sc, json_t *v, const char *path,
                 if (i + 1 < topo_catalog_count())
                     strncat(list, ", ", sizeof list - strlen(list) - 1);
             }
-            return ai_fail(AI_ERR_NOTFOUND,
-                           "%s: %s: unknown device '%s' (catalog: %s; or give an inline object)",
-                           sc->file, path, json_string_value(v), list);
+            return util_fail(AI_ERR_NOTFOUND,
+                             "%s: %s: unknown device '%s' (catalog: %s; or give an inline object)",
+                             sc->file, path, json_string_value(v), list);
         }
         *out = *c;
         return AI_OK;
@@ -322,8 +322,8 @@ static int cluster_node_find(const topo_cluster *c, const char *name)
         if (strncmp(name, c->groups[g].name, n) != 0 || name[n] != '-')
             continue;
         long idx;
-        ai_status_t st = ai_parse_long(name + n + 1, &idx);
-        ai_clear_error();
+        ai_status_t st = util_parse_long(name + n + 1, &idx);
+        util_clear_error();
         if (st == AI_OK && idx >= 0 && idx < c->groups[g].count)
             return c->groups[g].first_node + (int)idx;
     }
@@ -384,7 +384,7 @@ static ai_status_t cluster_make_pools(topo_cluster *c)
 {
     c->pools = calloc((size_t)c->nnodes, sizeof *c->pools);
     if (!c->pools)
-        return ai_fail(AI_ERR_NOMEM, "cluster pools");
+        return util_fail(AI_ERR_NOMEM, "cluster pools");
     for (int i = 0; i < c->nnodes; i++) {
         topo_node *n = &c->nodes[i];
         double net = n->nic_count * n->nic_bw_Gbps / 8.0;
@@ -524,7 +524,7 @@ static ai_status_t cluster_racks(const spec_ctx *sc, topo_cluster *c, json_t *ra
     c->nracks = (int)json_array_size(racks);
     c->racks = calloc((size_t)c->nracks + 1, sizeof *c->racks);
     if (!c->racks)
-        return ai_fail(AI_ERR_NOMEM, "racks");
+        return util_fail(AI_ERR_NOMEM, "racks");
     for (int r = 0; r < c->nracks; r++) {
         json_t *rj = json_array_get(racks, (size_t)r);
         snprintf(p, sizeof p, "racks[%d]", r);
@@ -604,7 +604,7 @@ static ai_status_t cluster_overrides(const spec_ctx *sc, topo_cluster *c, json_t
             if (json_is_object(dj) && !json_object_get(dj, "name")) {
                 json_t *copy = json_deep_copy(dj);
                 if (!copy) {
-                    return ai_fail(AI_ERR_NOMEM, "override");
+                    return util_fail(AI_ERR_NOMEM, "override");
                 }
                 json_object_set_new(copy, "name", json_string(n->device.name));
                 topo_device base = n->device;
@@ -642,10 +642,10 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
         return spec_err(&sc, "", "a cluster is a JSON object");
     topo_cluster *c = calloc(1, sizeof *c);
     if (!c)
-        return ai_fail(AI_ERR_NOMEM, "cluster");
+        return util_fail(AI_ERR_NOMEM, "cluster");
     c->path = strdup(path);
     if (!c->path) {
-        st = ai_fail(AI_ERR_NOMEM, "cluster");
+        st = util_fail(AI_ERR_NOMEM, "cluster");
         goto err;
     }
     snprintf(c->name, sizeof c->name, "cluster");
@@ -663,14 +663,14 @@ ai_status_t topo_cluster_from_json(json_t *doc, const char *path, topo_cluster *
     c->ngroups = (int)json_array_size(groups);
     c->groups = calloc((size_t)c->ngroups, sizeof *c->groups);
     if (!c->groups) {
-        st = ai_fail(AI_ERR_NOMEM, "cluster groups");
+        st = util_fail(AI_ERR_NOMEM, "cluster groups");
         goto err;
     }
     if ((st = cluster_group_sizes(&sc, c, groups)) != AI_OK)
         goto err;
     c->nodes = calloc((size_t)c->nnodes, sizeof *c->nodes);
     if (!c->nodes) {
-        st = ai_fail(AI_ERR_NOMEM, "cluster nodes");
+        st = util_fail(AI_ERR_NOMEM, "cluster nodes");
         goto err;
     }
     if ((st = cluster_group_nodes(&sc, c, groups)) != AI_OK)

@@ -53,7 +53,7 @@
 
 static double gauss(ai_rng *r)
 {
-    double u = ai_rng_uniform(r), v = ai_rng_uniform(r);
+    double u = util_rng_uniform(r), v = util_rng_uniform(r);
     return sqrt(-2 * log(1 - u)) * cos(2 * M_PI * v);
 }
 
@@ -385,7 +385,7 @@ int bandit_next(tune_bandit *b, double bound)
     int first = best >= 0 ? best : bandit_best_prior(b);
     double limit = b->arm[first].m + log(bound);
     int leader = draw_fastest(b, limit, first);
-    if (ai_rng_uniform(&b->rng) < 0.5)
+    if (util_rng_uniform(&b->rng) < 0.5)
         return leader;
     for (int k = 0; k < TUNE_CHALLENGER_DRAWS; k++) {
         int other = draw_fastest(b, limit, first);

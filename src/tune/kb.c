@@ -114,7 +114,7 @@ static const char *const schema =
 
 ai_status_t kb_err(const ai_kb *kb, const char *what)
 {
-    return ai_fail(AI_ERR_IO, "knowledge base %s: %s: %s", kb->path, what, sqlite3_errmsg(kb->db));
+    return util_fail(AI_ERR_IO, "knowledge base %s: %s: %s", kb->path, what, sqlite3_errmsg(kb->db));
 }
 
 ai_status_t ai_kb_default_path(char *buf, size_t len)
@@ -135,9 +135,9 @@ ai_status_t kb_default_path(char *buf, size_t len)
     else if (home && *home)
         w = snprintf(buf, len, "%s/.cache/autoinfra/kb.sqlite", home);
     else
-        return ai_fail(AI_ERR_INVALID, "no knowledge base path: set AUTOINFRA_KB (HOME is unset)");
+        return util_fail(AI_ERR_INVALID, "no knowledge base path: set AUTOINFRA_KB (HOME is unset)");
     if (w < 0 || (size_t)w >= len)
-        return ai_fail(AI_ERR_INVALID, "knowledge base path is too long");
+        return util_fail(AI_ERR_INVALID, "knowledge base path is too long");
     return AI_OK;
 }
 
@@ -151,8 +151,8 @@ static ai_status_t make_parents(const char *path)
             continue;
         *p = '\0';
         if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            return ai_fail(AI_ERR_IO, "knowledge base: cannot create directory %s: %s", dir,
-                           strerror(errno));
+            return util_fail(AI_ERR_IO, "knowledge base: cannot create directory %s: %s", dir,
+                             strerror(errno));
         *p = '/';
     }
     return AI_OK;
@@ -162,8 +162,8 @@ ai_status_t kb_exec(ai_kb *kb, const char *sql)
 {
     char *msg = NULL;
     if (sqlite3_exec(kb->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        ai_status_t st = ai_fail(AI_ERR_IO, "knowledge base %s: %s", kb->path,
-                                 msg ? msg : sqlite3_errmsg(kb->db));
+        ai_status_t st = util_fail(AI_ERR_IO, "knowledge base %s: %s", kb->path,
+                                   msg ? msg : sqlite3_errmsg(kb->db));
         sqlite3_free(msg);
         return st;
     }
@@ -233,10 +233,10 @@ int kb_pragma_int(ai_kb *kb, const char *sql, int *out)
 
 static ai_status_t newer_schema(const ai_kb *kb, int ver)
 {
-    return ai_fail(AI_ERR_PROTO,
-                   "knowledge base %s has schema version %d, newer than this build's %d: "
-                   "refusing to read or change it (use a newer autoinfra, or another --kb)",
-                   kb->path, ver, KB_SCHEMA_VERSION);
+    return util_fail(AI_ERR_PROTO,
+                     "knowledge base %s has schema version %d, newer than this build's %d: "
+                     "refusing to read or change it (use a newer autoinfra, or another --kb)",
+                     kb->path, ver, KB_SCHEMA_VERSION);
 }
 
 /* Is the open database ours (see the top)? *empty: no objects yet. */
@@ -247,19 +247,19 @@ static ai_status_t kb_check_owner(ai_kb *kb, int *empty)
         !kb_pragma_int(kb, "PRAGMA user_version", &ver) ||
         !kb_pragma_int(kb, "SELECT count(*) FROM sqlite_master", &nobj)) {
         if (kb_is_busy_rc(sqlite3_errcode(kb->db)))
-            return ai_fail(AI_ERR_TIMEOUT, "knowledge base %s is locked by another process",
-                           kb->path);
+            return util_fail(AI_ERR_TIMEOUT, "knowledge base %s is locked by another process",
+                             kb->path);
         return kb_err(kb, "not a readable SQLite database");
     }
     *empty = nobj == 0 && app == 0;
     if (*empty)
         return AI_OK;
     if (app != KB_APP_ID && (app != 0 || !only_our_objects(kb)))
-        return ai_fail(AI_ERR_PROTO,
-                       "%s is not an autoinfra knowledge base (SQLite application_id 0x%08x, "
-                       "%d objects, not autoinfra's 0x%08x); refusing to change it: point "
-                       "AUTOINFRA_KB (or --kb) at another file",
-                       kb->path, (unsigned)app, nobj, (unsigned)KB_APP_ID);
+        return util_fail(AI_ERR_PROTO,
+                         "%s is not an autoinfra knowledge base (SQLite application_id 0x%08x, "
+                         "%d objects, not autoinfra's 0x%08x); refusing to change it: point "
+                         "AUTOINFRA_KB (or --kb) at another file",
+                         kb->path, (unsigned)app, nobj, (unsigned)KB_APP_ID);
     if (app == KB_APP_ID && ver > KB_SCHEMA_VERSION)
         return newer_schema(kb, ver);
     return AI_OK;
@@ -330,11 +330,11 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int
 {
     ai_kb *kb = calloc(1, sizeof *kb);
     if (!kb)
-        return ai_fail(AI_ERR_NOMEM, "knowledge base");
+        return util_fail(AI_ERR_NOMEM, "knowledge base");
     ai_status_t st = AI_OK;
     if (path && *path) {
         if (strlen(path) >= sizeof kb->path)
-            st = ai_fail(AI_ERR_INVALID, "knowledge base path is too long");
+            st = util_fail(AI_ERR_INVALID, "knowledge base path is too long");
         else
             snprintf(kb->path, sizeof kb->path, "%s", path);
     } else {
@@ -349,12 +349,12 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int
     struct stat sb;
     int exists = stat(kb->path, &sb) == 0;
     if (exists && !S_ISREG(sb.st_mode)) {
-        st = ai_fail(AI_ERR_INVALID, "knowledge base %s is not a regular file", kb->path);
+        st = util_fail(AI_ERR_INVALID, "knowledge base %s is not a regular file", kb->path);
         free(kb);
         return st;
     }
     if (readonly && !exists) {
-        st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s does not exist", kb->path);
+        st = util_fail(AI_ERR_NOTFOUND, "knowledge base %s does not exist", kb->path);
         free(kb);
         return st;
     }
@@ -373,7 +373,7 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int
     if (!readonly && exists && (access(kb->path, W_OK) != 0 || !dir_ok))
         kb->readonly = 1;
     else if (!readonly && !dir_ok) {
-        st = ai_fail(AI_ERR_IO, "knowledge base %s does not exist and its directory is not "
+        st = util_fail(AI_ERR_IO, "knowledge base %s does not exist and its directory is not "
                                 "writable", kb->path);
         free(kb);
         return st;
@@ -408,9 +408,9 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int
             goto fail;
         }
         if (kb->readonly && empty) {
-            st = ai_fail(AI_ERR_NOTFOUND, "knowledge base %s is empty%s%s", kb->path,
-                         kb->why_ro[0] && !readonly ? ", and cannot be written: " : "",
-                         kb->why_ro[0] && !readonly ? kb->why_ro : "");
+            st = util_fail(AI_ERR_NOTFOUND, "knowledge base %s is empty%s%s", kb->path,
+                           kb->why_ro[0] && !readonly ? ", and cannot be written: " : "",
+                           kb->why_ro[0] && !readonly ? kb->why_ro : "");
             goto fail;
         }
         if (kb->readonly)
@@ -451,7 +451,7 @@ static ai_status_t kb_open_wait(const char *path, int readonly, int busy_ms, int
             (!kb->readonly && ver != KB_SCHEMA_VERSION)) {
             st = ver > KB_SCHEMA_VERSION
                      ? newer_schema(kb, ver)
-                     : ai_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this "
+                     : util_fail(AI_ERR_PROTO, "knowledge base %s has schema version %d; this "
                                              "build reads 1 to %d", kb->path, ver,
                                KB_SCHEMA_VERSION);
             goto fail;

@@ -160,11 +160,11 @@ ai_status_t kb_put_measurement(ai_kb *kb, const char *fp, ai_coll coll, size_t b
 ai_status_t kb_begin(ai_kb *kb, const char *fp, int nranks, int nhosts, const char *desc)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
-                       kb_readonly_why(kb));
+        return util_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                         kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
+        return util_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
     int rc = st == AI_OK ? sqlite3_exec(kb->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) : SQLITE_OK;
     kb->busy = kb_is_busy_rc(rc);
     if (st == AI_OK && rc != SQLITE_OK)
@@ -214,7 +214,7 @@ ai_status_t kb_put_choice(ai_kb *kb, const char *fp, ai_coll coll, size_t bytes,
 ai_status_t ai_kb_log_foreach(ai_kb *kb, const char *fingerprint, ai_kb_choice_fn fn, void *arg)
 {
     if (!kb || !fn)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_log_foreach: kb or fn is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_log_foreach: kb or fn is NULL");
     int have = 0;
     if (!kb_pragma_int(kb, "SELECT count(*) FROM sqlite_master WHERE name = 'choices'", &have))
         return kb_err(kb, "reading choices");
@@ -384,7 +384,7 @@ static int flush_bucket(arm_buf *b, ai_kb_visit_fn fn, void *arg)
 ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn, void *arg)
 {
     if (!kb || !fn)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_foreach: kb or fn is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_foreach: kb or fn is NULL");
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(kb->db,
                            "SELECT a.fp, f.nranks, f.nhosts, a.coll, a.bytes, a.algo, a.chunk,"
@@ -430,7 +430,7 @@ ai_status_t ai_kb_foreach(ai_kb *kb, const char *fingerprint, ai_kb_visit_fn fn,
                 b.a = na;
             tune_arm_stat *ns = na ? realloc(b.s, (size_t)cap * sizeof *ns) : NULL;
             if (!ns) {
-                st = ai_fail(AI_ERR_NOMEM, "knowledge base walk");
+                st = util_fail(AI_ERR_NOMEM, "knowledge base walk");
                 break;
             }
             b.s = ns;

@@ -29,7 +29,7 @@ static int export_arm(const ai_kb_arm *a, void *arg)
                               a->nranks, "nhosts", a->nhosts, "description", a->description,
                               "arms");
         if (!f || json_array_append_new(x->fps, f) != 0) {
-            x->st = ai_fail(AI_ERR_NOMEM, "knowledge base export");
+            x->st = util_fail(AI_ERR_NOMEM, "knowledge base export");
             return 1;
         }
         x->cur = json_object_get(f, "arms");
@@ -40,7 +40,7 @@ static int export_arm(const ai_kb_arm *a, void *arg)
                           (json_int_t)a->chunk_bytes, "channels", a->channels, "samples",
                           (json_int_t)a->samples, "mean_us", a->mean_us, "std_us", a->std_us);
     if (!o || json_array_append_new(x->cur, o) != 0) {
-        x->st = ai_fail(AI_ERR_NOMEM, "knowledge base export");
+        x->st = util_fail(AI_ERR_NOMEM, "knowledge base export");
         return 1;
     }
     return 0;
@@ -49,17 +49,17 @@ static int export_arm(const ai_kb_arm *a, void *arg)
 ai_status_t ai_kb_export_json(ai_kb *kb, const char *fingerprint, const char *path)
 {
     if (!kb || !path)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_export_json: kb or path is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_export_json: kb or path is NULL");
     export_ctx x = {.fps = json_array()};
     json_t *root = json_pack("{s:s, s:i, s:o}", "format", "autoinfra-kb", "version", 1,
                              "fingerprints", x.fps);
     if (!root)
-        return ai_fail(AI_ERR_NOMEM, "knowledge base export");
+        return util_fail(AI_ERR_NOMEM, "knowledge base export");
     ai_status_t st = ai_kb_foreach(kb, fingerprint, export_arm, &x);
     if (st == AI_OK)
         st = x.st;
     if (st == AI_OK && json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0)
-        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+        st = util_fail(AI_ERR_IO, "cannot write %s", path);
     json_decref(root);
     return st;
 }
@@ -75,16 +75,16 @@ static ai_status_t import_arm(const char *path, size_t fi, size_t ai, json_t *o,
     if (json_unpack_ex(o, &e, 0, "{s:s, s:I, s:s, s?I, s?I, s:I, s:F, s?F}", "coll", &cn, "bytes",
                        &b, "algo", &algo, "chunk_bytes", &chunk, "channels", &ch, "samples", &n,
                        "mean_us", &mean, "std_us", &sd) != 0)
-        return ai_fail(AI_ERR_PARSE, "%s: fingerprints[%zu].arms[%zu]: %s", path, fi, ai, e.text);
+        return util_fail(AI_ERR_PARSE, "%s: fingerprints[%zu].arms[%zu]: %s", path, fi, ai, e.text);
     if (ai_coll_parse(cn, coll) != AI_OK)
-        return ai_fail(AI_ERR_INVALID, "%s: fingerprints[%zu].arms[%zu].coll: unknown '%s'", path,
-                       fi, ai, cn);
+        return util_fail(AI_ERR_INVALID, "%s: fingerprints[%zu].arms[%zu].coll: unknown '%s'", path,
+                         fi, ai, cn);
     if (b < 1 || (b & (b - 1)) || chunk < 0 || ch < 0 || n < 0 || !(mean > 0) || sd < 0 ||
         strlen(algo) >= TUNE_ALGO_MAX)
-        return ai_fail(AI_ERR_INVALID,
-                       "%s: fingerprints[%zu].arms[%zu]: want bytes a power of two, chunk_bytes,"
-                       " channels, samples >= 0, mean_us > 0, std_us >= 0, algo < %d chars",
-                       path, fi, ai, TUNE_ALGO_MAX);
+        return util_fail(AI_ERR_INVALID,
+                         "%s: fingerprints[%zu].arms[%zu]: want bytes a power of two, chunk_bytes,"
+                         " channels, samples >= 0, mean_us > 0, std_us >= 0, algo < %d chars",
+                         path, fi, ai, TUNE_ALGO_MAX);
     memset(s, 0, sizeof *s);
     snprintf(s->algo, sizeof s->algo, "%s", algo);
     s->chunk = (size_t)chunk;
@@ -99,11 +99,11 @@ static ai_status_t import_arm(const char *path, size_t fi, size_t ai, json_t *o,
 ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
 {
     if (!kb || !path)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_import_json: kb or path is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_import_json: kb or path is NULL");
     json_error_t e;
     json_t *root = json_load_file(path, 0, &e);
     if (!root)
-        return ai_fail(AI_ERR_PARSE, "%s:%d:%d: %s", path, e.line, e.column, e.text);
+        return util_fail(AI_ERR_PARSE, "%s:%d:%d: %s", path, e.line, e.column, e.text);
     ai_status_t st = AI_OK;
     const char *format = NULL;
     json_int_t version = 0;
@@ -112,14 +112,14 @@ ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
                        "fingerprints", &fps) != 0 ||
         strcmp(format, "autoinfra-kb") || version != 1 || !json_is_array(fps)) {
         json_decref(root);
-        return ai_fail(AI_ERR_PARSE,
-                       "%s: not an autoinfra knowledge base export (want format \"autoinfra-kb\","
-                       " version 1, a fingerprints array)",
-                       path);
+        return util_fail(AI_ERR_PARSE,
+                         "%s: not an autoinfra knowledge base export (want format \"autoinfra-kb\","
+                         " version 1, a fingerprints array)",
+                         path);
     }
     if (kb->readonly)
-        st = ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
-                     kb_readonly_why(kb));
+        st = util_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                       kb_readonly_why(kb));
     if (st != AI_OK || (st = kb_exec(kb, "BEGIN IMMEDIATE")) != AI_OK) {
         json_decref(root);
         return st;
@@ -134,10 +134,10 @@ ai_status_t ai_kb_import_json(ai_kb *kb, const char *path)
         if (json_unpack_ex(f, &e, 0, "{s:s, s:I, s:I, s?s, s:o}", "id", &id, "nranks", &nr,
                            "nhosts", &nh, "description", &desc, "arms", &arms) != 0 ||
             !json_is_array(arms) || strlen(id) != 16 || nr < 1 || nh < 1) {
-            st = ai_fail(AI_ERR_PARSE,
-                         "%s: fingerprints[%zu]: want id (16 hex digits), nranks, nhosts >= 1 and"
-                         " an arms array",
-                         path, fi);
+            st = util_fail(AI_ERR_PARSE,
+                           "%s: fingerprints[%zu]: want id (16 hex digits), nranks, nhosts >= 1 and"
+                           " an arms array",
+                           path, fi);
             break;
         }
         if ((st = kb_put_fingerprint(kb, id, (int)nr, (int)nh, desc)) != AI_OK)

@@ -42,35 +42,35 @@ static ai_status_t profile_check(const ai_kb_profile *p)
     for (size_t i = 0; hex && i < n; i++)
         hex = strchr("0123456789abcdefABCDEF", p->fingerprint[i]) != NULL;
     if (!hex)
-        return ai_fail(AI_ERR_INVALID, "profile: fingerprint '%s' is not 16 hex digits",
-                       p->fingerprint);
+        return util_fail(AI_ERR_INVALID, "profile: fingerprint '%s' is not 16 hex digits",
+                         p->fingerprint);
     if (!p->preset[0] || p->rank < 0 || p->layers < 1 || p->dim < 1 || p->heads < 1 ||
         p->ctx < 1 || p->params < 1 || p->grad_bytes < 1)
-        return ai_fail(AI_ERR_INVALID, "profile of rank %d: want a preset name, rank >= 0 and"
+        return util_fail(AI_ERR_INVALID, "profile of rank %d: want a preset name, rank >= 0 and"
                                        " layers, dim, heads, ctx, params, grad_bytes >= 1",
                        p->rank);
     if (!(isfinite(p->gemm_gflops) && p->gemm_gflops > 0) ||
         !(isfinite(p->attention_gflops) && p->attention_gflops > 0) ||
         !(isfinite(p->optimizer_s) && p->optimizer_s >= 0))
-        return ai_fail(AI_ERR_INVALID, "profile of rank %d: want gemm_gflops and"
+        return util_fail(AI_ERR_INVALID, "profile of rank %d: want gemm_gflops and"
                                        " attention_gflops > 0, optimizer_s >= 0", p->rank);
     for (size_t i = 0; i < NTERMS; i++) {
         double v = *profile_term((ai_kb_profile *)p, i);
         if (!(isfinite(v) && v >= 0))
-            return ai_fail(AI_ERR_INVALID, "profile of rank %d: %s: want a number >= 0 (0: not"
+            return util_fail(AI_ERR_INVALID, "profile of rank %d: %s: want a number >= 0 (0: not"
                                            " measured)", p->rank, PROFILE_TERMS[i].name);
     }
     if (p->npoints < 1 || p->npoints > AI_PROFILE_POINTS)
-        return ai_fail(AI_ERR_INVALID, "profile of rank %d: %d step points, want 1..%d", p->rank,
-                       p->npoints, AI_PROFILE_POINTS);
+        return util_fail(AI_ERR_INVALID, "profile of rank %d: %d step points, want 1..%d", p->rank,
+                         p->npoints, AI_PROFILE_POINTS);
     for (int i = 0; i < p->npoints; i++) {
         if (p->point[i].batch < 1 || !(isfinite(p->point[i].fwd_bwd_s) &&
                                        p->point[i].fwd_bwd_s > 0))
-            return ai_fail(AI_ERR_INVALID, "profile of rank %d: step[%d]: want batch >= 1 and"
+            return util_fail(AI_ERR_INVALID, "profile of rank %d: step[%d]: want batch >= 1 and"
                                            " fwd_bwd_s > 0", p->rank, i);
         for (int j = 0; j < i; j++)
             if (p->point[j].batch == p->point[i].batch)
-                return ai_fail(AI_ERR_INVALID, "profile of rank %d: step[%d]: batch %d measured"
+                return util_fail(AI_ERR_INVALID, "profile of rank %d: step[%d]: batch %d measured"
                                                " twice", p->rank, i, p->point[i].batch);
     }
     return AI_OK;
@@ -144,11 +144,11 @@ static ai_status_t profile_write(ai_kb *kb, const ai_kb_profile *p, double when)
 static ai_status_t profiles_write(ai_kb *kb, const ai_kb_profile *p, int n)
 {
     if (kb->readonly)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
-                       kb_readonly_why(kb));
+        return util_fail(AI_ERR_IO, "knowledge base %s is read-only (%s)", kb->path,
+                         kb_readonly_why(kb));
     ai_status_t st = kb->need_setup ? kb_setup(kb) : AI_OK;
     if (st == AI_OK && kb->need_setup)
-        return ai_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
+        return util_fail(AI_ERR_IO, "knowledge base %s is locked by another process", kb->path);
     for (int i = 0; i < n && st == AI_OK; i++)
         st = profile_check(&p[i]);
     if (st != AI_OK || (st = kb_exec(kb, "BEGIN IMMEDIATE")) != AI_OK)
@@ -166,7 +166,7 @@ static ai_status_t profiles_write(ai_kb *kb, const ai_kb_profile *p, int n)
 ai_status_t ai_kb_profile_put(ai_kb *kb, const ai_kb_profile *profile)
 {
     if (!kb || !profile)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_profile_put: kb or profile is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_profile_put: kb or profile is NULL");
     return profiles_write(kb, profile, 1);
 }
 
@@ -210,7 +210,7 @@ ai_status_t ai_kb_profile_foreach(ai_kb *kb, const char *fingerprint, ai_kb_prof
                                   void *arg)
 {
     if (!kb || !fn)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_profile_foreach: kb or fn is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_profile_foreach: kb or fn is NULL");
     int have = 0;
     if (!kb_pragma_int(kb, "SELECT count(*) FROM sqlite_master WHERE name = 'profiles'", &have))
         return kb_err(kb, "reading profiles");
@@ -258,8 +258,8 @@ static ai_status_t profile_json_number(const char *path, const char *where, json
 {
     double x = json_is_number(v) ? json_number_value(v) : NAN;
     if (!isfinite(x) || x < lo || (lo_open && x == lo))
-        return ai_fail(AI_ERR_INVALID, "%s: %s: want a number %s %g", path, where,
-                       lo_open ? ">" : ">=", lo);
+        return util_fail(AI_ERR_INVALID, "%s: %s: want a number %s %g", path, where,
+                         lo_open ? ">" : ">=", lo);
     *out = x;
     return AI_OK;
 }
@@ -268,8 +268,8 @@ static ai_status_t profile_json_int(const char *path, const char *where, json_t 
                                     long long hi, long long *out)
 {
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return ai_fail(AI_ERR_INVALID, "%s: %s: want an integer in %lld..%lld", path, where, lo,
-                       hi);
+        return util_fail(AI_ERR_INVALID, "%s: %s: want an integer in %lld..%lld", path, where, lo,
+                         hi);
     *out = json_integer_value(v);
     return AI_OK;
 }
@@ -280,7 +280,7 @@ static ai_status_t profile_json_keys(const char *path, const char *where, json_t
                                      const char *const *known, int terms)
 {
     if (!json_is_object(o))
-        return ai_fail(AI_ERR_INVALID, "%s: %s: want an object", path, where);
+        return util_fail(AI_ERR_INVALID, "%s: %s: want an object", path, where);
     const char *key;
     json_t *v;
     json_object_foreach(o, key, v)
@@ -291,13 +291,13 @@ static ai_status_t profile_json_keys(const char *path, const char *where, json_t
         for (size_t i = 0; terms && i < NTERMS && !ok; i++)
             ok = !strcmp(key, PROFILE_TERMS[i].name);
         if (!ok)
-            return ai_fail(AI_ERR_INVALID, "%s: %s%s%s: unknown key", path, where,
-                           *where ? "." : "", key);
+            return util_fail(AI_ERR_INVALID, "%s: %s%s%s: unknown key", path, where,
+                             *where ? "." : "", key);
     }
     for (int i = 0; known[i]; i++)
         if (!json_object_get(o, known[i]))
-            return ai_fail(AI_ERR_INVALID, "%s: %s%s%s: missing", path, where, *where ? "." : "",
-                           known[i]);
+            return util_fail(AI_ERR_INVALID, "%s: %s%s%s: missing", path, where, *where ? "." : "",
+                             known[i]);
     return AI_OK;
 }
 
@@ -319,8 +319,8 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
         return st;
     p->rank = (int)v;
     if (!json_is_string(host) || strlen(json_string_value(host)) >= sizeof p->host)
-        return ai_fail(AI_ERR_INVALID, "%s: ranks[%zu].host: want a string of under %zu chars",
-                       path, ri, sizeof p->host);
+        return util_fail(AI_ERR_INVALID, "%s: ranks[%zu].host: want a string of under %zu chars",
+                         path, ri, sizeof p->host);
     snprintf(p->host, sizeof p->host, "%s", json_string_value(host));
     snprintf(w, sizeof w, "ranks[%zu].gemm_gflops", ri);
     if ((st = profile_json_number(path, w, json_object_get(r, "gemm_gflops"), 0, 1,
@@ -342,8 +342,8 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
     }
     if (!json_is_array(steps) || json_array_size(steps) < 1 ||
         json_array_size(steps) > AI_PROFILE_POINTS)
-        return ai_fail(AI_ERR_INVALID, "%s: ranks[%zu].step: want an array of 1..%d points", path,
-                       ri, AI_PROFILE_POINTS);
+        return util_fail(AI_ERR_INVALID, "%s: ranks[%zu].step: want an array of 1..%d points", path,
+                         ri, AI_PROFILE_POINTS);
     static const char *const pkeys[] = {"batch", "fwd_bwd_s", NULL};
     size_t si;
     json_t *s;
@@ -358,7 +358,7 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
         p->point[si].batch = (int)v;
         for (size_t j = 0; j < si; j++)
             if (p->point[j].batch == (int)v)
-                return ai_fail(AI_ERR_INVALID, "%s: %s: batch %lld already measured in"
+                return util_fail(AI_ERR_INVALID, "%s: %s: batch %lld already measured in"
                                                " ranks[%zu].step[%zu]", path, w, v, ri, j);
         snprintf(w, sizeof w, "ranks[%zu].step[%zu].fwd_bwd_s", ri, si);
         if ((st = profile_json_number(path, w, json_object_get(s, "fwd_bwd_s"), 0, 1,
@@ -372,11 +372,11 @@ static ai_status_t profile_json_rank(const char *path, json_t *r, size_t ri, siz
 ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
 {
     if (!kb || !path)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_profile_import: kb or path is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_profile_import: kb or path is NULL");
     json_error_t e;
     json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
     if (!root)
-        return ai_fail(AI_ERR_PARSE, "%s:%d:%d: %s", path, e.line, e.column, e.text);
+        return util_fail(AI_ERR_PARSE, "%s:%d:%d: %s", path, e.line, e.column, e.text);
     static const char *const keys[] = {"kind", "version", "fingerprint", "model", "ranks", NULL};
     static const char *const mkeys[] = {"preset", "layers", "dim", "heads", "ctx", "params",
                                         "grad_bytes", NULL};
@@ -388,12 +388,12 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
     if (st != AI_OK)
         goto out;
     if (!json_is_string(kind) || strcmp(json_string_value(kind), "compute-profile")) {
-        st = ai_fail(AI_ERR_INVALID, "%s: kind: want \"compute-profile\"", path);
+        st = util_fail(AI_ERR_INVALID, "%s: kind: want \"compute-profile\"", path);
         goto out;
     }
     if (!json_is_integer(json_object_get(root, "version")) ||
         json_integer_value(json_object_get(root, "version")) != 1) {
-        st = ai_fail(AI_ERR_UNSUPPORTED, "%s: version: this build reads version 1", path);
+        st = util_fail(AI_ERR_UNSUPPORTED, "%s: version: this build reads version 1", path);
         goto out;
     }
     size_t n = json_is_string(fp) ? strlen(json_string_value(fp)) : 0;
@@ -401,7 +401,7 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
     for (size_t i = 0; hex && i < n; i++)
         hex = strchr("0123456789abcdefABCDEF", json_string_value(fp)[i]) != NULL;
     if (!hex) {
-        st = ai_fail(AI_ERR_INVALID, "%s: fingerprint: want the communicator's fingerprint,"
+        st = util_fail(AI_ERR_INVALID, "%s: fingerprint: want the communicator's fingerprint,"
                                      " 16 hex digits", path);
         goto out;
     }
@@ -411,8 +411,8 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
     json_t *preset = json_object_get(model, "preset");
     if (!json_is_string(preset) || !*json_string_value(preset) ||
         strlen(json_string_value(preset)) >= sizeof base.preset) {
-        st = ai_fail(AI_ERR_INVALID, "%s: model.preset: want a name of 1..%zu chars", path,
-                     sizeof base.preset - 1);
+        st = util_fail(AI_ERR_INVALID, "%s: model.preset: want a name of 1..%zu chars", path,
+                       sizeof base.preset - 1);
         goto out;
     }
     snprintf(base.preset, sizeof base.preset, "%s", json_string_value(preset));
@@ -432,13 +432,13 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
                                (long long)1 << 52, &base.grad_bytes)) != AI_OK)
         goto out;
     if (!json_is_array(ranks) || json_array_size(ranks) < 1 || json_array_size(ranks) > 4096) {
-        st = ai_fail(AI_ERR_INVALID, "%s: ranks: want an array of 1..4096 ranks", path);
+        st = util_fail(AI_ERR_INVALID, "%s: ranks: want an array of 1..4096 ranks", path);
         goto out;
     }
     size_t nr = json_array_size(ranks), ri;
     json_t *r;
     if (!(ps = calloc(nr, sizeof *ps))) {
-        st = ai_fail(AI_ERR_NOMEM, "profile import");
+        st = util_fail(AI_ERR_NOMEM, "profile import");
         goto out;
     }
     json_array_foreach(ranks, ri, r)
@@ -448,8 +448,8 @@ ai_status_t ai_kb_profile_import(ai_kb *kb, const char *path, int *nranks)
             goto out;
         for (size_t j = 0; j < ri; j++)
             if (ps[j].rank == ps[ri].rank) {
-                st = ai_fail(AI_ERR_INVALID, "%s: ranks[%zu].rank: rank %d already in ranks[%zu]",
-                             path, ri, ps[ri].rank, j);
+                st = util_fail(AI_ERR_INVALID, "%s: ranks[%zu].rank: rank %d already in ranks[%zu]",
+                               path, ri, ps[ri].rank, j);
                 goto out;
             }
     }

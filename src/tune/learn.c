@@ -198,10 +198,10 @@ static int bucket_of(size_t bytes)
  * fine enough that a link at a quarter of its rate does. */
 static uint64_t shape_hash(const ai_comm *c)
 {
-    uint64_t h = ai_hash64("autoinfra-fp-1", 14, 0);
-    h = ai_hash64(&c->size, sizeof c->size, h);
-    h = ai_hash64(&c->nhosts, sizeof c->nhosts, h);
-    return ai_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
+    uint64_t h = util_hash64("autoinfra-fp-1", 14, 0);
+    h = util_hash64(&c->size, sizeof c->size, h);
+    h = util_hash64(&c->nhosts, sizeof c->nhosts, h);
+    return util_hash64(c->host_of, (size_t)c->size * sizeof *c->host_of, h);
 }
 
 /* The fingerprint (16 hex digits) and a description of what it stands for. */
@@ -215,7 +215,7 @@ static void fingerprint(const ai_comm *c, char fp[17], char *desc, size_t len)
         for (int i = 0; i < c->nhosts; i++) {
             double bps = c->links->host_Bps[i];
             int q = isfinite(bps) && bps > 0 ? (int)lround(log2(bps)) : -1;
-            h = ai_hash64(&q, sizeof q, h);
+            h = util_hash64(&q, sizeof q, h);
             if (n < (int)len - 16)
                 n += snprintf(desc + n, len - (size_t)n, " %.2f", bps * 8e-9);
         }
@@ -238,13 +238,13 @@ static void match_fingerprint(const ai_comm *c, tuner *t)
     if (kb_match_rates(t->kb, shape, c->nhosts, c->links->host_Bps, TUNE_FP_TOL, known) == AI_OK &&
         known[0]) {
         if (strcmp(known, t->fp))
-            ai_log(AI_LOG_INFO, "learner: links close to those of known fingerprint %s (not %s)",
-                   known, t->fp);
+            util_log(AI_LOG_INFO, "learner: links close to those of known fingerprint %s (not %s)",
+                     known, t->fp);
         memcpy(t->fp, known, sizeof known);
     } else if (!kb_is_readonly(t->kb) &&
                kb_note_rates(t->kb, t->fp, shape, c->nhosts, c->links->host_Bps) != AI_OK &&
                !kb_is_busy(t->kb)) {
-        ai_log(AI_LOG_WARN, "learner: %s", ai_last_error());
+        util_log(AI_LOG_WARN, "learner: %s", ai_last_error());
     }
 }
 
@@ -324,8 +324,8 @@ static void set_priors(const ai_comm *c, ai_coll coll, size_t edge, tune_bucket 
         const tune_arm_stat *a = &b->s.arm[i];
         double t = comm_select_model_time(c, coll, a->algo, edge);
         bandit_prior(&b->s, i, t, a->chunk != 0 || a->channels != c->channels);
-        ai_log(AI_LOG_DEBUG, "learner: %s %zu: prior %s/%zu/%d %.1f us (sd %.2f)",
-               ai_coll_name(coll), edge, a->algo, a->chunk, a->channels, t * 1e6, sqrt(a->v0));
+        util_log(AI_LOG_DEBUG, "learner: %s %zu: prior %s/%zu/%d %.1f us (sd %.2f)",
+                 ai_coll_name(coll), edge, a->algo, a->chunk, a->channels, t * 1e6, sqrt(a->v0));
     }
     bandit_update(&b->s);
 }
@@ -488,21 +488,21 @@ static void kb_ready(tuner *t, const ai_comm *c)
      * then the job learns without what the KB knows and opens it at a
      * later save, so that what it learns is not lost. */
     ai_status_t st = t->kb_path[0] ? kb_open_writer_wait(t->kb_path, TUNE_KB_OPEN_MS, &t->kb)
-                                   : ai_fail(AI_ERR_INVALID, "no knowledge base path (AUTOINFRA_KB "
-                                             "unset, no home directory) or it is too long");
+                                   : util_fail(AI_ERR_INVALID, "no knowledge base path (AUTOINFRA_KB "
+                                               "unset, no home directory) or it is too long");
     if (st == AI_ERR_TIMEOUT) {
         t->kb = NULL;
         t->kb_pending = 1;
-        ai_log(AI_LOG_WARN,
-               "learner: %s: learning without what it knows; opening it again at the next save "
-               "(every %g s) and at the end", ai_last_error(), t->save_s);
+        util_log(AI_LOG_WARN,
+                 "learner: %s: learning without what it knows; opening it again at the next save "
+                 "(every %g s) and at the end", ai_last_error(), t->save_s);
     } else if (st != AI_OK) {
-        ai_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
+        util_log(AI_LOG_WARN, "learner: going on without a knowledge base: %s", ai_last_error());
         t->kb = NULL;
     } else if (kb_is_readonly(t->kb)) {
-        ai_log(AI_LOG_WARN,
-               "learner: knowledge base %s cannot be written (%s): reading it; what this job "
-               "learns will not be saved", kb_path(t->kb), kb_readonly_why(t->kb));
+        util_log(AI_LOG_WARN,
+                 "learner: knowledge base %s cannot be written (%s): reading it; what this job "
+                 "learns will not be saved", kb_path(t->kb), kb_readonly_why(t->kb));
     }
 }
 
@@ -520,12 +520,12 @@ static int kb_reopen(tuner *t, int wait_ms)
     t->kb_pending = 0;
     if (st != AI_OK) {
         t->kb = NULL;
-        ai_log(AI_LOG_WARN, "learner: %d measurements not saved: %s", t->nlog, ai_last_error());
+        util_log(AI_LOG_WARN, "learner: %d measurements not saved: %s", t->nlog, ai_last_error());
     } else if (kb_is_readonly(t->kb)) {
-        ai_log(AI_LOG_WARN, "learner: knowledge base %s cannot be written (%s): %d measurements "
+        util_log(AI_LOG_WARN, "learner: knowledge base %s cannot be written (%s): %d measurements "
                             "not saved", kb_path(t->kb), kb_readonly_why(t->kb), t->nlog);
     } else {
-        ai_log(AI_LOG_INFO, "learner: knowledge base %s is no longer locked: saving what this "
+        util_log(AI_LOG_INFO, "learner: knowledge base %s is no longer locked: saving what this "
                             "job learned", kb_path(t->kb));
     }
     return t->kb && !kb_is_readonly(t->kb);
@@ -546,7 +546,7 @@ static void kb_flush_at(tuner *t, const char *final, int wait_ms)
     int pending = t->nlog + t->nchoice; /* every changed bucket has a window waiting */
     if (t->kb_pending && pending && !kb_reopen(t, wait_ms) && t->kb_pending) {
         if (final) {
-            ai_log(AI_LOG_WARN, "learner: %d measurements not saved (%s): the knowledge base "
+            util_log(AI_LOG_WARN, "learner: %d measurements not saved (%s): the knowledge base "
                                 "is still locked by another process", t->nlog, final);
             t->nlog = 0;
             t->nchoice = 0;
@@ -596,21 +596,21 @@ static void kb_flush_at(tuner *t, const char *final, int wait_ms)
     if (st != AI_OK && kb_is_busy(t->kb) && !final) {
         /* Locked by another process: keep it all for the next save. */
         if (!t->kb_busy_said++)
-            ai_log(AI_LOG_WARN,
-                   "learner: knowledge base %s is locked by another process: keeping %d "
-                   "buckets and %d measurements in memory, retrying every %g s and at the end",
-                   kb_path(t->kb), nb, t->nlog, t->save_s);
+            util_log(AI_LOG_WARN,
+                     "learner: knowledge base %s is locked by another process: keeping %d "
+                     "buckets and %d measurements in memory, retrying every %g s and at the end",
+                     kb_path(t->kb), nb, t->nlog, t->save_s);
         return;
     }
     if (st != AI_OK)
-        ai_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved%s%s%s: %s", nb,
-               t->nlog, final ? " (" : "", final ? final : "", final ? ")" : "", ai_last_error());
+        util_log(AI_LOG_WARN, "learner: %d buckets and %d measurements not saved%s%s%s: %s", nb,
+                 t->nlog, final ? " (" : "", final ? final : "", final ? ")" : "", ai_last_error());
     else if (t->kb_busy_said)
-        ai_log(AI_LOG_INFO, "learner: saved %d buckets and %d measurements kept while %s was "
+        util_log(AI_LOG_INFO, "learner: saved %d buckets and %d measurements kept while %s was "
                             "locked", nb, t->nlog, kb_path(t->kb));
     else
-        ai_log(AI_LOG_DEBUG, "learner: saved %d buckets and %d measurements in %.1f us", nb,
-               t->nlog, (ai_now() - t->saved_at) * 1e6);
+        util_log(AI_LOG_DEBUG, "learner: saved %d buckets and %d measurements in %.1f us", nb,
+                 t->nlog, (ai_now() - t->saved_at) * 1e6);
     for (int k = 0; k < AI_COLL_COUNT; k++)
         for (int i = 0; i < TUNE_BUCKETS; i++)
             if (t->b[k][i])
@@ -662,9 +662,9 @@ static void kb_note_choice(tuner *t, ai_coll coll, int bi, const tune_bucket *b,
                        .when = (double)time(NULL)};
     if (runner >= 0)
         h->runner = b->s.arm[runner];
-    ai_log(AI_LOG_INFO, "learner: %s %zu: %s %s/%zu/%d%s%s", ai_coll_name(coll), (size_t)1 << bi,
-           reason, b->s.arm[arm].algo, b->s.arm[arm].chunk, b->s.arm[arm].channels,
-           runner >= 0 ? "; runner-up " : "", runner >= 0 ? b->s.arm[runner].algo : "");
+    util_log(AI_LOG_INFO, "learner: %s %zu: %s %s/%zu/%d%s%s", ai_coll_name(coll), (size_t)1 << bi,
+             reason, b->s.arm[arm].algo, b->s.arm[arm].chunk, b->s.arm[arm].channels,
+             runner >= 0 ? "; runner-up " : "", runner >= 0 ? b->s.arm[runner].algo : "");
 }
 
 /* Rank 0: note an agreed window for the KB, and write when it is time. */
@@ -678,7 +678,7 @@ static void kb_note(tuner *t, ai_coll coll, int bi, tune_bucket *b, int arm, dou
         int cap = t->log_cap ? 2 * t->log_cap : 64;
         tune_window *l = realloc(t->log, (size_t)cap * sizeof *l);
         if (!l) {
-            ai_log(AI_LOG_WARN, "learner: no memory for a measurement; writing the KB now");
+            util_log(AI_LOG_WARN, "learner: no memory for a measurement; writing the KB now");
             kb_flush(t);
             return;
         }
@@ -700,7 +700,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     memset(b, 0, sizeof *b);
     enumerate_arms(c, coll, edge, b);
     set_priors(c, coll, edge, b);
-    ai_rng_seed(&b->s.rng, ai_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
+    util_rng_seed(&b->s.rng, util_hash64(t->fp, 16, (uint64_t)coll * 64 + (uint64_t)bi));
     double order[3] = {-TUNE_BIG, -TUNE_BIG, -TUNE_BIG};
     if (c->rank == 0) {
         kb_ready(t, c);
@@ -708,7 +708,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         int nk = 0;
         if (t->kb && !t->relearn &&
             kb_load_bucket(t->kb, t->fp, coll, edge, known, TUNE_MAX_ARMS, &nk, &b->info) != AI_OK) {
-            ai_log(AI_LOG_WARN, "learner: %s", ai_last_error());
+            util_log(AI_LOG_WARN, "learner: %s", ai_last_error());
             nk = 0;
         }
         long samples = 0;
@@ -757,18 +757,18 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
     if (st != AI_OK)
         return st;
     if (!(order[0] >= 0 && order[0] < b->s.narms && order[2] >= 1 && order[2] <= TUNE_WINDOW_MAX))
-        return ai_fail(AI_ERR_PROTO,
-                       "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
-                       order[0], b->s.narms, order[2]);
+        return util_fail(AI_ERR_PROTO,
+                         "learner: rank 0 sent an invalid first arm (%g of %d) or window (%g)",
+                         order[0], b->s.narms, order[2]);
     b->cur = b->inc = (int)order[0];
     b->settled = b->warm = order[1] > 0;
     b->win_len = (int)order[2];
     b->ready = 1;
     if (c->rank == 0 && b->warm)
         kb_note_choice(t, coll, bi, b, b->inc, "warm");
-    ai_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
-           ai_coll_name(coll), edge, b->s.narms, b->s.arm[b->cur].algo, b->s.arm[b->cur].chunk,
-           b->s.arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
+    util_log(AI_LOG_DEBUG, "learner: %s bucket %zu: %d arms, first %s/%zu/%d (%s)",
+             ai_coll_name(coll), edge, b->s.narms, b->s.arm[b->cur].algo, b->s.arm[b->cur].chunk,
+             b->s.arm[b->cur].channels, b->warm ? "from the knowledge base" : "prior");
     return AI_OK;
 }
 
@@ -805,15 +805,15 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
         /* Drift that did not change the fingerprint: learn afresh. */
         t->relearn = t->reprobe && had && !strcmp(old, t->fp);
         if (t->reprobe && c->rank == 0)
-            ai_log(AI_LOG_INFO, "learner: links re-measured; fingerprint %s -> %s%s", old, t->fp,
-                   t->relearn ? " (unchanged: learning again)" : "");
+            util_log(AI_LOG_INFO, "learner: links re-measured; fingerprint %s -> %s%s", old, t->fp,
+                     t->relearn ? " (unchanged: learning again)" : "");
         t->reprobe = 0;
         reset_buckets(t);
     }
     int bi = bucket_of(bytes);
     tune_bucket *b = t->b[coll][bi];
     if (!b && !(b = t->b[coll][bi] = calloc(1, sizeof *b)))
-        return ai_fail(AI_ERR_NOMEM, "learner bucket");
+        return util_fail(AI_ERR_NOMEM, "learner bucket");
     if (!b->ready && (st = init_bucket(t, c, coll, bi, b)) != AI_OK)
         return st;
     arm->algo = b->algo[b->cur];
@@ -902,12 +902,12 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
         msg[3] = b->strikes >= TUNE_DRIFT_STRIKES && b->strike_s >= TUNE_DRIFT_MIN_S
                      ? CMD_REPROBE
                      : CMD_NONE;
-        ai_log(AI_LOG_DEBUG,
-               "learner: %s %zu: %s/%zu/%d took %.1f us (mine, %d calls; last agreement %.1f us); "
-               "next %s/%zu/%d%s",
-               ai_coll_name(coll), (size_t)1 << bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
-               d->s.arm[ran].channels, mine * 1e6, calls, b->agree_s * 1e6, d->s.arm[next].algo,
-               d->s.arm[next].chunk, d->s.arm[next].channels, settle ? " (settled)" : "");
+        util_log(AI_LOG_DEBUG,
+                 "learner: %s %zu: %s/%zu/%d took %.1f us (mine, %d calls; last agreement %.1f us); "
+                 "next %s/%zu/%d%s",
+                 ai_coll_name(coll), (size_t)1 << bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
+                 d->s.arm[ran].channels, mine * 1e6, calls, b->agree_s * 1e6, d->s.arm[next].algo,
+                 d->s.arm[next].chunk, d->s.arm[next].channels, settle ? " (settled)" : "");
     }
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
@@ -919,10 +919,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
           msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
           (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
           msg[7] <= TUNE_BIG_RATIO))
-        return ai_fail(AI_ERR_PROTO,
-                       "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
-                       "vote %g)",
-                       msg[1], msg[4], msg[2], msg[5]);
+        return util_fail(AI_ERR_PROTO,
+                         "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
+                         "vote %g)",
+                         msg[1], msg[4], msg[2], msg[5]);
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
     double y = log(msg[0]);
@@ -951,13 +951,13 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
             b->refined += calls;
     }
     if (c->rank == 0 && (loaded || strike))
-        ai_log(AI_LOG_DEBUG,
-               "learner: %s %zu: %s/%zu/%d %.1f us a call against %.1f us; CPU wait %.1f us "
-               "(share %.2f, %.1f us a turn) against %.1f us (%.2f, %.1f us): %s",
-               ai_coll_name(coll), (size_t)1 << bi, b->s.arm[ran].algo, b->s.arm[ran].chunk,
-               b->s.arm[ran].channels, msg[0] * 1e6, exp(b->s.mean_m[ran]) * 1e6, msg[6] * 1e6,
-               msg[6] / msg[0], msg[7] * 1e6, b->load_m * 1e6, b->share_m, b->turn_m * 1e6,
-               loaded ? "the load explains it" : "a drift strike");
+        util_log(AI_LOG_DEBUG,
+                 "learner: %s %zu: %s/%zu/%d %.1f us a call against %.1f us; CPU wait %.1f us "
+                 "(share %.2f, %.1f us a turn) against %.1f us (%.2f, %.1f us): %s",
+                 ai_coll_name(coll), (size_t)1 << bi, b->s.arm[ran].algo, b->s.arm[ran].chunk,
+                 b->s.arm[ran].channels, msg[0] * 1e6, exp(b->s.mean_m[ran]) * 1e6, msg[6] * 1e6,
+                 msg[6] / msg[0], msg[7] * 1e6, b->load_m * 1e6, b->share_m, b->turn_m * 1e6,
+                 loaded ? "the load explains it" : "a drift strike");
     if (strike && (b->held_calls == 0 || b->held_arm == ran)) {
         b->held_arm = ran;
         b->held_sy += y * calls;
@@ -1030,7 +1030,7 @@ ai_status_t tune_learner_attach(ai_comm *c, const char *path)
         return st;
     tuner *t = calloc(1, sizeof *t);
     if (!t)
-        return ai_fail(AI_ERR_NOMEM, "learner");
+        return util_fail(AI_ERR_NOMEM, "learner");
     t->min_bytes = min;
     if ((st = util_param_int(UTIL_PARAM_TUNE_BUDGET, &t->budget)) != AI_OK ||
         (st = util_param_int(UTIL_PARAM_TUNE_REFINE, &t->refine)) != AI_OK ||
@@ -1080,7 +1080,7 @@ int ai_comm_arms(const ai_comm *c, ai_coll coll, size_t bytes, ai_algo_opts *out
 ai_status_t ai_comm_fingerprint(const ai_comm *c, char out[17])
 {
     if (!c)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_fingerprint: communicator is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_comm_fingerprint: communicator is NULL");
     const tuner *t = c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
     char desc[256];
     if (t && t->have_fp)
@@ -1093,7 +1093,7 @@ ai_status_t ai_comm_fingerprint(const ai_comm *c, char out[17])
 ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choice *out)
 {
     if (!c || (unsigned)coll >= AI_COLL_COUNT)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_choice: bad communicator or collective");
+        return util_fail(AI_ERR_INVALID, "ai_comm_choice: bad communicator or collective");
     const tuner *t = c->tuner.choose == tune_choose ? c->tuner.ctx : NULL;
     const tune_bucket *b = t && bytes >= t->min_bytes ? t->b[coll][bucket_of(bytes)] : NULL;
     ai_choice ch = {0};
@@ -1111,7 +1111,7 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
     } else {
         const char *name = ai_coll_auto_algo(c, coll, bytes);
         if (!name)
-            return ai_fail(AI_ERR_NOTFOUND, "no choice for %s", ai_coll_name(coll));
+            return util_fail(AI_ERR_NOTFOUND, "no choice for %s", ai_coll_name(coll));
         snprintf(ch.algo, sizeof ch.algo, "%s", name);
         ch.channels = c->channels;
         ch.source = comm_select_model(c, coll, bytes) ? "model" : "rule";

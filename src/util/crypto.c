@@ -18,22 +18,22 @@ static void init_once(void)
     init_rc = sodium_init() < 0 ? -1 : 0;
 }
 
-ai_status_t ai_crypto_init(void)
+ai_status_t util_crypto_init(void)
 {
     pthread_once(&once, init_once);
     if (init_rc != 0)
-        return ai_fail(AI_ERR_IO, "libsodium failed to initialise (no system random source?)");
+        return util_fail(AI_ERR_IO, "libsodium failed to initialise (no system random source?)");
     return AI_OK;
 }
 
-void ai_random_bytes(void *buf, size_t n)
+void util_random_bytes(void *buf, size_t n)
 {
     pthread_once(&once, init_once);
     randombytes_buf(buf, n);
 }
 
-void ai_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent, const char *label,
-                   const void *data, size_t n)
+void util_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent, const char *label,
+                     const void *data, size_t n)
 {
     crypto_generichash_state st;
     pthread_once(&once, init_once);
@@ -45,8 +45,8 @@ void ai_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent,
     sodium_memzero(&st, sizeof st);
 }
 
-void ai_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
-            const ai_mac_part *parts, int nparts)
+void util_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+              const ai_mac_part *parts, int nparts)
 {
     crypto_auth_hmacsha512256_state st;
     pthread_once(&once, init_once);
@@ -58,17 +58,17 @@ void ai_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTE
     sodium_memzero(&st, sizeof st);
 }
 
-int ai_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
-                  const ai_mac_part *parts, int nparts)
+int util_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+                    const ai_mac_part *parts, int nparts)
 {
     unsigned char want[AI_MAC_BYTES];
-    ai_mac(want, key, parts, nparts);
+    util_mac(want, key, parts, nparts);
     int ok = crypto_verify_32(want, mac) == 0;
     sodium_memzero(want, sizeof want);
     return ok;
 }
 
-void ai_wipe(void *p, size_t n)
+void util_wipe(void *p, size_t n)
 {
     sodium_memzero(p, n);
 }

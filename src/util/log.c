@@ -5,9 +5,9 @@
 static int log_rank = -1;
 static int log_level = -1;
 
-void ai_log_set_rank(int rank) { log_rank = rank; }
+void util_log_set_rank(int rank) { log_rank = rank; }
 
-ai_status_t ai_log_level_env(ai_log_level *out)
+ai_status_t util_log_level_env(ai_log_level *out)
 {
     int i = AI_LOG_WARN;
     ai_status_t st = util_param_int(UTIL_PARAM_LOG, &i);
@@ -16,7 +16,7 @@ ai_status_t ai_log_level_env(ai_log_level *out)
 }
 
 /* An unknown AUTOINFRA_LOG logs at warn here (ai_comm_create refuses it).
- * No ai_fail on this path: a message being logged may be the last error. */
+ * No util_fail on this path: a message being logged may be the last error. */
 static int current_level(void)
 {
     if (log_level < 0)
@@ -24,7 +24,7 @@ static int current_level(void)
     return log_level;
 }
 
-void ai_log(ai_log_level level, const char *fmt, ...)
+void util_log(ai_log_level level, const char *fmt, ...)
 {
     if ((int)level > current_level())
         return;

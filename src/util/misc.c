@@ -18,35 +18,35 @@ double ai_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-void ai_sleep_us(long us)
+void util_sleep_us(long us)
 {
     struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }
 
-ai_status_t ai_parse_long(const char *text, long *out)
+ai_status_t util_parse_long(const char *text, long *out)
 {
     if (!text || !*text)
-        return ai_fail(AI_ERR_INVALID, "empty number");
+        return util_fail(AI_ERR_INVALID, "empty number");
     char *end;
     errno = 0;
     long v = strtol(text, &end, 10);
     if (errno || *end)
-        return ai_fail(AI_ERR_INVALID, "'%s' is not an integer", text);
+        return util_fail(AI_ERR_INVALID, "'%s' is not an integer", text);
     *out = v;
     return AI_OK;
 }
 
-ai_status_t ai_parse_double(const char *text, double *out)
+ai_status_t util_parse_double(const char *text, double *out)
 {
     if (!text || !*text)
-        return ai_fail(AI_ERR_INVALID, "empty number");
+        return util_fail(AI_ERR_INVALID, "empty number");
     char *end;
     errno = 0;
     double v = strtod(text, &end);
     if (errno || *end || !isfinite(v))
-        return ai_fail(AI_ERR_INVALID, "'%s' is not a number", text);
+        return util_fail(AI_ERR_INVALID, "'%s' is not a number", text);
     *out = v;
     return AI_OK;
 }
@@ -118,15 +118,15 @@ ai_status_t ai_parse_size(const char *text, size_t *out)
     *out = (size_t)(v << shift);
     return AI_OK;
 err_range:
-    return ai_fail(AI_ERR_INVALID, "size '%s' is too large", text);
+    return util_fail(AI_ERR_INVALID, "size '%s' is too large", text);
 err_syntax:
-    return ai_fail(AI_ERR_INVALID,
-                   "'%s' is not a size (a number and an optional unit B, K/KB/KiB, M/MB/MiB, "
-                   "G/GB/GiB, T/TB/TiB, e.g. 8, 64K, 4MiB, 1G)",
-                   text ? text : "(null)");
+    return util_fail(AI_ERR_INVALID,
+                     "'%s' is not a size (a number and an optional unit B, K/KB/KiB, M/MB/MiB, "
+                     "G/GB/GiB, T/TB/TiB, e.g. 8, 64K, 4MiB, 1G)",
+                     text ? text : "(null)");
 }
 
-uint64_t ai_hash64(const void *data, size_t n, uint64_t seed)
+uint64_t util_hash64(const void *data, size_t n, uint64_t seed)
 {
     const unsigned char *p = data;
     uint64_t h = 1469598103934665603ULL ^ seed;
@@ -145,7 +145,7 @@ static uint64_t splitmix64(uint64_t *x)
     return z ^ (z >> 31);
 }
 
-void ai_rng_seed(ai_rng *rng, uint64_t seed)
+void util_rng_seed(ai_rng *rng, uint64_t seed)
 {
     for (int i = 0; i < 4; i++)
         rng->s[i] = splitmix64(&seed);
@@ -153,7 +153,7 @@ void ai_rng_seed(ai_rng *rng, uint64_t seed)
 
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-uint64_t ai_rng_next(ai_rng *rng)
+uint64_t util_rng_next(ai_rng *rng)
 {
     uint64_t *s = rng->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
@@ -167,9 +167,9 @@ uint64_t ai_rng_next(ai_rng *rng)
     return result;
 }
 
-double ai_rng_uniform(ai_rng *rng) { return (double)(ai_rng_next(rng) >> 11) * 0x1.0p-53; }
+double util_rng_uniform(ai_rng *rng) { return (double)(util_rng_next(rng) >> 11) * 0x1.0p-53; }
 
-ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap)
+ai_status_t util_hostlist_first(const char *list, char *out, size_t cap)
 {
     /* Slurm's grammar: comma-separated names, each a prefix, then
      * optionally "[" ranges "]" and a suffix; a range keeps the zero
@@ -178,10 +178,10 @@ ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap)
     const char *p = list ? list : "";
     size_t n = strcspn(p, ",[");
     if (n == 0)
-        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s' does not start with a host name", p);
+        return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s' does not start with a host name", p);
     char buf[256];
     if (n >= sizeof buf)
-        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+        return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
     memcpy(buf, p, n);
     size_t len = n;
     if (p[n] == '[') {
@@ -189,13 +189,13 @@ ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap)
         size_t digits = strspn(num, "0123456789");
         const char *close = strchr(num, ']');
         if (digits == 0 || !close || (num[digits] != '-' && num[digits] != ',' && num[digits] != ']'))
-            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': malformed range", p);
+            return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s': malformed range", p);
         size_t tail = strcspn(close + 1, ",[");
         if (close[1 + tail] == '[')
-            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': more than one range in a name is not "
-                           "supported (set AUTOINFRA_ADDR)", p);
+            return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s': more than one range in a name is not "
+                             "supported (set AUTOINFRA_ADDR)", p);
         if (len + digits + tail >= sizeof buf)
-            return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+            return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
         memcpy(buf + len, num, digits);
         len += digits;
         memcpy(buf + len, close + 1, tail);
@@ -203,7 +203,7 @@ ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap)
     }
     buf[len] = 0;
     if (len >= cap)
-        return ai_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
+        return util_fail(AI_ERR_INVALID, "Slurm hostlist '%s': host name too long", p);
     memcpy(out, buf, len + 1);
     return AI_OK;
 }

@@ -180,14 +180,14 @@ static void parse(const util_param_info *p, const char *v, slot *s)
         break;
     case UTIL_PARAM_T_INT:
         snprintf(want, sizeof want, "an integer in %.0f..%.0f", p->lo, p->hi);
-        if (ai_parse_long(v, &l) != AI_OK || l < p->lo || l > p->hi)
+        if (util_parse_long(v, &l) != AI_OK || l < p->lo || l > p->hi)
             refuse(s, p, v, want);
         else
             s->i = l;
         break;
     case UTIL_PARAM_T_DOUBLE:
         snprintf(want, sizeof want, "a number in %g..%g", p->lo, p->hi);
-        if (ai_parse_double(v, &d) != AI_OK || d < p->lo || d > p->hi)
+        if (util_parse_double(v, &d) != AI_OK || d < p->lo || d > p->hi)
             refuse(s, p, v, want);
         else
             s->d = d;
@@ -251,9 +251,9 @@ static void load_locked(void)
     }
     loaded = 1;
     if (saved[0])
-        ai_fail(AI_ERR_INVALID, "%s", saved);
+        util_fail(AI_ERR_INVALID, "%s", saved);
     else
-        ai_clear_error();
+        util_clear_error();
 }
 
 void util_param_refresh(void)
@@ -282,10 +282,10 @@ const util_param_info *util_param_info_of(util_param_id id)
 static ai_status_t checked(util_param_id id, util_param_type type, slot *out)
 {
     if ((unsigned)id >= UTIL_PARAM_COUNT || table[id].type != type)
-        return ai_fail(AI_ERR_INVALID, "setting %d read as the wrong type", (int)id);
+        return util_fail(AI_ERR_INVALID, "setting %d read as the wrong type", (int)id);
     *out = get(id);
     if (out->st != AI_OK)
-        return ai_fail(out->st, "%s", out->why);
+        return util_fail(out->st, "%s", out->why);
     return AI_OK;
 }
 
@@ -347,7 +347,7 @@ const char *util_env_outside(const char *name)
     for (size_t i = 0; i < AI_ARRAY_LEN(outside); i++)
         if (!strcmp(name, outside[i]))
             return env_text(name);
-    ai_log(AI_LOG_ERROR, "util_env_outside: '%s' is not a listed variable", name);
+    util_log(AI_LOG_ERROR, "util_env_outside: '%s' is not a listed variable", name);
     return NULL;
 }
 
@@ -359,7 +359,7 @@ ai_status_t ai_setting_get(int index, ai_setting *out)
 {
     static const char *const types[] = {"string", "int", "double", "size", "choice"};
     if (index < 0 || index >= UTIL_PARAM_COUNT || !out)
-        return ai_fail(AI_ERR_INVALID, "setting %d: want 0..%d", index, UTIL_PARAM_COUNT - 1);
+        return util_fail(AI_ERR_INVALID, "setting %d: want 0..%d", index, UTIL_PARAM_COUNT - 1);
     const util_param_info *p = &table[index];
     slot s = get((util_param_id)index);
     char range[192] = "";
@@ -390,7 +390,7 @@ ai_status_t ai_setting_get(int index, ai_setting *out)
     const char *rs = intern(range), *vs = v ? intern(v) : NULL;
     pthread_mutex_unlock(&lock);
     if (!rs || (v && !vs))
-        return ai_fail(AI_ERR_NOMEM, "setting %s", p->name);
+        return util_fail(AI_ERR_NOMEM, "setting %s", p->name);
     *out = (ai_setting){.name = p->name,
                         .type = types[p->type],
                         .value = vs,

@@ -27,9 +27,9 @@ const char *ai_strerror(ai_status_t status)
 
 const char *ai_last_error(void) { return last_error; }
 
-void ai_clear_error(void) { last_error[0] = '\0'; }
+void util_clear_error(void) { last_error[0] = '\0'; }
 
-ai_status_t ai_fail(ai_status_t status, const char *fmt, ...)
+ai_status_t util_fail(ai_status_t status, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -38,7 +38,7 @@ ai_status_t ai_fail(ai_status_t status, const char *fmt, ...)
     return status;
 }
 
-ai_status_t ai_fail_prefix(ai_status_t status, const char *fmt, ...)
+ai_status_t util_fail_prefix(ai_status_t status, const char *fmt, ...)
 {
     char prefix[256], old[sizeof last_error];
     va_list ap;

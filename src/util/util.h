@@ -13,20 +13,20 @@
 #include <stddef.h>
 
 /* Record a detailed message for ai_last_error() and return `status`, so the
- * first function that detects an error can write `return ai_fail(...)`. */
-ai_status_t ai_fail(ai_status_t status, const char *fmt, ...)
+ * first function that detects an error can write `return util_fail(...)`. */
+ai_status_t util_fail(ai_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 /* Prefix the current detailed message with more context ("rank 3: ..."). */
-ai_status_t ai_fail_prefix(ai_status_t status, const char *fmt, ...)
+ai_status_t util_fail_prefix(ai_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void ai_clear_error(void);
+void util_clear_error(void);
 
 typedef enum { AI_LOG_ERROR, AI_LOG_WARN, AI_LOG_INFO, AI_LOG_DEBUG } ai_log_level;
 /* Level from AUTOINFRA_LOG (error|warn|info|debug), default warn. Messages
  * go to stderr with a "autoinfra[rank]" prefix. */
-void ai_log(ai_log_level level, const char *fmt, ...)
+void util_log(ai_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void ai_log_set_rank(int rank);
+void util_log_set_rank(int rank);
 
 /* The table of settings (param.c, docs/runtime.md "Settings"): every
  * AUTOINFRA_* variable, declared once with its type, default, range and
@@ -84,7 +84,7 @@ const char *util_param_intern(const char *s);
 const char *util_env_outside(const char *name);
 
 /* The level AUTOINFRA_LOG asks for; AI_ERR_INVALID for an unknown name. */
-ai_status_t ai_log_level_env(ai_log_level *out);
+ai_status_t util_log_level_env(ai_log_level *out);
 
 /* The name of names[0..n) nearest to word by edit distance, if it is
  * close enough to be a likely misspelling (at most a third of the word's
@@ -93,52 +93,52 @@ const char *util_nearest_name(const char *word, const char *const *names, int n)
 
 /* ai_parse_size (sizes: "64K", "4MiB", ...): autoinfra/introspect.h. */
 /* Strict integer / double parsing of a whole string. */
-ai_status_t ai_parse_long(const char *text, long *out);
-ai_status_t ai_parse_double(const char *text, double *out);
+ai_status_t util_parse_long(const char *text, long *out);
+ai_status_t util_parse_double(const char *text, double *out);
 /* The first host of a Slurm hostlist ("gpu[003-010,012],login1" ->
  * "gpu003"): AI_ERR_INVALID naming the list when it is malformed or the
  * name does not fit in `cap` bytes. */
-ai_status_t ai_hostlist_first(const char *list, char *out, size_t cap);
+ai_status_t util_hostlist_first(const char *list, char *out, size_t cap);
 
 /* Sleep helpers for polling loops. */
-void ai_sleep_us(long us);
+void util_sleep_us(long us);
 
 /* 64-bit FNV-1a over bytes, for fingerprints and names (not security). */
-uint64_t ai_hash64(const void *data, size_t n, uint64_t seed);
+uint64_t util_hash64(const void *data, size_t n, uint64_t seed);
 
 /* Keys, nonces and MACs for the job token's challenge-response
  * (libsodium; crypto.c). Every function initialises the library once,
- * thread-safely, on first use; ai_crypto_init says whether that worked. */
+ * thread-safely, on first use; util_crypto_init says whether that worked. */
 #define AI_KEY_BYTES 32
 #define AI_MAC_BYTES 32
 #define AI_NONCE_BYTES 16
-ai_status_t ai_crypto_init(void);
+ai_status_t util_crypto_init(void);
 /* n bytes from the system's cryptographic random source. */
-void ai_random_bytes(void *buf, size_t n);
+void util_random_bytes(void *buf, size_t n);
 /* out = BLAKE2b-256 keyed by parent (NULL: unkeyed) over label (with its
  * NUL) then data[n]: a key that is the parent's only for this label and
  * data, and tells nothing of the parent. */
-void ai_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent, const char *label,
-                   const void *data, size_t n);
+void util_key_derive(unsigned char out[AI_KEY_BYTES], const unsigned char *parent, const char *label,
+                     const void *data, size_t n);
 /* HMAC-SHA-512-256 under key over the concatenation of parts. */
 typedef struct ai_mac_part {
     const void *p;
     size_t n;
 } ai_mac_part;
-void ai_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
-            const ai_mac_part *parts, int nparts);
+void util_mac(unsigned char out[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+              const ai_mac_part *parts, int nparts);
 /* 1 when mac is the MAC of parts under key; in time independent of
  * where they differ. */
-int ai_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
-                  const ai_mac_part *parts, int nparts);
+int util_mac_verify(const unsigned char mac[AI_MAC_BYTES], const unsigned char key[AI_KEY_BYTES],
+                    const ai_mac_part *parts, int nparts);
 /* Overwrite n bytes with zeros in a way the compiler keeps (keys). */
-void ai_wipe(void *p, size_t n);
+void util_wipe(void *p, size_t n);
 
 /* Deterministic RNG (splitmix64 seeding xoshiro256**). */
 typedef struct ai_rng { uint64_t s[4]; } ai_rng;
-void ai_rng_seed(ai_rng *rng, uint64_t seed);
-uint64_t ai_rng_next(ai_rng *rng);
-double ai_rng_uniform(ai_rng *rng); /* [0, 1) */
+void util_rng_seed(ai_rng *rng, uint64_t seed);
+uint64_t util_rng_next(ai_rng *rng);
+double util_rng_uniform(ai_rng *rng); /* [0, 1) */
 
 #define AI_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define AI_MAX(a, b) ((a) > (b) ? (a) : (b))

@@ -202,14 +202,14 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
                                                     "shared-memory slot"));
         if (theirs->call_seq != what->call_seq || theirs->piece != piece) {
             char x[96], y[96];
-            return comm_abort(c, ai_fail(AI_ERR_PROTO,
-                                         "rank %d is in collective call #%u (%s, piece %u) while "
-                                         "rank %d is in call #%u (%s, piece %u; shared-memory "
-                                         "slots): ranks issued different collectives or arguments",
-                                         sw.rank, theirs->call_seq,
-                                         comm_call_sig_str(&theirs->sig, x, sizeof x), theirs->piece,
-                                         c->rank, c->call_seq, comm_call_sig_str(&c->call, y, sizeof y),
-                                         piece));
+            return comm_abort(c, util_fail(AI_ERR_PROTO,
+                                           "rank %d is in collective call #%u (%s, piece %u) while "
+                                           "rank %d is in call #%u (%s, piece %u; shared-memory "
+                                           "slots): ranks issued different collectives or arguments",
+                                           sw.rank, theirs->call_seq,
+                                           comm_call_sig_str(&theirs->sig, x, sizeof x), theirs->piece,
+                                           c->rank, c->call_seq, comm_call_sig_str(&c->call, y, sizeof y),
+                                           piece));
         }
     }
     comm_reduce_local(out, set, set + COMM_SLOT_BYTES, count, dt, op);

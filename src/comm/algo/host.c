@@ -17,7 +17,7 @@ ai_status_t comm_host_coll_run(ai_comm *c, const coll_args *a)
     if (st == AI_ERR_UNSUPPORTED) /* every rank alike: our first algorithm instead */
         return comm_algo_at(a->coll, 0)->run(c, a);
     if (st != AI_OK)
-        return ai_fail(st, "%s: the host collective '%s' failed", ai_coll_name(a->coll), h->name);
+        return util_fail(st, "%s: the host collective '%s' failed", ai_coll_name(a->coll), h->name);
     return AI_OK;
 }
 
@@ -25,20 +25,20 @@ ai_status_t ai_comm_set_host_coll(ai_comm *c, ai_coll coll, const char *name, ai
                                   void *arg)
 {
     if (!c || (unsigned)coll >= AI_COLL_COUNT || coll == AI_BARRIER)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: bad communicator or collective");
+        return util_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: bad communicator or collective");
     if (!fn) {
         if (c->host_coll)
             memset(&c->host_coll[coll], 0, sizeof c->host_coll[coll]);
         return AI_OK;
     }
     if (!name || !name[0] || strlen(name) >= sizeof c->host_coll[coll].name)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: the name must have 1-%zu characters",
-                       sizeof c->host_coll[coll].name - 1);
+        return util_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: the name must have 1-%zu characters",
+                         sizeof c->host_coll[coll].name - 1);
     if (comm_algo_find(coll, name))
-        return ai_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: '%s' is an algorithm of %s", name,
-                       ai_coll_name(coll));
+        return util_fail(AI_ERR_INVALID, "ai_comm_set_host_coll: '%s' is an algorithm of %s", name,
+                         ai_coll_name(coll));
     if (!c->host_coll && !(c->host_coll = calloc(AI_COLL_COUNT, sizeof *c->host_coll)))
-        return ai_fail(AI_ERR_NOMEM, "ai_comm_set_host_coll");
+        return util_fail(AI_ERR_NOMEM, "ai_comm_set_host_coll");
     comm_host_coll *h = &c->host_coll[coll];
     snprintf(h->name, sizeof h->name, "%s", name);
     h->algo = (coll_algo){coll, h->name, comm_host_coll_run};

@@ -61,7 +61,7 @@ static ai_status_t state_alloc(ft_state *s, int n)
     if (!s->known || !s->val) {
         free(s->known);
         free(s->val);
-        return ai_fail(AI_ERR_NOMEM, "agreement state");
+        return util_fail(AI_ERR_NOMEM, "agreement state");
     }
     s->failed = s->known + n;
     s->aux = s->val + n;
@@ -135,7 +135,7 @@ ai_status_t comm_ft_get(ai_comm *c, comm_ft **out)
         comm_ft *ft = calloc(1, sizeof *ft);
         if (!ft || !(ft->failed = calloc((size_t)c->size, 1))) {
             free(ft);
-            return ai_fail(AI_ERR_NOMEM, "fault-tolerance state");
+            return util_fail(AI_ERR_NOMEM, "fault-tolerance state");
         }
         c->ft = ft;
     }
@@ -156,7 +156,7 @@ void comm_ft_free(ai_comm *c)
 ai_status_t comm_ft_revoke(ai_comm *c)
 {
     if (c->state == AI_OK) {
-        ai_fail(AI_ERR_REVOKED, "rank %d revoked the communicator", c->rank);
+        util_fail(AI_ERR_REVOKED, "rank %d revoked the communicator", c->rank);
         comm_abort(c, AI_ERR_REVOKED);
         return AI_OK;
     }
@@ -165,7 +165,7 @@ ai_status_t comm_ft_revoke(ai_comm *c)
     char was[sizeof c->failure];
     memcpy(was, c->failure, sizeof was);
     c->state = AI_OK;
-    ai_fail(AI_ERR_REVOKED, "rank %d revoked the communicator after: %s", c->rank, was);
+    util_fail(AI_ERR_REVOKED, "rank %d revoked the communicator after: %s", c->rank, was);
     comm_abort(c, AI_ERR_REVOKED);
     return AI_OK;
 }
@@ -186,10 +186,10 @@ static void known_failed(ai_comm *c, unsigned char *failed)
 ai_status_t comm_ft_failed(const ai_comm *c, int *ranks, int max, int *n)
 {
     if (!c || !n || (max > 0 && !ranks))
-        return ai_fail(AI_ERR_INVALID, "ai_comm_failed: NULL communicator or output");
+        return util_fail(AI_ERR_INVALID, "ai_comm_failed: NULL communicator or output");
     unsigned char *f = calloc((size_t)c->size, 1);
     if (!f)
-        return ai_fail(AI_ERR_NOMEM, "failed set");
+        return util_fail(AI_ERR_NOMEM, "failed set");
     if (c->ft && c->ft->agreed)
         memcpy(f, c->ft->failed, (size_t)c->size);
     else if (c->tp)
@@ -266,8 +266,8 @@ static int take(agree_run *a, int j)
         if (ok <= 0 || epoch < a->epoch || (epoch == a->epoch && round < a->round &&
                                             kind != FT_DECIDE)) {
             if (ok < 0) {
-                ai_log(AI_LOG_WARN, "agreement: a malformed frame from rank %d; counting it failed",
-                       j);
+                util_log(AI_LOG_WARN, "agreement: a malformed frame from rank %d; counting it failed",
+                         j);
                 c->tp->peers[j].ctl_dead = 1;
                 mark_failed(a, j);
                 return 0;
@@ -356,7 +356,7 @@ static ai_status_t gather(agree_run *a)
     if (!fds || !who) {
         free(fds);
         free(who);
-        return ai_fail(AI_ERR_NOMEM, "agreement");
+        return util_fail(AI_ERR_NOMEM, "agreement");
     }
     memset(a->got, 0, (size_t)n);
     for (int last = 0;;) {
@@ -385,8 +385,8 @@ static ai_status_t gather(agree_run *a)
             /* Past the timeout, with every connection read once more (a
              * rank that was stopped reads what came meanwhile first). */
             for (nfds_t i = 0; i < nf; i++) {
-                ai_log(AI_LOG_WARN, "agreement #%u round %u: rank %d did not answer within %.1f s; "
-                       "counting it failed", a->epoch, a->round, who[i], c->timeout_s);
+                util_log(AI_LOG_WARN, "agreement #%u round %u: rank %d did not answer within %.1f s; "
+                         "counting it failed", a->epoch, a->round, who[i], c->timeout_s);
                 mark_failed(a, who[i]);
             }
             break;
@@ -410,8 +410,8 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     if (st != AI_OK)
         return st;
     if (ft->excluded)
-        return ai_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed in an "
-                       "earlier agreement; it must leave", c->rank);
+        return util_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed in an "
+                         "earlier agreement; it must leave", c->rank);
     int n = c->size;
     agree_run a = {.c = c, .epoch = ++ft->epoch, .excluded_by = -1};
     if ((st = state_alloc(&a.me, n)) != AI_OK)
@@ -421,7 +421,7 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     a.got = calloc((size_t)n, 1);
     a.frame = malloc(COMM_WIRE_FT_HDR + frame_body(n));
     if (!a.got || !a.frame) {
-        st = ai_fail(AI_ERR_NOMEM, "agreement");
+        st = util_fail(AI_ERR_NOMEM, "agreement");
         goto out;
     }
     a.me.known[c->rank] = 1;
@@ -444,9 +444,9 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     if (a.excluded) {
         leave(c);
         ft->excluded = 1;
-        st = ai_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed (rank %d "
-                     "did, in agreement #%u): it stalled or lost its connections; it must leave",
-                     c->rank, a.excluded_by, a.epoch);
+        st = util_fail(AI_ERR_PEER, "rank %d: the other ranks counted this rank failed (rank %d "
+                       "did, in agreement #%u): it stalled or lost its connections; it must leave",
+                       c->rank, a.excluded_by, a.epoch);
         goto out;
     }
     a.round++;
@@ -462,7 +462,7 @@ ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *a
     memcpy(ft->failed, a.me.failed, (size_t)n);
     ft->agreed = 1;
     *flags = v;
-    ai_log(AI_LOG_DEBUG, "agreement #%u decided in %u rounds", a.epoch, a.round - 1);
+    util_log(AI_LOG_DEBUG, "agreement #%u decided in %u rounds", a.epoch, a.round - 1);
 out:
     state_free(&a.me);
     state_free(&a.start);

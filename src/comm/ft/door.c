@@ -84,14 +84,14 @@ static void door_open(ai_comm *c, comm_door *d)
         p16 = (uint16_t)port;
         if (comm_tcp_listen(addr, &fd, &p16) == AI_OK) {
             d->fd = fd;
-            ai_log(AI_LOG_INFO, "join door open at %s", item);
+            util_log(AI_LOG_INFO, "join door open at %s", item);
             return;
         }
     }
     if (!d->warned++)
-        ai_log(AI_LOG_WARN, "cannot open the join door at any of %s=%s (not this host's "
-               "addresses, or taken); newcomers reach rank 0's data listener only, retrying",
-               DOOR_ENV, list);
+        util_log(AI_LOG_WARN, "cannot open the join door at any of %s=%s (not this host's "
+                 "addresses, or taken); newcomers reach rank 0's data listener only, retrying",
+                 DOOR_ENV, list);
 }
 
 ai_status_t comm_door_get(ai_comm *c, comm_door **out)
@@ -103,7 +103,7 @@ ai_status_t comm_door_get(ai_comm *c, comm_door **out)
     if (!ft->door) {
         comm_door *d = calloc(1, sizeof *d);
         if (!d)
-            return ai_fail(AI_ERR_NOMEM, "join door");
+            return util_fail(AI_ERR_NOMEM, "join door");
         d->fd = -1;
         ft->door = d;
     }
@@ -123,11 +123,11 @@ static int hello_claims(comm_door *d, const unsigned char *b, size_t len, comm_w
     if (need)
         return 0;
     if (h->rank != COMM_WIRE_JOIN_RANK || h->size != 0)
-        return ai_fail(AI_ERR_PROTO, "a rank's rendezvous hello, not a join (this is a running "
-                       "job's join door)"), -1;
+        return util_fail(AI_ERR_PROTO, "a rank's rendezvous hello, not a join (this is a running "
+                         "job's join door)"), -1;
     if (d->n == COMM_DOOR_LOBBY_MAX)
-        return ai_fail(AI_ERR_PROTO, "the join door holds %d waiting newcomers already",
-                       COMM_DOOR_LOBBY_MAX), -1;
+        return util_fail(AI_ERR_PROTO, "the join door holds %d waiting newcomers already",
+                         COMM_DOOR_LOBBY_MAX), -1;
     return COMM_WIRE_HELLO_FRAME;
 }
 
@@ -175,8 +175,8 @@ static void lobby_sweep(comm_door *d)
             continue;
         if (k > 0)
             comm_store_refuse(d->conn[i], "sent more than a hello before its admission");
-        ai_log(AI_LOG_INFO, "join door: newcomer pid %d (%s) %s before a grow admitted it; dropped",
-               (int)d->entry[i].pid, d->entry[i].host, k > 0 ? "sent more than its hello" : "left");
+        util_log(AI_LOG_INFO, "join door: newcomer pid %d (%s) %s before a grow admitted it; dropped",
+                 (int)d->entry[i].pid, d->entry[i].host, k > 0 ? "sent more than its hello" : "left");
         lobby_drop(d, i);
     }
 }
@@ -189,12 +189,12 @@ ai_status_t comm_door_poll(ai_comm *c, comm_door *d, int ms, int *waiting)
         return AI_OK;
     if (lfd < 0) {
         if (ms > 0)
-            ai_sleep_us((long)ms * 1000);
+            util_sleep_us((long)ms * 1000);
         return AI_OK;
     }
     if (!d->gate) {
         if (!(d->gate = malloc(sizeof *d->gate)))
-            return ai_fail(AI_ERR_NOMEM, "join door");
+            return util_fail(AI_ERR_NOMEM, "join door");
         comm_gate_init(d->gate, lfd, "join door", d->job_key, hello_open, hello_admit,
                        comm_store_refuse, d);
     }
@@ -237,19 +237,19 @@ ai_status_t comm_door_addr(const ai_comm *c, char *buf, size_t len)
     const char *list = util_param_str(UTIL_PARAM_JOIN_DOOR);
     if (list && *list) {
         if ((size_t)snprintf(buf, len, "%s", list) >= len)
-            return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short "
-                           "for %s", len, DOOR_ENV);
+            return util_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short "
+                             "for %s", len, DOOR_ENV);
         return AI_OK;
     }
     const comm_peer *p = &c->tp->peers[0];
     if (c->size == 1 && c->tp->listen_fd < 0)
-        return ai_fail(AI_ERR_UNSUPPORTED, "a communicator of one rank created alone has no join "
-                       "door (set %s)", DOOR_ENV);
+        return util_fail(AI_ERR_UNSUPPORTED, "a communicator of one rank created alone has no join "
+                         "door (set %s)", DOOR_ENV);
     char ip[INET_ADDRSTRLEN];
     uint32_t addr = p->addr ? p->addr : htonl(INADDR_LOOPBACK);
     inet_ntop(AF_INET, &addr, ip, sizeof ip);
     if ((size_t)snprintf(buf, len, "%s:%u", ip, (unsigned)p->port) >= len)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short",
-                       len);
+        return util_fail(AI_ERR_INVALID, "ai_comm_join_addr: a buffer of %zu bytes is too short",
+                         len);
     return AI_OK;
 }

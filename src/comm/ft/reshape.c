@@ -78,7 +78,7 @@ static ai_status_t build(const comm_params *pp, int rank, int size, const unsign
         comm_destroy(nc);
         return st;
     }
-    ai_log_set_rank(rank);
+    util_log_set_rank(rank);
     *out = nc;
     return AI_OK;
 }
@@ -91,11 +91,11 @@ ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
     uint16_t port;
     ai_status_t st = listen_again(c, &lfd, &port);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "rank %d: shrink", c->rank);
+        return util_fail_prefix(st, "rank %d: shrink", c->rank);
     uint64_t flags = 0, *ports = calloc((size_t)n, sizeof *ports);
     comm_rank_info *table = calloc((size_t)n, sizeof *table);
     if (!ports || !table) {
-        st = ai_fail(AI_ERR_NOMEM, "shrink");
+        st = util_fail(AI_ERR_NOMEM, "shrink");
         goto err;
     }
     if ((st = comm_ft_agree(c, &flags, port, ports)) != AI_OK)
@@ -103,7 +103,7 @@ ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
     /* Whoever has not heard of the failure yet hears it now; the old
      * communicator answers only agree, failed, shrink and destroy. */
     if (c->state == AI_OK) {
-        ai_fail(AI_ERR_REVOKED, "shrunk into a new communicator");
+        util_fail(AI_ERR_REVOKED, "shrunk into a new communicator");
         comm_abort(c, AI_ERR_REVOKED);
     }
     int size = 0, rank = -1;
@@ -115,7 +115,7 @@ ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out)
         table[size++] = entry_of(c, j, (uint16_t)ports[j]);
     }
     unsigned char key[COMM_KEY_BYTES];
-    ai_key_derive(key, c->tp->key, "autoinfra shrink", &c->ft->epoch, sizeof c->ft->epoch);
+    util_key_derive(key, c->tp->key, "autoinfra shrink", &c->ft->epoch, sizeof c->ft->epoch);
     comm_params pp = params_of(c);
     st = build(&pp, rank, size, c->tp->job_key, key, lfd, table, out);
     lfd = -1;
@@ -136,7 +136,7 @@ err:
         close(lfd);
     free(ports);
     free(table);
-    return ai_fail_prefix(st, "rank %d of %d: shrink", c->rank, n);
+    return util_fail_prefix(st, "rank %d of %d: shrink", c->rank, n);
 }
 
 /* ------------------------------------------------------------------ grow */
@@ -153,7 +153,7 @@ static ai_status_t send_table(ai_comm *c, int j, ai_status_t status, const char 
     size_t body = GROW_FIXED + (size_t)ns * COMM_WIRE_ENTRY;
     unsigned char *f = calloc(1, COMM_WIRE_FT_HDR + body);
     if (!f)
-        return ai_fail(AI_ERR_NOMEM, "grow table");
+        return util_fail(AI_ERR_NOMEM, "grow table");
     comm_wire_ft_hdr_pack(f, FT_KIND_GROW_TABLE, (uint32_t)body);
     int32_t s32 = status;
     uint32_t u = (uint32_t)ns;
@@ -183,10 +183,10 @@ static ai_status_t ctl_await(ai_comm *c, int j, uint16_t kind, double deadline,
             comm_ctl_consume(c, j, *len); /* a leftover agreement frame */
         }
         if (pst != AI_OK)
-            return ai_fail(AI_ERR_PEER, "rank %d's control connection ended", j);
+            return util_fail(AI_ERR_PEER, "rank %d's control connection ended", j);
         double left = deadline - ai_now();
         if (left <= 0)
-            return ai_fail(AI_ERR_TIMEOUT, "rank %d did not answer in time", j);
+            return util_fail(AI_ERR_TIMEOUT, "rank %d did not answer in time", j);
         struct pollfd pfd = {.fd = c->tp->peers[j].ctl_fd, .events = POLLIN};
         (void)poll(&pfd, 1, (int)AI_MIN(left * 1000 + 1, 100));
     }
@@ -202,7 +202,7 @@ static ai_status_t grow_gather(ai_comm *c, comm_door *door, int want, comm_rank_
     unsigned char *in = calloc((size_t)n, 1);
     ai_status_t st = AI_OK;
     if (!in)
-        return ai_fail(AI_ERR_NOMEM, "grow");
+        return util_fail(AI_ERR_NOMEM, "grow");
     for (int ms = 0;; ms = 20) {
         if ((st = comm_door_poll(c, door, ms, &waiting)) != AI_OK)
             break;
@@ -221,14 +221,14 @@ static ai_status_t grow_gather(ai_comm *c, comm_door *door, int want, comm_rank_
                 comm_ctl_consume(c, j, len);
             }
             if (pst != AI_OK)
-                st = ai_fail(AI_ERR_PEER, "member rank %d died during the grow (its control "
-                             "connection ended%s)", j, in[j] ? " after it sent its entry" : "");
+                st = util_fail(AI_ERR_PEER, "member rank %d died during the grow (its control "
+                               "connection ended%s)", j, in[j] ? " after it sent its entry" : "");
         }
         if (st != AI_OK || (have == n && waiting >= want))
             break;
         if (ai_now() >= deadline) {
-            st = ai_fail(AI_ERR_TIMEOUT, "%d of %d newcomers waited at the join door and %d of %d "
-                         "members arrived within the grow's timeout", waiting, want, have, n);
+            st = util_fail(AI_ERR_TIMEOUT, "%d of %d newcomers waited at the join door and %d of %d "
+                           "members arrived within the grow's timeout", waiting, want, have, n);
             break;
         }
     }
@@ -241,14 +241,14 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
     if (c->state != AI_OK)
         return comm_state_error(c, "grow");
     if (joiners < 1 || joiners > COMM_WIRE_MAX_RANKS - c->size)
-        return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; want 1 or more", joiners);
+        return util_fail(AI_ERR_INVALID, "grow by %d newcomers; want 1 or more", joiners);
     if (joiners > COMM_DOOR_LOBBY_MAX)
-        return ai_fail(AI_ERR_INVALID, "grow by %d newcomers; at most %d wait at the join door "
-                       "at once", joiners, COMM_DOOR_LOBBY_MAX);
+        return util_fail(AI_ERR_INVALID, "grow by %d newcomers; at most %d wait at the join door "
+                         "at once", joiners, COMM_DOOR_LOBBY_MAX);
     if (c->size == 1 && c->tp->listen_fd < 0 && !util_param_str(UTIL_PARAM_JOIN_DOOR))
-        return ai_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
-                       "no join door (create it with size > 1, shrink into it, or set "
-                       "AUTOINFRA_JOIN_DOOR)");
+        return util_fail(AI_ERR_UNSUPPORTED, "grow: a communicator of one rank created alone has "
+                         "no join door (create it with size > 1, shrink into it, or set "
+                         "AUTOINFRA_JOIN_DOOR)");
     int n = c->size, size = n + joiners, lfd = -1, got = 0;
     double wait = timeout_s > 0 ? timeout_s : c->timeout_s;
     double deadline = ai_now() + wait;
@@ -259,7 +259,7 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
     int *jfd = malloc((size_t)joiners * sizeof *jfd);
     ai_status_t st = AI_OK;
     if (!table || !jfd) {
-        st = ai_fail(AI_ERR_NOMEM, "grow");
+        st = util_fail(AI_ERR_NOMEM, "grow");
         goto out;
     }
     if ((st = listen_again(c, &lfd, &port)) != AI_OK)
@@ -283,13 +283,13 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
             char why[GROW_REASON];
             snprintf(why, sizeof why, "%s", (const char *)t + COMM_WIRE_FT_HDR + 16);
             comm_ctl_consume(c, 0, len);
-            st = ai_fail(s32 < 0 && s32 > -100 ? (ai_status_t)s32 : AI_ERR_PROTO,
-                         "rank 0 could not grow the communicator: %s", why);
+            st = util_fail(s32 < 0 && s32 > -100 ? (ai_status_t)s32 : AI_ERR_PROTO,
+                           "rank 0 could not grow the communicator: %s", why);
             goto out;
         }
         if (ns != (uint32_t)size || len != COMM_WIRE_FT_HDR + GROW_FIXED + (size_t)ns * COMM_WIRE_ENTRY) {
             comm_ctl_consume(c, 0, len);
-            st = ai_fail(AI_ERR_PROTO, "rank 0 sent a grown table of %u ranks, want %d", ns, size);
+            st = util_fail(AI_ERR_PROTO, "rank 0 sent a grown table of %u ranks, want %d", ns, size);
             goto out;
         }
         for (int i = 0; i < size; i++)
@@ -304,7 +304,7 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
             got = joiners;
         }
         if (st == AI_OK)
-            ai_random_bytes(&nonce, sizeof nonce);
+            util_random_bytes(&nonce, sizeof nonce);
         const char *why = st == AI_OK ? NULL : ai_last_error();
         char reason[GROW_REASON];
         snprintf(reason, sizeof reason, "%s", why ? why : "");
@@ -323,19 +323,19 @@ ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **ou
                                     : AI_ERR_NOMEM;
                 free(b);
                 if (wst != AI_OK)
-                    ai_log(AI_LOG_WARN, "grow: could not send newcomer %d its table", n + i);
+                    util_log(AI_LOG_WARN, "grow: could not send newcomer %d its table", n + i);
             } else {
                 comm_store_refuse(jfd[i], reason);
             }
         }
         if (st != AI_OK) {
-            st = ai_fail(st, "%s", reason); /* not a send's error to a dead member */
+            st = util_fail(st, "%s", reason); /* not a send's error to a dead member */
             goto out;
         }
     }
     comm_params pp = params_of(c);
     unsigned char key[COMM_KEY_BYTES];
-    ai_key_derive(key, c->tp->job_key, "autoinfra grow", &nonce, sizeof nonce);
+    util_key_derive(key, c->tp->job_key, "autoinfra grow", &nonce, sizeof nonce);
     st = build(&pp, c->rank, size, c->tp->job_key, key, lfd, table, out);
     lfd = -1;
     if (st == AI_OK && c->rank == 0)
@@ -347,7 +347,7 @@ out:
         close(lfd);
     free(jfd);
     free(table);
-    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "rank %d of %d: grow by %d", c->rank, n, joiners);
+    return st == AI_OK ? AI_OK : util_fail_prefix(st, "rank %d of %d: grow by %d", c->rank, n, joiners);
 }
 
 /* ------------------------------------------------------------------ join */
@@ -355,7 +355,7 @@ out:
 ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len)
 {
     if (!c || !buf)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join_addr: NULL communicator or buffer");
+        return util_fail(AI_ERR_INVALID, "ai_comm_join_addr: NULL communicator or buffer");
     return comm_door_addr(c, buf, len);
 }
 
@@ -363,7 +363,7 @@ ai_status_t comm_ft_join_pending(ai_comm *c, int *waiting)
 {
     comm_door *d;
     if (!c || !waiting)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join_pending: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_comm_join_pending: NULL argument");
     *waiting = 0;
     if (c->state != AI_OK)
         return AI_OK; /* it cannot grow; its next call says why */
@@ -393,10 +393,10 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     ai_status_t st;
     const char *where = job_addr ? job_addr : util_param_str(UTIL_PARAM_JOIN_ADDR);
     if (!cfg)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join: no configuration");
+        return util_fail(AI_ERR_INVALID, "ai_comm_join: no configuration");
     if (!where)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join: no job address (pass one from "
-                       "ai_comm_join_addr, or set AUTOINFRA_JOIN_ADDR=host:port)");
+        return util_fail(AI_ERR_INVALID, "ai_comm_join: no job address (pass one from "
+                         "ai_comm_join_addr, or set AUTOINFRA_JOIN_ADDR=host:port)");
     /* A list of doors: the one the job's current rank 0 holds answers. */
     uint32_t door[JOIN_DOORS_MAX];
     uint16_t dport[JOIN_DOORS_MAX];
@@ -408,17 +408,17 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         snprintf(item, sizeof item, "%.*s", (int)AI_MIN(k, sizeof item - 1), p);
         p += k + (p[k] == ',');
         if (nd == JOIN_DOORS_MAX)
-            return ai_fail(AI_ERR_INVALID, "ai_comm_join: more than %d addresses in '%s'",
-                           JOIN_DOORS_MAX, where);
+            return util_fail(AI_ERR_INVALID, "ai_comm_join: more than %d addresses in '%s'",
+                             JOIN_DOORS_MAX, where);
         if (comm_split_hostport(item, host, sizeof host, &port) != 0)
-            return ai_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port",
-                           item);
+            return util_fail(AI_ERR_INVALID, "ai_comm_join: job address '%s' is not host:port",
+                             item);
         if ((st = comm_resolve_ipv4(host, &door[nd])) != AI_OK)
-            return ai_fail_prefix(st, "ai_comm_join: job address %s", item);
+            return util_fail_prefix(st, "ai_comm_join: job address %s", item);
         dport[nd++] = (uint16_t)port;
     }
     if (nd == 0)
-        return ai_fail(AI_ERR_INVALID, "ai_comm_join: an empty job address");
+        return util_fail(AI_ERR_INVALID, "ai_comm_join: an empty job address");
     double timeout = cfg->timeout_s;
     if (timeout <= 0 && (st = util_param_double(UTIL_PARAM_TIMEOUT, &timeout)) != AI_OK)
         return st;
@@ -428,12 +428,12 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     if (!token)
         token = "";
     unsigned char job_key[COMM_KEY_BYTES];
-    if ((st = ai_crypto_init()) != AI_OK)
+    if ((st = util_crypto_init()) != AI_OK)
         return st;
     comm_token_key(token, job_key);
     uint32_t mine;
     if ((st = comm_local_addr_towards(door[0], &mine)) != AI_OK)
-        return ai_fail_prefix(st, "ai_comm_join: job address %s", where);
+        return util_fail_prefix(st, "ai_comm_join: job address %s", where);
     int lfd = -1;
     uint16_t lport = 0;
     if ((st = comm_tcp_listen(mine, &lfd, &lport)) != AI_OK)
@@ -449,7 +449,7 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
     joined_answer a = {.table = calloc(JOIN_MAX_RANKS, sizeof(comm_rank_info))};
     if (!a.table) {
         close(lfd);
-        return ai_fail(AI_ERR_NOMEM, "join table");
+        return util_fail(AI_ERR_NOMEM, "join table");
     }
     for (int attempt = 0;; attempt++) {
         int retry = 0, i = attempt % nd, fd;
@@ -471,11 +471,11 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         comm_backoff(attempt, deadline);
     }
     if (st == AI_OK && a.rejected)
-        st = ai_fail(AI_ERR_PROTO, "refused: %s", a.why);
+        st = util_fail(AI_ERR_PROTO, "refused: %s", a.why);
     if (st != AI_OK) {
         close(lfd);
         free(a.table);
-        return ai_fail_prefix(st, "ai_comm_join: the job at %s", where);
+        return util_fail_prefix(st, "ai_comm_join: the job at %s", where);
     }
     comm_wire_joined j = a.j;
     comm_rank_info *table = a.table;
@@ -486,10 +486,10 @@ ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_com
         return st;
     }
     unsigned char key[COMM_KEY_BYTES];
-    ai_key_derive(key, job_key, "autoinfra grow", &j.nonce, sizeof j.nonce);
+    util_key_derive(key, job_key, "autoinfra grow", &j.nonce, sizeof j.nonce);
     st = build(&pp, (int)j.rank, (int)j.size, job_key, key, lfd, table, out);
-    ai_wipe(job_key, sizeof job_key);
-    ai_wipe(key, sizeof key);
+    util_wipe(job_key, sizeof job_key);
+    util_wipe(key, sizeof key);
     free(table);
-    return st == AI_OK ? AI_OK : ai_fail_prefix(st, "ai_comm_join: rank %u of %u", j.rank, j.size);
+    return st == AI_OK ? AI_OK : util_fail_prefix(st, "ai_comm_join: rank %u of %u", j.rank, j.size);
 }

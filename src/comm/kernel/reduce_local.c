@@ -98,28 +98,28 @@ double ai_elem_get(const void *buf, ai_dtype dt, size_t i)
 ai_status_t ai_dtype_parse(const char *name, ai_dtype *out)
 {
     if (!name)
-        return ai_fail(AI_ERR_INVALID, "dtype name is NULL");
+        return util_fail(AI_ERR_INVALID, "dtype name is NULL");
     for (int i = 0; i < AI_DTYPE_COUNT; i++) {
         if (strcasecmp(name, dtype_info[i].name) == 0) {
             *out = (ai_dtype)i;
             return AI_OK;
         }
     }
-    return ai_fail(AI_ERR_INVALID, "unknown dtype '%s' (valid: f32, f64, f16, bf16, i32, i64, u8)",
-                   name);
+    return util_fail(AI_ERR_INVALID, "unknown dtype '%s' (valid: f32, f64, f16, bf16, i32, i64, u8)",
+                     name);
 }
 
 ai_status_t ai_op_parse(const char *name, ai_op *out)
 {
     if (!name)
-        return ai_fail(AI_ERR_INVALID, "op name is NULL");
+        return util_fail(AI_ERR_INVALID, "op name is NULL");
     for (int i = 0; i < AI_OP_COUNT; i++) {
         if (strcasecmp(name, op_names[i]) == 0) {
             *out = (ai_op)i;
             return AI_OK;
         }
     }
-    return ai_fail(AI_ERR_INVALID, "unknown op '%s' (valid: sum, prod, min, max, avg)", name);
+    return util_fail(AI_ERR_INVALID, "unknown op '%s' (valid: sum, prod, min, max, avg)", name);
 }
 
 /* -------------------------------------------------------- conversions */

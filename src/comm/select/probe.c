@@ -144,7 +144,7 @@ ai_status_t comm_links_get(ai_comm *c, int refresh, const comm_links **out)
     comm_links *l = calloc(1, sizeof *l);
     if (!l || !(l->bw_Bps = calloc((size_t)H * (size_t)(2 * H + 3), sizeof(double)))) {
         free(l);
-        return ai_fail(AI_ERR_NOMEM, "link matrix");
+        return util_fail(AI_ERR_NOMEM, "link matrix");
     }
     l->nhosts = H;
     l->lat_s = l->bw_Bps + (size_t)H * H;

@@ -55,11 +55,11 @@ static int bs_claims(bs_store *s, const unsigned char *b, size_t len, comm_wire_
     if (need)
         return 0;
     if (h->size != (uint32_t)s->cfg->size)
-        return ai_fail(AI_ERR_PROTO, "job size differs from rank 0's"), -1;
+        return util_fail(AI_ERR_PROTO, "job size differs from rank 0's"), -1;
     if (h->rank == 0 || h->rank >= h->size)
-        return ai_fail(AI_ERR_PROTO, "rank out of range"), -1;
+        return util_fail(AI_ERR_PROTO, "rank out of range"), -1;
     if (s->fd[h->rank] >= 0)
-        return ai_fail(AI_ERR_PROTO, "rank already joined"), -1;
+        return util_fail(AI_ERR_PROTO, "rank already joined"), -1;
     return COMM_WIRE_HELLO_FRAME;
 }
 
@@ -91,7 +91,7 @@ static ai_status_t store_serve(const ai_comm_config *cfg, const unsigned char *k
     if (!g || !s.fd) {
         free(g);
         free(s.fd);
-        return ai_fail(AI_ERR_NOMEM, "rendezvous table");
+        return util_fail(AI_ERR_NOMEM, "rendezvous table");
     }
     for (int r = 0; r < cfg->size; r++)
         s.fd[r] = -1;
@@ -104,8 +104,8 @@ static ai_status_t store_serve(const ai_comm_config *cfg, const unsigned char *k
             for (int r = 1; r < cfg->size && len < sizeof missing - 12; r++)
                 if (s.fd[r] < 0)
                     len += (size_t)snprintf(missing + len, sizeof missing - len, " %d", r);
-            st = ai_fail(AI_ERR_TIMEOUT, "rendezvous timed out after %.1f s: %d of %d ranks joined (missing:%s)",
-                         cfg->timeout_s, s.njoined, cfg->size, missing);
+            st = util_fail(AI_ERR_TIMEOUT, "rendezvous timed out after %.1f s: %d of %d ranks joined (missing:%s)",
+                           cfg->timeout_s, s.njoined, cfg->size, missing);
             goto out;
         }
         int ms = (int)((deadline - now) * 1000) + 1;
@@ -116,7 +116,7 @@ static ai_status_t store_serve(const ai_comm_config *cfg, const unsigned char *k
     size_t body = (size_t)cfg->size * COMM_WIRE_ENTRY;
     unsigned char *msg = malloc(COMM_WIRE_HDR + body);
     if (!msg) {
-        st = ai_fail(AI_ERR_NOMEM, "rendezvous table");
+        st = util_fail(AI_ERR_NOMEM, "rendezvous table");
         goto out;
     }
     comm_wire_hdr_pack(msg, COMM_WIRE_TABLE, (uint32_t)body);
@@ -125,7 +125,7 @@ static ai_status_t store_serve(const ai_comm_config *cfg, const unsigned char *k
     for (int r = 1; r < cfg->size && st == AI_OK; r++) {
         st = comm_sock_write_full(s.fd[r], msg, COMM_WIRE_HDR + body, deadline);
         if (st != AI_OK)
-            ai_fail_prefix(st, "sending the rank table to rank %d", r);
+            util_fail_prefix(st, "sending the rank table to rank %d", r);
     }
     free(msg);
 out:
@@ -150,7 +150,7 @@ ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char key
     if (st != AI_OK)
         return st;
     unsigned char hello[COMM_WIRE_HELLO_FRAME], nonce[COMM_WIRE_NONCE], first[COMM_AUTH_PEEK];
-    ai_random_bytes(nonce, sizeof nonce);
+    util_random_bytes(nonce, sizeof nonce);
     comm_wire_hello_pack(hello, rank, size, nonce, self);
     st = comm_auth_connect(fd, key, hello, sizeof hello, deadline, &challenged, first);
     size_t want = COMM_WIRE_HDR, got = 0, need = 0;
@@ -158,7 +158,7 @@ ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char key
     while (st == AI_OK) {
         unsigned char *more = realloc(ans, want);
         if (!more) {
-            st = ai_fail(AI_ERR_NOMEM, "the answer to a hello");
+            st = util_fail(AI_ERR_NOMEM, "the answer to a hello");
             break;
         }
         ans = more;
@@ -170,8 +170,8 @@ ai_status_t comm_store_ask(uint32_t addr, uint16_t port, const unsigned char key
             break;
         got = want;
         if ((st = parse(arg, ans, got, &need)) != AI_OK) {
-            ai_fail_prefix(st, "answered with something that is not an autoinfra peer of "
-                           "protocol version %d", COMM_PROTO_VERSION);
+            util_fail_prefix(st, "answered with something that is not an autoinfra peer of "
+                             "protocol version %d", COMM_PROTO_VERSION);
             break;
         }
         if (!need)
@@ -210,11 +210,11 @@ static ai_status_t join_once(const ai_comm_config *cfg, const unsigned char *key
     ai_status_t st = comm_store_ask(store_addr, (uint16_t)cfg->store_port, key, (uint32_t)cfg->rank,
                                     (uint32_t)cfg->size, self, deadline, table_parse, &a, retry);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "rendezvous store (rank 0) at %s:%d", cfg->store_host,
-                              cfg->store_port);
+        return util_fail_prefix(st, "rendezvous store (rank 0) at %s:%d", cfg->store_host,
+                                cfg->store_port);
     if (a.rejected)
-        st = ai_fail(AI_ERR_PROTO, "rendezvous at %s:%d refused rank %d: %s", cfg->store_host,
-                     cfg->store_port, cfg->rank, a.why);
+        st = util_fail(AI_ERR_PROTO, "rendezvous at %s:%d refused rank %d: %s", cfg->store_host,
+                       cfg->store_port, cfg->rank, a.why);
     return st;
 }
 
@@ -227,9 +227,9 @@ static ai_status_t store_join(const ai_comm_config *cfg, const unsigned char *ke
         ai_status_t st = join_once(cfg, key, self, store_addr, table, deadline, &retry);
         if (st == AI_OK || !retry || ai_now() >= deadline)
             return st == AI_OK ? AI_OK
-                               : ai_fail_prefix(st, "rendezvous with rank 0 at %s:%d (attempt %d)",
-                                                cfg->store_host, cfg->store_port, attempt + 1);
-        ai_log(AI_LOG_DEBUG, "rendezvous store closed the connection unanswered; retrying");
+                               : util_fail_prefix(st, "rendezvous with rank 0 at %s:%d (attempt %d)",
+                                                  cfg->store_host, cfg->store_port, attempt + 1);
+        util_log(AI_LOG_DEBUG, "rendezvous store closed the connection unanswered; retrying");
         comm_backoff(attempt, deadline);
     }
 }
@@ -248,7 +248,7 @@ ai_status_t comm_bootstrap(const ai_comm_config *cfg, const unsigned char key[CO
     uint16_t port = (uint16_t)cfg->store_port;
     st = comm_tcp_listen(store_addr, &lfd, &port);
     if (st != AI_OK)
-        return ai_fail_prefix(st, "rank 0 cannot open the rendezvous store");
+        return util_fail_prefix(st, "rank 0 cannot open the rendezvous store");
     if (self->addr == 0)
         self->addr = store_addr;
     table[0] = *self;
@@ -269,14 +269,14 @@ ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *k
     ai_status_t st;
     unsigned char val[COMM_WIRE_ENTRY + 8];
     uint64_t mine;
-    ai_random_bytes(&mine, sizeof mine);
+    util_random_bytes(&mine, sizeof mine);
     comm_wire_entry_pack(val, self);
     memcpy(val + COMM_WIRE_ENTRY, &mine, 8);
     char key[48];
     snprintf(key, sizeof key, "autoinfra/rank/%d", cfg->rank);
     if ((st = kv->set(kv->ctx, key, val, sizeof val)) != AI_OK)
-        return ai_fail(st, "rank %d: publishing its address in the store (key %s) failed: %s",
-                       cfg->rank, key, ai_strerror(st));
+        return util_fail(st, "rank %d: publishing its address in the store (key %s) failed: %s",
+                         cfg->rank, key, ai_strerror(st));
     for (int r = 0; r < cfg->size; r++) {
         if (r == cfg->rank) {
             table[r] = *self;
@@ -288,11 +288,11 @@ ai_status_t comm_bootstrap_store(const ai_comm_config *cfg, const ai_kv_store *k
         double left = deadline - ai_now();
         st = left > 0 ? kv->get(kv->ctx, key, val, sizeof val, left) : AI_ERR_TIMEOUT;
         if (st == AI_ERR_TIMEOUT)
-            return ai_fail(st, "rank %d did not publish its address in the store (key %s) within "
-                           "%.1f s", r, key, cfg->timeout_s);
+            return util_fail(st, "rank %d did not publish its address in the store (key %s) within "
+                             "%.1f s", r, key, cfg->timeout_s);
         if (st != AI_OK)
-            return ai_fail(st, "reading rank %d's address from the store (key %s) failed: %s", r,
-                           key, ai_strerror(st));
+            return util_fail(st, "reading rank %d's address from the store (key %s) failed: %s", r,
+                             key, ai_strerror(st));
         comm_wire_entry_unpack(val, &table[r]);
         if (r == 0)
             memcpy(nonce, val + COMM_WIRE_ENTRY, 8);

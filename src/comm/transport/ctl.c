@@ -79,7 +79,7 @@ static ai_status_t ctl_read(comm_peer *p)
             size_t cap = AI_MAX(p->ctl_cap * 2, p->ctl_len + CTL_READ);
             unsigned char *nb = realloc(p->ctl_buf, cap);
             if (!nb)
-                return ai_fail(AI_ERR_NOMEM, "control buffer");
+                return util_fail(AI_ERR_NOMEM, "control buffer");
             p->ctl_buf = nb;
             p->ctl_cap = cap;
         }
@@ -126,10 +126,10 @@ ai_status_t comm_ctl_adopt(ai_comm *c, int32_t origin, const char *reason, int r
     snprintf(tp->abort_reason, sizeof tp->abort_reason, "%s", reason);
     tp->blame = origin;
     if (revoked)
-        return ai_fail(AI_ERR_REVOKED, "rank %d (host %s) revoked the communicator: %s [rank %d %s]",
-                       origin, tp->peers[origin].host, reason, via, how);
-    return ai_fail(AI_ERR_PEER, "rank %d (host %s) failed first: %s [rank %d %s]", origin,
-                   tp->peers[origin].host, reason, via, how);
+        return util_fail(AI_ERR_REVOKED, "rank %d (host %s) revoked the communicator: %s [rank %d %s]",
+                         origin, tp->peers[origin].host, reason, via, how);
+    return util_fail(AI_ERR_PEER, "rank %d (host %s) failed first: %s [rank %d %s]", origin,
+                     tp->peers[origin].host, reason, via, how);
 }
 
 ai_status_t comm_ctl_check(ai_comm *c)
@@ -222,7 +222,7 @@ ai_status_t comm_ctl_send(ai_comm *c, int peer, const void *frame, size_t len, d
 {
     comm_peer *p = &c->tp->peers[peer];
     if (p->ctl_fd < 0 || p->ctl_dead)
-        return ai_fail(AI_ERR_PEER, "rank %d's control connection is gone", peer);
+        return util_fail(AI_ERR_PEER, "rank %d's control connection is gone", peer);
     ai_status_t st = comm_sock_write_full(p->ctl_fd, frame, len, deadline);
     if (st == AI_ERR_PEER)
         ctl_fail(p);

@@ -157,11 +157,11 @@ ai_status_t comm_call_mismatch(const ai_comm *c, int peer, const char *peer_host
                                const comm_call_sig *theirs, const char *where)
 {
     char a[96], b[96];
-    return ai_fail(AI_ERR_PROTO,
-                   "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
-                   "%s): ranks issued different collectives or arguments",
-                   peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
-                   comm_call_sig_str(&c->call, b, sizeof b), seq, where);
+    return util_fail(AI_ERR_PROTO,
+                     "rank %d (host %s) called %s where rank %d called %s (collective call #%u, "
+                     "%s): ranks issued different collectives or arguments",
+                     peer, peer_host, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                     comm_call_sig_str(&c->call, b, sizeof b), seq, where);
 }
 
 /* A message of another call number than this rank's. From the call
@@ -175,26 +175,26 @@ static ai_status_t late_error(const ai_comm *c, const comm_req *r, uint32_t seq,
     char a[96], b[96];
     int peer = r->peer;
     if (seq + 1 == r->seq && memcmp(theirs, &c->prev_call, sizeof *theirs) != 0)
-        return ai_fail(AI_ERR_PROTO,
-                       "rank %d (host %s) called %s where rank %d called %s (collective call "
-                       "#%u; its message reached this rank's call #%u): ranks issued different "
-                       "collectives or arguments",
-                       peer, comm_peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
-                       comm_call_sig_str(&c->prev_call, b, sizeof b), seq, r->seq);
+        return util_fail(AI_ERR_PROTO,
+                         "rank %d (host %s) called %s where rank %d called %s (collective call "
+                         "#%u; its message reached this rank's call #%u): ranks issued different "
+                         "collectives or arguments",
+                         peer, comm_peer_host(c, peer), comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                         comm_call_sig_str(&c->prev_call, b, sizeof b), seq, r->seq);
     if (seq == r->seq + 1 && memcmp(their_prev, &c->call, sizeof *their_prev) != 0)
         return comm_call_mismatch(c, peer, comm_peer_host(c, peer), r->seq, their_prev,
                                   "named by its next call's message");
     if (seq == r->seq + 1)
-        return ai_fail(AI_ERR_PROTO,
-                       "rank %d (host %s) finished collective call #%u, %s, without sending "
-                       "rank %d the message it waits for: ranks ran different algorithms",
-                       peer, comm_peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
-                       c->rank);
-    return ai_fail(AI_ERR_PROTO,
-                   "rank %d (host %s) is in collective call #%u (%s) while rank %d is in #%u "
-                   "(%s): ranks issued different collectives",
-                   peer, comm_peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
-                   r->seq, comm_call_sig_str(&c->call, b, sizeof b));
+        return util_fail(AI_ERR_PROTO,
+                         "rank %d (host %s) finished collective call #%u, %s, without sending "
+                         "rank %d the message it waits for: ranks ran different algorithms",
+                         peer, comm_peer_host(c, peer), r->seq, comm_call_sig_str(&c->call, a, sizeof a),
+                         c->rank);
+    return util_fail(AI_ERR_PROTO,
+                     "rank %d (host %s) is in collective call #%u (%s) while rank %d is in #%u "
+                     "(%s): ranks issued different collectives",
+                     peer, comm_peer_host(c, peer), seq, comm_call_sig_str(theirs, a, sizeof a), c->rank,
+                     r->seq, comm_call_sig_str(&c->call, b, sizeof b));
 }
 
 static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
@@ -208,24 +208,24 @@ static ai_status_t hdr_check(const ai_comm *c, const comm_req *r, int k)
     memcpy(&theirs, r->hdr[k] + 16, sizeof theirs);
     memcpy(&their_prev, r->hdr[k] + 32, sizeof their_prev);
     if (magic != COMM_MSG_MAGIC)
-        return ai_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
-                       r->peer, comm_peer_host(c, r->peer), magic);
+        return util_fail(AI_ERR_PROTO, "malformed frame from rank %d (host %s): bad magic 0x%08x",
+                         r->peer, comm_peer_host(c, r->peer), magic);
     if (seq != r->seq && (seq == COMM_SEQ_P2P || r->seq == COMM_SEQ_P2P))
-        return ai_fail(AI_ERR_PROTO,
-                       "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
-                       "different operations", r->peer, comm_peer_host(c, r->peer),
-                       seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
-                       seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
+        return util_fail(AI_ERR_PROTO,
+                         "rank %d (host %s) sent a %s where this rank expects a %s: ranks issued "
+                         "different operations", r->peer, comm_peer_host(c, r->peer),
+                         seq == COMM_SEQ_P2P ? "point-to-point message" : "collective's message",
+                         seq == COMM_SEQ_P2P ? "collective's message" : "point-to-point message");
     if (seq != r->seq)
         return late_error(c, r, seq, &theirs, &their_prev);
     if (seq != COMM_SEQ_P2P && memcmp(&theirs, &c->call, sizeof theirs) != 0)
         return comm_call_mismatch(c, r->peer, comm_peer_host(c, r->peer), seq, &theirs,
                                   "message header");
     if (len != comm_chan_len(r, k))
-        return ai_fail(AI_ERR_PROTO,
-                       "rank %d (host %s) sent %llu bytes where %zu were expected: "
-                       "collective arguments (count, type, root or algorithm) differ between ranks",
-                       r->peer, comm_peer_host(c, r->peer), (unsigned long long)len, comm_chan_len(r, k));
+        return util_fail(AI_ERR_PROTO,
+                         "rank %d (host %s) sent %llu bytes where %zu were expected: "
+                         "collective arguments (count, type, root or algorithm) differ between ranks",
+                         r->peer, comm_peer_host(c, r->peer), (unsigned long long)len, comm_chan_len(r, k));
     return AI_OK;
 }
 
@@ -302,7 +302,7 @@ ai_status_t comm_transports_setup(ai_comm *c)
         if (p->ops)
             p->kind = p->ops->kind;
         else if (j != c->rank)
-            return ai_fail(AI_ERR_INVALID, "no transport reaches rank %d (host %s)", j, p->host);
+            return util_fail(AI_ERR_INVALID, "no transport reaches rank %d (host %s)", j, p->host);
     }
     for (int t = 0; t < comm_ntransports; t++) {
         ai_status_t st = comm_transports[t]->setup(c);
@@ -329,8 +329,8 @@ static ai_status_t self_rx(ai_comm *c, comm_req *reqs, int n, comm_req *r)
         if (s->kind != COMM_REQ_SEND || s->peer != c->rank || s->done)
             continue;
         if (s->bytes != r->bytes)
-            return ai_fail(AI_ERR_PROTO, "message to self of %zu bytes received as %zu bytes",
-                           s->bytes, r->bytes);
+            return util_fail(AI_ERR_PROTO, "message to self of %zu bytes received as %zu bytes",
+                             s->bytes, r->bytes);
         if (r->kind == COMM_REQ_RECV)
             memmove(r->rbuf, s->sbuf, r->bytes);
         else
@@ -339,7 +339,7 @@ static ai_status_t self_rx(ai_comm *c, comm_req *reqs, int n, comm_req *r)
         s->done = r->done = 1;
         return AI_OK;
     }
-    return ai_fail(AI_ERR_INVALID, "receive from self without a matching send in the same wait");
+    return util_fail(AI_ERR_INVALID, "receive from self without a matching send in the same wait");
 }
 
 /* ------------------------------------------------------------ progress */
@@ -611,7 +611,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
             if (r->done)
                 continue;
             if (r->peer < 0 || r->peer >= c->size)
-                return comm_abort(c, ai_fail(AI_ERR_INVALID, "request to rank %d of %d", r->peer, c->size));
+                return comm_abort(c, util_fail(AI_ERR_INVALID, "request to rank %d of %d", r->peer, c->size));
             ai_status_t st = AI_OK;
             comm_peer *p = &tp->peers[r->peer];
             if (r->peer == c->rank) {
@@ -694,7 +694,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
             continue;
         comm_wait_hook(c);
         if (now - idle_since > 1.0)
-            ai_sleep_us(100); /* a long wait: stop burning a core */
+            util_sleep_us(100); /* a long wait: stop burning a core */
         else if (polled_only &&
                  now - idle_since <
                      tp->tcp_spin_s[atomic_load_explicit(&tp->block_waits, memory_order_relaxed)])
@@ -741,9 +741,9 @@ ai_status_t comm_sendrecv_reduce(ai_comm *c, int to, const void *sbuf, size_t sb
 ai_status_t comm_state_error(const ai_comm *c, const char *what)
 {
     if (c->state == AI_ERR_REVOKED)
-        return ai_fail(AI_ERR_REVOKED, "%s: communicator revoked (%s)", what, c->failure);
-    return ai_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", what,
-                   c->failure[0] ? c->failure : ai_strerror(c->state));
+        return util_fail(AI_ERR_REVOKED, "%s: communicator revoked (%s)", what, c->failure);
+    return util_fail(AI_ERR_ABORTED, "%s: communicator failed earlier (%s)", what,
+                     c->failure[0] ? c->failure : ai_strerror(c->state));
 }
 
 ai_status_t comm_usable(ai_comm *c, const char *what)

@@ -84,7 +84,7 @@ void comm_irecv(ai_comm *c, comm_req *r, int peer, void *buf, size_t bytes);
 void comm_irecv_reduce(ai_comm *c, comm_req *r, int peer, void *dst, const void *src,
                        size_t count, ai_dtype dt, ai_op op);
 /* Complete n requests (in any order of progress). On failure returns the
- * error (already recorded with ai_fail naming the peer) and the
+ * error (already recorded with util_fail naming the peer) and the
  * communicator is failed. */
 ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n);
 /* comm_wait that also returns AI_OK, some requests not done, once one of

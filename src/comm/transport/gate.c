@@ -73,8 +73,8 @@ static void drop(comm_gate *g, int i, const char *why)
         char ip[INET_ADDRSTRLEN];
         peer_ip(cn->fd, ip, sizeof ip);
         g->refused++;
-        ai_log(g->refused <= GATE_LOGGED ? AI_LOG_WARN : AI_LOG_DEBUG,
-               "%s refused a connection from %s: %s", g->what, ip, why);
+        util_log(g->refused <= GATE_LOGGED ? AI_LOG_WARN : AI_LOG_DEBUG,
+                 "%s refused a connection from %s: %s", g->what, ip, why);
     } else {
         g->dropped++;
     }
@@ -121,7 +121,7 @@ void comm_auth_proof(unsigned char mac[AI_MAC_BYTES], const unsigned char *key, 
 {
     ai_mac_part parts[3];
     proof_parts(parts, accept, opening, n, nonce);
-    ai_mac(mac, key, parts, 3);
+    util_mac(mac, key, parts, 3);
 }
 
 static int proof_right(const unsigned char mac[AI_MAC_BYTES], const unsigned char *key, int accept,
@@ -129,7 +129,7 @@ static int proof_right(const unsigned char mac[AI_MAC_BYTES], const unsigned cha
 {
     ai_mac_part parts[3];
     proof_parts(parts, accept, opening, n, nonce);
-    return ai_mac_verify(mac, key, parts, 3);
+    return util_mac_verify(mac, key, parts, 3);
 }
 
 ai_status_t comm_auth_connect(int fd, const unsigned char *key, const unsigned char *opening,
@@ -156,8 +156,8 @@ ai_status_t comm_auth_connect(int fd, const unsigned char *key, const unsigned c
     if (comm_wire_challenge_parse(ch, sizeof ch, nonce, mac, &need) != AI_OK)
         return AI_ERR_PROTO;
     if (!proof_right(mac, key, 1, opening, n, nonce))
-        return ai_fail(AI_ERR_PROTO, "refused: wrong job token (the peer's proof does not match "
-                       "this rank's: another job, or ranks given different AUTOINFRA_TOKEN values)");
+        return util_fail(AI_ERR_PROTO, "refused: wrong job token (the peer's proof does not match "
+                         "this rank's: another job, or ranks given different AUTOINFRA_TOKEN values)");
     unsigned char pf[COMM_WIRE_PROOF];
     comm_auth_proof(mac, key, 0, opening, n, nonce);
     comm_wire_proof_pack(pf, mac);
@@ -178,7 +178,7 @@ static int judge(comm_gate *g, comm_gate_conn *cn)
             return n;
         unsigned char frame[COMM_WIRE_CHALLENGE], mac[AI_MAC_BYTES];
         cn->opening = (size_t)n;
-        ai_random_bytes(cn->nonce, sizeof cn->nonce);
+        util_random_bytes(cn->nonce, sizeof cn->nonce);
         comm_auth_proof(mac, g->key, 1, cn->buf, cn->opening, cn->nonce);
         comm_wire_challenge_pack(frame, cn->nonce, mac);
         /* The socket is fresh: the challenge fits its buffer, or the peer
@@ -196,7 +196,7 @@ static int judge(comm_gate *g, comm_gate_conn *cn)
     if (need)
         return 0;
     if (!proof_right(mac, g->key, 0, cn->buf, cn->opening, cn->nonce))
-        return ai_fail(AI_ERR_PROTO, "wrong job token (its proof does not match)"), -1;
+        return util_fail(AI_ERR_PROTO, "wrong job token (its proof does not match)"), -1;
     return g->admit(g->arg, cn->fd, cn->buf, cn->opening);
 }
 
@@ -208,7 +208,7 @@ ai_status_t comm_gate_pass(comm_gate *g, int ms)
         fds[i + 1] = (struct pollfd){.fd = g->conns[i].fd, .events = POLLIN};
     int n0 = g->n;
     if (poll(fds, (nfds_t)n0 + 1, ms) < 0 && errno != EINTR)
-        return ai_fail(AI_ERR_IO, "poll: %s", strerror(errno));
+        return util_fail(AI_ERR_IO, "poll: %s", strerror(errno));
     for (int i = 0; i < n0; i++)
         g->conns[i].ready = fds[i + 1].revents != 0;
     for (int k = 0; k < GATE_ACCEPTS_PER_PASS && (fds[0].revents & POLLIN); k++) {
@@ -254,10 +254,10 @@ void comm_gate_close(comm_gate *g)
     while (g->n > 0)
         close(g->conns[--g->n].fd);
     if (g->refused > GATE_LOGGED)
-        ai_log(AI_LOG_WARN, "%s refused %u connections in all (the first %d logged)", g->what,
-               g->refused, GATE_LOGGED);
+        util_log(AI_LOG_WARN, "%s refused %u connections in all (the first %d logged)", g->what,
+                 g->refused, GATE_LOGGED);
     if (g->dropped)
-        ai_log(AI_LOG_WARN, "%s dropped %u connections that did not complete the handshake within "
-               "%.0f s or were the oldest when %d were waiting", g->what, g->dropped,
-               COMM_GATE_DEADLINE_S, COMM_GATE_MAX);
+        util_log(AI_LOG_WARN, "%s dropped %u connections that did not complete the handshake within "
+                 "%.0f s or were the oldest when %d were waiting", g->what, g->dropped,
+                 COMM_GATE_DEADLINE_S, COMM_GATE_MAX);
 }

@@ -37,8 +37,8 @@ static size_t slots_bytes(int nlocal) { return 2 * (size_t)nlocal * COMM_SLOT_BY
 static void shm_name(const ai_comm *c, char *name, size_t n)
 {
     const comm_peer *leader = &c->tp->peers[c->host_ranks[c->host_first[c->host_of[c->rank]]]];
-    uint64_t h = ai_hash64(leader->host, strlen(leader->host), c->tp->token_hash);
-    h = ai_hash64(&leader->pid, sizeof leader->pid, h);
+    uint64_t h = util_hash64(leader->host, strlen(leader->host), c->tp->token_hash);
+    h = util_hash64(&leader->pid, sizeof leader->pid, h);
     snprintf(name, n, "/autoinfra-%016llx", (unsigned long long)h);
 }
 
@@ -60,18 +60,18 @@ static ai_status_t map_create(ai_comm *c, const char *name, size_t bytes, uint64
         fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     }
     if (fd < 0)
-        return ai_fail(AI_ERR_IO, "shm_open %s: %s", name, strerror(errno));
+        return util_fail(AI_ERR_IO, "shm_open %s: %s", name, strerror(errno));
     if (ftruncate(fd, (off_t)bytes) != 0) {
         int err = errno;
         close(fd);
         shm_unlink(name);
-        return ai_fail(AI_ERR_IO, "sizing shared memory %s to %zu bytes: %s", name, bytes, strerror(err));
+        return util_fail(AI_ERR_IO, "sizing shared memory %s to %zu bytes: %s", name, bytes, strerror(err));
     }
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (base == MAP_FAILED) {
         shm_unlink(name);
-        return ai_fail(AI_ERR_IO, "mapping shared memory: %s", strerror(errno));
+        return util_fail(AI_ERR_IO, "mapping shared memory: %s", strerror(errno));
     }
     comm_shm_header *h = base;
     h->magic = SHM_MAGIC;
@@ -97,7 +97,7 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
             void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             close(fd);
             if (base == MAP_FAILED)
-                return ai_fail(AI_ERR_IO, "mapping shared memory: %s", strerror(errno));
+                return util_fail(AI_ERR_IO, "mapping shared memory: %s", strerror(errno));
             comm_shm_header *h = base;
             if (atomic_load_explicit(&h->ready, memory_order_acquire) == 1 && h->magic == SHM_MAGIC) {
                 c->tp->shm_base = base;
@@ -113,9 +113,9 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
             close(fd);
         }
         if (ai_now() > deadline)
-            return ai_fail(AI_ERR_TIMEOUT, "timed out waiting for the host's shared memory %s "
-                           "(the host's lowest rank did not create it)", name);
-        ai_sleep_us(1000);
+            return util_fail(AI_ERR_TIMEOUT, "timed out waiting for the host's shared memory %s "
+                             "(the host's lowest rank did not create it)", name);
+        util_sleep_us(1000);
     }
 }
 
@@ -169,11 +169,11 @@ static ai_status_t shm_setup(ai_comm *c)
      * timeout; past that, unlink anyway so nothing leaks. */
     if (c->local_rank == 0) {
         while (atomic_load(&c->tp->shm->attached) < nlocal && ai_now() < deadline)
-            ai_sleep_us(500);
+            util_sleep_us(500);
         if (atomic_load(&c->tp->shm->attached) < nlocal) {
             shm_unlink(name);
-            return ai_fail(AI_ERR_TIMEOUT, "only %d of %d ranks of this host attached to shared memory",
-                           atomic_load(&c->tp->shm->attached), nlocal);
+            return util_fail(AI_ERR_TIMEOUT, "only %d of %d ranks of this host attached to shared memory",
+                             atomic_load(&c->tp->shm->attached), nlocal);
         }
     }
     return AI_OK;
@@ -202,7 +202,7 @@ ai_status_t comm_shm_check_local(ai_comm *c)
         comm_peer *p = &tp->peers[local[b]];
         if (local[b] != c->rank && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
             tp->blame = local[b]; /* the origin this rank's abort notice names */
-            return ai_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", local[b], (int)p->pid);
+            return util_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", local[b], (int)p->pid);
         }
     }
     return AI_OK;
@@ -285,8 +285,8 @@ static ai_status_t shm_check(ai_comm *c, int peer)
     if (!comm_proc_is_dead(p->pid))
         return AI_OK;
     c->tp->blame = peer;
-    return ai_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", peer, p->host,
-                   (int)p->pid);
+    return util_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", peer, p->host,
+                     (int)p->pid);
 }
 
 static int shm_reaches(const ai_comm *c, int peer)

@@ -80,11 +80,11 @@ ai_status_t comm_stall_error(ai_comm *c, const comm_waited *w, int n, double idl
     if (suspect >= 0 && suspect < c->size)
         tp->blame = suspect;
     if (stopped)
-        return ai_fail(AI_ERR_TIMEOUT,
-                       "rank %d (host %s, pid %d on this host) is stopped (SIGSTOP or a debugger): "
-                       "no progress for %.1f s (timeout %.1f s) waiting on: %s",
-                       suspect, tp->peers[suspect].host, (int)tp->peers[suspect].pid, idle,
-                       c->timeout_s, who[0] ? who : "nothing");
-    return ai_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
-                   "a peer is stalled or dead", idle, c->timeout_s, who[0] ? who : "nothing");
+        return util_fail(AI_ERR_TIMEOUT,
+                         "rank %d (host %s, pid %d on this host) is stopped (SIGSTOP or a debugger): "
+                         "no progress for %.1f s (timeout %.1f s) waiting on: %s",
+                         suspect, tp->peers[suspect].host, (int)tp->peers[suspect].pid, idle,
+                         c->timeout_s, who[0] ? who : "nothing");
+    return util_fail(AI_ERR_TIMEOUT, "no progress for %.1f s (timeout %.1f s) waiting on: %s; "
+                     "a peer is stalled or dead", idle, c->timeout_s, who[0] ? who : "nothing");
 }

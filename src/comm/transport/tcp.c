@@ -56,7 +56,7 @@ ai_status_t comm_resolve_ipv4(const char *host, uint32_t *addr_out)
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int rc = getaddrinfo(host, NULL, &hints, &res);
     if (rc != 0 || !res)
-        return ai_fail(AI_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+        return util_fail(AI_ERR_INVALID, "cannot resolve host '%s': %s", host, gai_strerror(rc));
     *addr_out = ((struct sockaddr_in *)res->ai_addr)->sin_addr.s_addr;
     freeaddrinfo(res);
     return AI_OK;
@@ -69,7 +69,7 @@ ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out)
     socklen_t len = sizeof sa;
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return ai_fail(AI_ERR_IO, "socket: %s", strerror(errno));
+        return util_fail(AI_ERR_IO, "socket: %s", strerror(errno));
     int ok = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
              getsockname(fd, (struct sockaddr *)&sa, &len) == 0;
     int err = errno;
@@ -77,7 +77,7 @@ ai_status_t comm_local_addr_towards(uint32_t addr, uint32_t *out)
     if (!ok) {
         char ip[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &addr, ip, sizeof ip);
-        return ai_fail(AI_ERR_IO, "no route to %s: %s", ip, strerror(err));
+        return util_fail(AI_ERR_IO, "no route to %s: %s", ip, strerror(err));
     }
     *out = sa.sin_addr.s_addr;
     return AI_OK;
@@ -88,7 +88,7 @@ int comm_split_hostport(const char *text, char *host, size_t cap, int *port)
     const char *colon = strrchr(text, ':');
     long p;
     if (!colon || colon == text || (size_t)(colon - text) >= cap ||
-        ai_parse_long(colon + 1, &p) != AI_OK || p < 1 || p > 65535)
+        util_parse_long(colon + 1, &p) != AI_OK || p < 1 || p > 65535)
         return -1;
     memcpy(host, text, (size_t)(colon - text));
     host[colon - text] = '\0';
@@ -99,13 +99,13 @@ int comm_split_hostport(const char *text, char *host, size_t cap, int *port)
 void comm_backoff(int attempt, double deadline)
 {
     double base = 0.01 * (double)(1u << (attempt < 6 ? attempt : 6));
-    uint64_t h = ai_hash64(&attempt, sizeof attempt, (uint64_t)getpid() ^ (uint64_t)(ai_now() * 1e9));
+    uint64_t h = util_hash64(&attempt, sizeof attempt, (uint64_t)getpid() ^ (uint64_t)(ai_now() * 1e9));
     double s = AI_MIN(base, 0.5) * (0.5 + (double)(h % 1000) / 1000.0);
     double left = deadline - ai_now();
     if (s > left)
         s = left;
     if (s > 0)
-        ai_sleep_us((long)(s * 1e6));
+        util_sleep_us((long)(s * 1e6));
 }
 
 /* Can `port` (0: the kernel picks) be listened on at `addr`, as rank 0
@@ -160,7 +160,7 @@ ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
-        return ai_fail(AI_ERR_IO, "socket: %s", strerror(errno));
+        return util_fail(AI_ERR_IO, "socket: %s", strerror(errno));
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = addr,
@@ -172,7 +172,7 @@ ai_status_t comm_tcp_listen(uint32_t addr, int *fd_out, uint16_t *port_out)
         int err = errno;
         inet_ntop(AF_INET, &addr, ip, sizeof ip);
         close(fd);
-        return ai_fail(AI_ERR_IO, "cannot listen on %s:%u: %s", ip, (unsigned)*port_out, strerror(err));
+        return util_fail(AI_ERR_IO, "cannot listen on %s:%u: %s", ip, (unsigned)*port_out, strerror(err));
     }
     *port_out = ntohs(sa.sin_port);
     *fd_out = fd;
@@ -201,7 +201,7 @@ ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int
     do {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0)
-            return ai_fail(AI_ERR_IO, "socket: %s", strerror(errno));
+            return util_fail(AI_ERR_IO, "socket: %s", strerror(errno));
         comm_sock_nonblock(fd);
         int rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
         if (rc != 0 && errno == EINPROGRESS) {
@@ -227,10 +227,10 @@ ai_status_t comm_sock_connect(uint32_t addr, uint16_t port, double deadline, int
         }
         close(fd);
         /* The listener may simply not be up yet: retry until the deadline. */
-        ai_sleep_us(10000);
+        util_sleep_us(10000);
     } while (ai_now() < deadline);
-    return ai_fail(AI_ERR_TIMEOUT, "cannot connect to %s:%u: %s", ip, (unsigned)port,
-                   strerror(err ? err : ETIMEDOUT));
+    return util_fail(AI_ERR_TIMEOUT, "cannot connect to %s:%u: %s", ip, (unsigned)port,
+                     strerror(err ? err : ETIMEDOUT));
 }
 
 static ai_status_t sock_io_full(int fd, void *buf, size_t n, double deadline, int writing)
@@ -245,15 +245,15 @@ static ai_status_t sock_io_full(int fd, void *buf, size_t n, double deadline, in
             continue;
         }
         if (k == 0)
-            return ai_fail(AI_ERR_PEER, "connection closed by the other side");
+            return util_fail(AI_ERR_PEER, "connection closed by the other side");
         if (errno == EINTR)
             continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
-            return ai_fail(AI_ERR_PEER, "%s failed: %s", writing ? "send" : "receive", strerror(errno));
+            return util_fail(AI_ERR_PEER, "%s failed: %s", writing ? "send" : "receive", strerror(errno));
         struct pollfd pfd = {.fd = fd, .events = writing ? POLLOUT : POLLIN};
         int ms = remaining_ms(deadline);
         if (ms == 0 || poll(&pfd, 1, ms) == 0)
-            return ai_fail(AI_ERR_TIMEOUT, "%s timed out", writing ? "send" : "receive");
+            return util_fail(AI_ERR_TIMEOUT, "%s timed out", writing ? "send" : "receive");
     }
     return AI_OK;
 }
@@ -279,7 +279,7 @@ static ai_status_t chan_open(comm_peer *p, int k, int fd)
     p->tx[k].fd = p->rx[k].fd = fd;
     void *b = NULL;
     if (posix_memalign(&b, 64, BOUNCE_BYTES) != 0)
-        return ai_fail(AI_ERR_NOMEM, "receive buffer");
+        return util_fail(AI_ERR_NOMEM, "receive buffer");
     p->rx[k].bounce = b;
     p->rx[k].bcap = BOUNCE_BYTES;
     p->rx[k].bstart = p->rx[k].bend = 0;
@@ -299,7 +299,7 @@ static ai_status_t chan_connect(ai_comm *c, int j, uint16_t chan, double deadlin
         ai_status_t st = comm_sock_connect(p->addr, p->port, deadline, &fd);
         if (st != AI_OK)
             return st;
-        ai_random_bytes(nonce, sizeof nonce);
+        util_random_bytes(nonce, sizeof nonce);
         comm_wire_data_hello_pack(hello, nonce, (uint32_t)c->rank, (uint32_t)j, chan);
         st = comm_auth_connect(fd, c->tp->key, hello, sizeof hello, deadline, &challenged, ack);
         if (st == AI_OK && challenged)
@@ -312,9 +312,9 @@ static ai_status_t chan_connect(ai_comm *c, int j, uint16_t chan, double deadlin
         }
         close(fd);
         if (st == AI_OK)
-            return ai_fail(AI_ERR_PROTO, "rank %d answered a data hello with something else", j);
+            return util_fail(AI_ERR_PROTO, "rank %d answered a data hello with something else", j);
         if (st == AI_ERR_PROTO)
-            return ai_fail_prefix(st, "rank %d's data listener", j);
+            return util_fail_prefix(st, "rank %d's data listener", j);
         if (st != AI_ERR_PEER || ai_now() >= deadline)
             return st;
         comm_backoff(attempt, deadline);
@@ -339,11 +339,11 @@ static int mesh_claims(mesh_accept *m, const unsigned char *b, size_t len, uint3
     if (need)
         return 0;
     if (to != (uint32_t)c->rank || *from >= (uint32_t)c->size || (int)*from <= c->rank)
-        return ai_fail(AI_ERR_PROTO, "unexpected rank numbers"), -1;
+        return util_fail(AI_ERR_PROTO, "unexpected rank numbers"), -1;
     comm_peer *p = &c->tp->peers[*from];
     int ctl = *chan == COMM_WIRE_CTL_CHAN;
     if (ctl ? p->ctl_fd >= 0 : (p->kind != CHAN_TCP || *chan >= p->nchan || p->tx[*chan].fd >= 0))
-        return ai_fail(AI_ERR_PROTO, "unexpected or duplicate channel"), -1;
+        return util_fail(AI_ERR_PROTO, "unexpected or duplicate channel"), -1;
     return COMM_WIRE_DATA_HELLO;
 }
 
@@ -365,7 +365,7 @@ static int mesh_admit(void *arg, int fd, const unsigned char *b, size_t len)
     comm_peer *p = &m->c->tp->peers[from];
     uint32_t magic = COMM_WIRE_ACK_MAGIC;
     if (send(fd, &magic, sizeof magic, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof magic)
-        return ai_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
+        return util_fail(AI_ERR_PEER, "could not acknowledge the hello: %s", strerror(errno)), -1;
     if (chan == COMM_WIRE_CTL_CHAN) {
         /* Notices and agreement frames are small and answered: no Nagle
          * wait behind a delayed acknowledgement (40 ms each). */
@@ -403,13 +403,13 @@ static ai_status_t tcp_mesh(ai_comm *c)
             else if (st == AI_OK && (st = chan_open(p, k, fd)) != AI_OK && p->tx[k].fd != fd)
                 close(fd);
             if (st != AI_OK)
-                return ai_fail_prefix(st, "connecting to rank %d (host %s)", j, p->host);
+                return util_fail_prefix(st, "connecting to rank %d (host %s)", j, p->host);
         }
     }
 
     comm_gate *g = malloc(sizeof *g);
     if (!g)
-        return ai_fail(AI_ERR_NOMEM, "data listener");
+        return util_fail(AI_ERR_NOMEM, "data listener");
     comm_gate_init(g, tp->listen_fd, "data listener", tp->key, mesh_open, mesh_admit, NULL, &m);
     ai_status_t st = AI_OK;
     while (m.expected > 0 && st == AI_OK) {
@@ -421,8 +421,8 @@ static ai_status_t tcp_mesh(ai_comm *c)
                 if (tp->peers[j].ctl_fd < 0 || (tp->peers[j].kind == CHAN_TCP &&
                                                 tp->peers[j].tx[tp->peers[j].nchan - 1].fd < 0))
                     len += (size_t)snprintf(missing + len, sizeof missing - len, " %d", j);
-            st = ai_fail(AI_ERR_TIMEOUT, "timed out after %.1f s waiting for connections from ranks%s",
-                         c->timeout_s, missing);
+            st = util_fail(AI_ERR_TIMEOUT, "timed out after %.1f s waiting for connections from ranks%s",
+                           c->timeout_s, missing);
             break;
         }
         st = comm_gate_pass(g, AI_MIN(ms, 100));
@@ -432,7 +432,7 @@ static ai_status_t tcp_mesh(ai_comm *c)
     for (int j = c->rank + 1; j < c->size && st == AI_OK; j++)
         for (int k = 0; k < c->channels && tp->peers[j].kind == CHAN_TCP; k++)
             if (!tp->peers[j].rx[k].bounce)
-                st = ai_fail(AI_ERR_NOMEM, "receive buffer");
+                st = util_fail(AI_ERR_NOMEM, "receive buffer");
     return st;
 }
 
@@ -476,11 +476,11 @@ static ai_status_t tcp_error(ai_comm *c, const comm_req *r, ssize_t n, const cha
                                                 : "aborted because of it and closed its connections");
     c->tp->blame = peer;
     if (n == 0)
-        return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
-                       "closed during %s with no abort notice", peer, p->host, what);
-    return ai_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: connection failed "
-                   "during %s (%s) with no abort notice", peer, p->host, what,
-                   strerror(err));
+        return util_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: its connection "
+                         "closed during %s with no abort notice", peer, p->host, what);
+    return util_fail(AI_ERR_PEER, "rank %d (host %s) died or lost its network: connection failed "
+                     "during %s (%s) with no abort notice", peer, p->host, what,
+                     strerror(err));
 }
 
 static ai_status_t tcp_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)

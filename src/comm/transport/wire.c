@@ -49,10 +49,10 @@ static ai_status_t lead_parse(const unsigned char *b, size_t len, uint32_t magic
 {
     *need = 0;
     if (!magic_prefix_ok(b, len, magic))
-        return ai_fail(AI_ERR_PROTO, "%s", not_magic);
+        return util_fail(AI_ERR_PROTO, "%s", not_magic);
     if (len >= 6 && rd16(b + 4) != COMM_PROTO_VERSION)
-        return ai_fail(AI_ERR_PROTO, "wrong protocol version %u (this build speaks %d)",
-                       (unsigned)rd16(b + 4), COMM_PROTO_VERSION);
+        return util_fail(AI_ERR_PROTO, "wrong protocol version %u (this build speaks %d)",
+                         (unsigned)rd16(b + 4), COMM_PROTO_VERSION);
     return len < hdr ? more(len, hdr, need) : AI_OK;
 }
 
@@ -61,7 +61,7 @@ static ai_status_t text_parse(const unsigned char *b, size_t len, size_t at, siz
                               const char *what, char *out, size_t *need)
 {
     if (n > max)
-        return ai_fail(AI_ERR_PROTO, "%s of %zu bytes (at most %zu)", what, n, max);
+        return util_fail(AI_ERR_PROTO, "%s of %zu bytes (at most %zu)", what, n, max);
     if (len < at + n)
         return more(len, at + n, need);
     memcpy(out, b + at, n);
@@ -160,7 +160,7 @@ ai_status_t comm_wire_hello_parse(const unsigned char *b, size_t len, comm_wire_
     if (st != AI_OK || *need)
         return st;
     if (type != COMM_WIRE_HELLO || body != COMM_WIRE_HELLO_BODY)
-        return ai_fail(AI_ERR_PROTO, "malformed hello frame");
+        return util_fail(AI_ERR_PROTO, "malformed hello frame");
     if (len < COMM_WIRE_HELLO_FRAME)
         return more(len, COMM_WIRE_HELLO_FRAME, need);
     out->rank = rd32(b + COMM_WIRE_HDR);
@@ -180,8 +180,8 @@ ai_status_t comm_wire_reply_parse(const unsigned char *b, size_t len, uint32_t s
         return st;
     if (type != COMM_WIRE_TABLE || size == 0 || size > COMM_WIRE_MAX_RANKS ||
         body != size * (uint32_t)COMM_WIRE_ENTRY)
-        return ai_fail(AI_ERR_PROTO, "malformed rank table (type %u, %u bytes for %u ranks)",
-                       (unsigned)type, (unsigned)body, (unsigned)size);
+        return util_fail(AI_ERR_PROTO, "malformed rank table (type %u, %u bytes for %u ranks)",
+                         (unsigned)type, (unsigned)body, (unsigned)size);
     if (len < COMM_WIRE_HDR + (size_t)body)
         return more(len, COMM_WIRE_HDR + (size_t)body, need);
     for (uint32_t r = 0; r < size; r++)
@@ -309,8 +309,8 @@ ai_status_t comm_wire_ft_hdr_parse(const unsigned char *b, size_t len, uint16_t 
     ai_status_t st = hdr12_parse(b, len, COMM_WIRE_FT_MAGIC, "malformed control frame (bad magic)",
                                  kind, body_len, need);
     if (st == AI_OK && !*need && *body_len > COMM_WIRE_FT_MAX_BODY)
-        return ai_fail(AI_ERR_PROTO, "control frame of %u bytes (at most %u)", *body_len,
-                       COMM_WIRE_FT_MAX_BODY);
+        return util_fail(AI_ERR_PROTO, "control frame of %u bytes (at most %u)", *body_len,
+                         COMM_WIRE_FT_MAX_BODY);
     return st;
 }
 
@@ -340,18 +340,18 @@ ai_status_t comm_wire_joined_parse(const unsigned char *b, size_t len, uint32_t 
     if (st != AI_OK || *need || *rejected)
         return st;
     if (type != COMM_WIRE_JOINED)
-        return ai_fail(AI_ERR_PROTO, "join answered with frame type %u", (unsigned)type);
+        return util_fail(AI_ERR_PROTO, "join answered with frame type %u", (unsigned)type);
     if (body < COMM_WIRE_JOINED_FIXED)
-        return ai_fail(AI_ERR_PROTO, "join answer of %u bytes", body);
+        return util_fail(AI_ERR_PROTO, "join answer of %u bytes", body);
     if (len < COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED)
         return more(len, COMM_WIRE_HDR + COMM_WIRE_JOINED_FIXED, need);
     const unsigned char *p = b + COMM_WIRE_HDR;
     uint32_t r = rd32(p), n = rd32(p + 4), ch = rd32(p + 16), ns = rd32(p + 20);
     if (n < 2 || n > max_size || r >= n ||
         body != COMM_WIRE_JOINED_FIXED + (uint64_t)n * COMM_WIRE_ENTRY)
-        return ai_fail(AI_ERR_PROTO, "join answer with rank %u of %u ranks (%u bytes)", r, n, body);
+        return util_fail(AI_ERR_PROTO, "join answer with rank %u of %u ranks (%u bytes)", r, n, body);
     if (ch < 1 || ch > COMM_MAX_CHANNELS || ns > 1)
-        return ai_fail(AI_ERR_PROTO, "join answer with %u channels, no_shm %u", ch, ns);
+        return util_fail(AI_ERR_PROTO, "join answer with %u channels, no_shm %u", ch, ns);
     if (len < COMM_WIRE_HDR + body)
         return more(len, COMM_WIRE_HDR + body, need);
     for (uint32_t i = 0; i < n; i++)

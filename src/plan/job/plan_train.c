@@ -315,7 +315,7 @@ static ai_status_t eval_copy(train_eval *dst, const train_eval *src, int R)
     dst->capterms = src->nterms;
     if (!dst->shares || !dst->stage_of || !dst->replica_of || !dst->stage_layers || !dst->terms) {
         eval_free(dst);
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     }
     memcpy(dst->shares, src->shares, (size_t)R * sizeof *dst->shares);
     memcpy(dst->stage_of, src->stage_of, (size_t)R * sizeof *dst->stage_of);
@@ -418,14 +418,14 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
     int sb = e->shares[slow], nmb = (sb + e->mb - 1) / e->mb;
     if (add_term(e, cslow, src, "compute: rank %d (slowest), %d samples as %d x %d", slow, sb,
                  nmb, e->mb < sb ? e->mb : sb))
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     if (cmax > cslow) {
         char s1[32];
         fmt_size(x->G - model_ddp_last_bucket(x->G, capb), s1, sizeof s1);
         snprintf(src, sizeof src, "kb:profile rank %d (allreduce_beside_s)", slow);
         if (add_term(e, cmax - cslow, src, "compute: rank %d's time lost to the %s of buckets"
                                            " reduced beside its backward", slow, s1))
-            return ai_fail(AI_ERR_NOMEM, "plan train");
+            return util_fail(AI_ERR_NOMEM, "plan train");
     }
     /* buckets in backward order, each at its measured (or modelled) time;
      * equal consecutive buckets make one term */
@@ -440,7 +440,7 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
             run++;
         } else {
             if (run && bucket_term(e, run, run_sz, run_t, run_src))
-                return ai_fail(AI_ERR_NOMEM, "plan train");
+                return util_fail(AI_ERR_NOMEM, "plan train");
             run = 1;
             run_sz = sz;
             run_t = t;
@@ -448,17 +448,17 @@ static ai_status_t eval_dp(const train_ctx *x, train_eval *e)
         }
     }
     if (run && bucket_term(e, run, run_sz, run_t, run_src))
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     double end = model_ddp_reduction_end(x->R, rr, beside, nb, sizes, secs, x->G);
     double exposed = fmax(0, end - cmax);
     if (add_term(e, exposed - total, "model (buckets reduced during the last backward)",
                  "overlap: reduction hidden behind the backward") ||
         (snprintf(src, sizeof src, "kb:profile rank %d", oslow),
          add_term(e, omax, src, "optimizer step (slowest: rank %d)", oslow)))
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     double vmax = overhead_term(x, e);
     if (vmax < 0)
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     e->compute = cmax;
     e->exposed = exposed;
     e->opt = omax;
@@ -563,7 +563,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
         add_term(e, sum, s4, "pipeline: one micro-batch through all %d stages", P) ||
         add_term(e, p2p, src, "activations: %d x 2 messages of %.0f KiB", wM + P - 2,
                  act / 1024))
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     double comm = 0;
     for (int s = 0; s < P; s++) {
         char s2[TRAIN_SRC];
@@ -589,7 +589,7 @@ static ai_status_t eval_pipe(const train_ctx *x, int B, int P, train_eval *e)
     if (add_term(e, comm, src, "allreduce: each stage's gradients over its %d ranks", k) ||
         add_term(e, omax, s3, "optimizer step of a stage's layers (slowest: rank %d)", oslow) ||
         (vmax = overhead_term(x, e)) < 0)
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     e->compute = compute;
     e->exposed = p2p + comm;
     e->opt = omax;
@@ -616,29 +616,29 @@ static ai_status_t fix_parse(const char *text, int R, train_fix *f)
         return AI_OK;
     char buf[4096];
     if (strlen(text) >= sizeof buf)
-        return ai_fail(AI_ERR_INVALID, "--fix: too long");
+        return util_fail(AI_ERR_INVALID, "--fix: too long");
     snprintf(buf, sizeof buf, "%s", text);
     for (char *save = NULL, *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(kv, '='), *end;
         if (!eq)
-            return ai_fail(AI_ERR_INVALID, "--fix: '%s' is not key=value", kv);
+            return util_fail(AI_ERR_INVALID, "--fix: '%s' is not key=value", kv);
         *eq = '\0';
         const char *v = eq + 1;
         if (!strcmp(kv, "micro_batch") || !strcmp(kv, "mb")) {
             long n = strtol(v, &end, 10);
             if (*end || end == v || n < 1 || n > TRAIN_MAX_BATCH)
-                return ai_fail(AI_ERR_INVALID, "--fix: micro_batch '%s': want 1..%d", v,
-                               TRAIN_MAX_BATCH);
+                return util_fail(AI_ERR_INVALID, "--fix: micro_batch '%s': want 1..%d", v,
+                                 TRAIN_MAX_BATCH);
             f->mb = (int)n;
         } else if (!strcmp(kv, "bucket_cap_mb")) {
             double c = strtod(v, &end);
             if (*end || end == v || !(c > 0) || c > 65536)
-                return ai_fail(AI_ERR_INVALID, "--fix: bucket_cap_mb '%s': want > 0 (MiB)", v);
+                return util_fail(AI_ERR_INVALID, "--fix: bucket_cap_mb '%s': want > 0 (MiB)", v);
             f->cap_mb = c;
         } else if (!strcmp(kv, "pipeline") || !strcmp(kv, "pp")) {
             long n = strtol(v, &end, 10);
             if (*end || end == v || n < 1 || n > R || R % n)
-                return ai_fail(AI_ERR_INVALID, "--fix: pipeline '%s': want stages dividing the"
+                return util_fail(AI_ERR_INVALID, "--fix: pipeline '%s': want stages dividing the"
                                                " %d ranks (1: none)", v, R);
             f->pp = (int)n;
         } else if (!strcmp(kv, "shares")) {
@@ -648,16 +648,16 @@ static ai_status_t fix_parse(const char *text, int R, train_fix *f)
                 long n = strtol(p, &end, 10);
                 if (end == p || n < 0 || n > TRAIN_MAX_BATCH || (*end && *end != '/') ||
                     f->shares_n == R)
-                    return ai_fail(AI_ERR_INVALID, "--fix: shares '%s': want %d counts >= 0"
+                    return util_fail(AI_ERR_INVALID, "--fix: shares '%s': want %d counts >= 0"
                                                    " separated by '/'", v, R);
                 f->shares[f->shares_n++] = (int)n;
                 p = *end ? end + 1 : end;
             }
             if (f->shares_n != R)
-                return ai_fail(AI_ERR_INVALID, "--fix: shares '%s': %d counts for %d ranks", v,
-                               f->shares_n, R);
+                return util_fail(AI_ERR_INVALID, "--fix: shares '%s': %d counts for %d ranks", v,
+                                 f->shares_n, R);
         } else {
-            return ai_fail(AI_ERR_INVALID, "--fix: unknown key '%s' (shares, micro_batch,"
+            return util_fail(AI_ERR_INVALID, "--fix: unknown key '%s' (shares, micro_batch,"
                                            " bucket_cap_mb, pipeline)", kv);
         }
     }
@@ -738,25 +738,25 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
     if (st != AI_OK)
         goto out;
     if (!c.nfps) {
-        st = ai_fail(AI_ERR_NOTFOUND, "the knowledge base holds no compute profile: run the"
+        st = util_fail(AI_ERR_NOTFOUND, "the knowledge base holds no compute profile: run the"
                                       " training job with --profile-out FILE, then"
                                       " `autoinfra profile import FILE`");
         goto out;
     }
     if (!o->fingerprint && c.nfps > 1) {
-        st = ai_fail(AI_ERR_INVALID, "profiles of %d fingerprints (%s, %s%s): say which with"
+        st = util_fail(AI_ERR_INVALID, "profiles of %d fingerprints (%s, %s%s): say which with"
                                      " --fingerprint", c.nfps, c.fps[0], c.fps[1],
                      c.nfps > 2 ? ", ..." : "");
         goto out;
     }
     const char *fp = o->fingerprint ? o->fingerprint : c.fps[0];
     if (!c.npresets) {
-        st = ai_fail(AI_ERR_NOTFOUND, "no compute profile under fingerprint %s", fp);
+        st = util_fail(AI_ERR_NOTFOUND, "no compute profile under fingerprint %s", fp);
         goto out;
     }
     const char *preset = o->model;
     if (!preset && c.npresets > 1) {
-        st = ai_fail(AI_ERR_INVALID, "profiles of %d models under %s (%s, %s%s): say which with"
+        st = util_fail(AI_ERR_INVALID, "profiles of %d models under %s (%s, %s%s): say which with"
                                      " --model", c.npresets, fp, c.presets[0], c.presets[1],
                      c.npresets > 2 ? ", ..." : "");
         goto out;
@@ -769,22 +769,22 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
     for (int i = 0; i < c.n; i++)
         have += !strcmp(c.prof[i].preset, preset);
     if (!have) {
-        st = ai_fail(AI_ERR_NOTFOUND, "no profile of model '%s' under fingerprint %s", preset, fp);
+        st = util_fail(AI_ERR_NOTFOUND, "no profile of model '%s' under fingerprint %s", preset, fp);
         goto out;
     }
     int R = o->ranks > 0 ? o->ranks : have;
     if (R > TRAIN_MAX_RANKS) {
-        st = ai_fail(AI_ERR_INVALID, "%d ranks: at most %d", R, TRAIN_MAX_RANKS);
+        st = util_fail(AI_ERR_INVALID, "%d ranks: at most %d", R, TRAIN_MAX_RANKS);
         goto out;
     }
     x->R = R;
     if (!(x->rk = calloc((size_t)R, sizeof *x->rk))) {
-        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        st = util_fail(AI_ERR_NOMEM, "plan train");
         goto out;
     }
     int *got = calloc((size_t)R, sizeof *got);
     if (!got) {
-        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        st = util_fail(AI_ERR_NOMEM, "plan train");
         goto out;
     }
     for (int i = 0; i < c.n; i++) {
@@ -810,7 +810,7 @@ static ai_status_t load_profiles(ai_kb *kb, const ai_train_plan_options *o, ai_t
     }
     for (int i = 0; i < R && st == AI_OK; i++)
         if (!got[i])
-            st = ai_fail(AI_ERR_NOTFOUND, "no profile of rank %d (model '%s', fingerprint %s):"
+            st = util_fail(AI_ERR_NOTFOUND, "no profile of rank %d (model '%s', fingerprint %s):"
                                           " %d ranks asked, %d profiled", i, preset, fp, R, have);
     free(got);
 out:
@@ -847,7 +847,7 @@ static ai_status_t eval_alloc(train_eval *e, int R)
     e->stage_layers = calloc((size_t)R, sizeof *e->stage_layers);
     if (!e->shares || !e->stage_of || !e->replica_of || !e->stage_layers) {
         eval_free(e);
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     }
     return AI_OK;
 }
@@ -979,9 +979,9 @@ static ai_status_t check_fix(const train_fix *fix, int R, int B)
     for (int i = 0; i < R; i++)
         sum += fix->shares[i];
     if (sum != B)
-        return ai_fail(AI_ERR_INVALID, "--fix shares sum to %ld, not the global batch %d", sum, B);
+        return util_fail(AI_ERR_INVALID, "--fix shares sum to %ld, not the global batch %d", sum, B);
     if (fix->pp > 1)
-        return ai_fail(AI_ERR_INVALID, "--fix: shares and a pipeline exclude each other (a"
+        return util_fail(AI_ERR_INVALID, "--fix: shares and a pipeline exclude each other (a"
                                        " pipeline's replicas split the batch)");
     return AI_OK;
 }
@@ -1161,12 +1161,12 @@ static ai_status_t search_pipe(ai_train_plan *p, const train_ctx *x, const train
 ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_plan **out)
 {
     if (!kb || !o || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_plan_train: kb, options or out is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_plan_train: kb, options or out is NULL");
     if (o->global_batch < 1 || o->global_batch > TRAIN_MAX_BATCH)
-        return ai_fail(AI_ERR_INVALID, "global batch %d: want 1..%d", o->global_batch,
-                       TRAIN_MAX_BATCH);
+        return util_fail(AI_ERR_INVALID, "global batch %d: want 1..%d", o->global_batch,
+                         TRAIN_MAX_BATCH);
     if (o->ranks < 0)
-        return ai_fail(AI_ERR_INVALID, "%d ranks", o->ranks);
+        return util_fail(AI_ERR_INVALID, "%d ranks", o->ranks);
     ai_train_plan *p = calloc(1, sizeof *p);
     train_ctx x = {0};
     train_eval e = {0};
@@ -1174,7 +1174,7 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     train_fix fix = {.shares = fixed_shares};
     train_search sr;
     if (!p)
-        return ai_fail(AI_ERR_NOMEM, "plan train");
+        return util_fail(AI_ERR_NOMEM, "plan train");
     ai_status_t st = load_profiles(kb, o, p, &x);
     if (st != AI_OK)
         goto fail;
@@ -1183,7 +1183,7 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
     x.bsz = malloc(2 * TRAIN_MAX_BUCKETS * sizeof *x.bsz);
     x.bsec = x.bsz ? x.bsz + TRAIN_MAX_BUCKETS : NULL;
     if (!x.rr || !x.bsz) {
-        st = ai_fail(AI_ERR_NOMEM, "plan train");
+        st = util_fail(AI_ERR_NOMEM, "plan train");
         goto fail;
     }
     p->R = R;
@@ -1203,7 +1203,7 @@ ai_status_t ai_plan_train(ai_kb *kb, const ai_train_plan_options *o, ai_train_pl
         goto fail;
     const train_eval *win = p->best_dp.step <= p->best_pipe.step ? &p->best_dp : &p->best_pipe;
     if (!isfinite(win->step)) {
-        st = ai_fail(AI_ERR_INFEASIBLE, "no plan could be evaluated");
+        st = util_fail(AI_ERR_INFEASIBLE, "no plan could be evaluated");
         goto fail;
     }
     if ((st = eval_copy(&p->best, win, R)) != AI_OK)
@@ -1283,12 +1283,12 @@ static json_t *plan_json(const ai_train_plan *p)
 ai_status_t ai_train_plan_json(const ai_train_plan *p, char **out)
 {
     if (!p || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_train_plan_json: plan or out is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_train_plan_json: plan or out is NULL");
     json_t *j = plan_json(p);
     char *s = j ? json_dumps(j, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(j);
     if (!s)
-        return ai_fail(AI_ERR_NOMEM, "plan train: JSON");
+        return util_fail(AI_ERR_NOMEM, "plan train: JSON");
     *out = s;
     return AI_OK;
 }
@@ -1296,13 +1296,13 @@ ai_status_t ai_train_plan_json(const ai_train_plan *p, char **out)
 ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
 {
     if (!p || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_train_plan_text: plan or out is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_train_plan_text: plan or out is NULL");
     const train_eval *e = &p->best;
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     if (!f)
-        return ai_fail(AI_ERR_NOMEM, "plan train: text");
+        return util_fail(AI_ERR_NOMEM, "plan train: text");
     fprintf(f, "training plan: fingerprint %s, model %s, %d ranks, global batch %d\n", p->fp,
             p->preset, p->R, p->B);
     fprintf(f, "  shares      ");
@@ -1346,7 +1346,7 @@ ai_status_t ai_train_plan_text(const ai_train_plan *p, int explain, char **out)
     }
     if (fclose(f) != 0 || !buf) {
         free(buf);
-        return ai_fail(AI_ERR_NOMEM, "plan train: text");
+        return util_fail(AI_ERR_NOMEM, "plan train: text");
     }
     *out = buf;
     return AI_OK;

@@ -21,7 +21,7 @@ ai_status_t ai_cluster_load(const char *path, ai_cluster **out)
 {
     ai_cluster *w = calloc(1, sizeof *w);
     if (!w)
-        return ai_fail(AI_ERR_NOMEM, "cluster");
+        return util_fail(AI_ERR_NOMEM, "cluster");
     ai_status_t st = topo_cluster_load(path, &w->c);
     if (st != AI_OK) {
         free(w);
@@ -45,7 +45,7 @@ ai_status_t ai_model_spec_load(const char *path, ai_model_spec **out)
 {
     ai_model_spec *w = calloc(1, sizeof *w);
     if (!w)
-        return ai_fail(AI_ERR_NOMEM, "model");
+        return util_fail(AI_ERR_NOMEM, "model");
     ai_status_t st = topo_model_load(path, &w->m);
     if (st != AI_OK) {
         free(w);
@@ -61,7 +61,7 @@ ai_status_t ai_training_load(const char *path, ai_training **out)
 {
     ai_training *w = calloc(1, sizeof *w);
     if (!w)
-        return ai_fail(AI_ERR_NOMEM, "training");
+        return util_fail(AI_ERR_NOMEM, "training");
     ai_status_t st = topo_training_load(path, &w->t);
     if (st != AI_OK) {
         free(w);
@@ -382,7 +382,7 @@ static json_t *baselines_json(const model_ctx *ctx, int which, const topo_cluste
             json_array_append_new(arr, baseline_failed("homogeneous", a_homo));
         topo_cluster_free(cl);
         cl = NULL;
-        ai_clear_error();
+        util_clear_error();
     }
     if (which & AI_PLAN_BASELINE_EXPERT) {
         for (int whole = 0; whole < 2; whole++) {
@@ -394,7 +394,7 @@ static json_t *baselines_json(const model_ctx *ctx, int which, const topo_cluste
                 json_array_append_new(arr, baseline_failed(nm, as));
             topo_cluster_free(cl);
             cl = NULL;
-            ai_clear_error();
+            util_clear_error();
         }
     }
     return arr;
@@ -404,7 +404,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
                     const ai_plan_options *opts, ai_plan_report **out)
 {
     if (!cluster || !model || !training || !out)
-        return ai_fail(AI_ERR_INVALID, "ai_plan: NULL argument");
+        return util_fail(AI_ERR_INVALID, "ai_plan: NULL argument");
     ai_plan_options o = {NULL, 1, 0};
     if (opts)
         o = *opts;
@@ -419,7 +419,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     plan_stats stats;
     ai_plan_report *rep = calloc(1, sizeof *rep);
     if (!rep)
-        return ai_fail(AI_ERR_NOMEM, "plan report");
+        return util_fail(AI_ERR_NOMEM, "plan report");
     st = plan_search(&ctx, &fix, AI_MAX(1, o.top), &best, &n, &stats);
     /* Everything pinned: that is an evaluation, not a search, so report the
      * plan even when it does not fit (feasible = false). */
@@ -428,7 +428,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     if (st == AI_ERR_INFEASIBLE && pinned_all && stats.has_closest) {
         best = malloc(sizeof *best);
         if (!best) {
-            st = ai_fail(AI_ERR_NOMEM, "plan report");
+            st = util_fail(AI_ERR_NOMEM, "plan report");
             goto err;
         }
         best[0] = stats.closest;
@@ -445,7 +445,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
         if (o.baseline_manual == AI_PLAN_BASELINE_MANUAL)
             goto err;
         snprintf(manual_err, sizeof manual_err, "%s", ai_last_error());
-        ai_clear_error();
+        util_clear_error();
         slow = NULL;
         st = AI_OK;
     }
@@ -456,7 +456,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
     json_t *alts = json_array();
     if (!rep->sum || !rep->doc || !alts) {
         json_decref(alts);
-        st = ai_fail(AI_ERR_NOMEM, "plan report");
+        st = util_fail(AI_ERR_NOMEM, "plan report");
         goto err;
     }
     json_merge(rep->doc, plan_candidate_json(cluster->c, &best[0]));
@@ -492,7 +492,7 @@ ai_status_t ai_plan(const ai_cluster *cluster, const ai_model_spec *model, const
         json_t *bl = baselines_json(&ctx, o.baseline_manual, cluster->c, &best[0],
                                     slow ? &base : NULL, slow, manual_err);
         if (!bl) {
-            st = ai_fail(AI_ERR_NOMEM, "plan report");
+            st = util_fail(AI_ERR_NOMEM, "plan report");
             goto err;
         }
         json_object_set_new(rep->doc, "baselines", bl);
@@ -536,7 +536,7 @@ int ai_plan_report_count(const ai_plan_report *report) { return report ? report-
 ai_status_t ai_plan_report_summary(const ai_plan_report *report, int index, ai_plan_summary *out)
 {
     if (!report || index < 0 || index >= report->n)
-        return ai_fail(AI_ERR_INVALID, "plan report has no entry %d", index);
+        return util_fail(AI_ERR_INVALID, "plan report has no entry %d", index);
     *out = report->sum[index];
     return AI_OK;
 }
@@ -545,7 +545,7 @@ ai_status_t ai_plan_report_json(const ai_plan_report *report, char **out)
 {
     char *s = json_dumps(report->doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(10));
     if (!s)
-        return ai_fail(AI_ERR_NOMEM, "plan report JSON");
+        return util_fail(AI_ERR_NOMEM, "plan report JSON");
     *out = s;
     return AI_OK;
 }
@@ -758,7 +758,7 @@ ai_status_t ai_plan_report_text(const ai_plan_report *report, char **out)
               (long long)json_integer_value(json_object_get(s, "pruned_bound")), num(s, "seconds"));
     if (b.oom) {
         free(b.p);
-        return ai_fail(AI_ERR_NOMEM, "plan report text");
+        return util_fail(AI_ERR_NOMEM, "plan report text");
     }
     *out = b.p;
     return AI_OK;
@@ -779,7 +779,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
     double loss = NAN;
     if (holdout && !refit) {
         model_calib_free(c);
-        return ai_fail(AI_ERR_INVALID, "a holdout only makes sense when refitting");
+        return util_fail(AI_ERR_INVALID, "a holdout only makes sense when refitting");
     }
     if (refit) {
         /* Fit on the rows of the other sources: a shallow view of c. */
@@ -787,14 +787,14 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
         train.rows = calloc((size_t)c->nrows, sizeof *train.rows);
         if (!train.rows) {
             model_calib_free(c);
-            return ai_fail(AI_ERR_NOMEM, "fit");
+            return util_fail(AI_ERR_NOMEM, "fit");
         }
         train.nrows = 0;
         for (int i = 0; i < c->nrows; i++)
             if (!holdout || strcmp(c->rows[i].source, holdout) != 0)
                 train.rows[train.nrows++] = c->rows[i];
         if (train.nrows == c->nrows && holdout)
-            st = ai_fail(AI_ERR_NOTFOUND, "no calibration source named '%s'", holdout);
+            st = util_fail(AI_ERR_NOTFOUND, "no calibration source named '%s'", holdout);
         else
             st = model_fit(&train, &model_params_fitted, &p, &loss);
         free(train.rows);
@@ -905,7 +905,7 @@ ai_status_t ai_model_fidelity(const char *calib_dir, int refit, const char *hold
     }
     json_decref(doc);
     if (!s)
-        return ai_fail(AI_ERR_NOMEM, "fidelity report");
+        return util_fail(AI_ERR_NOMEM, "fidelity report");
     *out = s;
     return AI_OK;
 }

@@ -34,7 +34,7 @@ static ai_status_t one_pool_cluster(const char *name, const topo_pool *p, int de
         p->intra_bw_GBps, "latency_us", p->intra_latency_us, "nic", "count", 1, "bw_Gbps",
         net_node * 8, "latency_us", p->net_latency_us);
     if (!doc)
-        return ai_fail(AI_ERR_NOMEM, "baseline cluster");
+        return util_fail(AI_ERR_NOMEM, "baseline cluster");
     char what[96];
     snprintf(what, sizeof what, "(%s cluster)", name);
     ai_status_t st = topo_cluster_from_json(doc, what, out);
@@ -69,8 +69,8 @@ static ai_status_t slowest_cluster(const topo_cluster *c, const topo_training *t
     for (int k = 0; k < TOPO_PREC_COUNT; k++)
         slow.device.gemm_eff[k] = slow.device.peak_tflops[k] > 0 ? AI_MIN(1, achieved[k] / slow.device.peak_tflops[k]) : 0;
     if (slow.device.peak_tflops[t->precision] <= 0)
-        return ai_fail(AI_ERR_UNSUPPORTED, "baseline: some device has no %s peak",
-                       topo_precision_name(t->precision));
+        return util_fail(AI_ERR_UNSUPPORTED, "baseline: some device has no %s peak",
+                         topo_precision_name(t->precision));
     double net_node = net_share * slow.devices_per_node;
     json_t *doc = json_pack(
         "{s:s, s:[{s:s, s:i, s:{s:s, s:{s:f, s:f, s:f, s:f}, s:f, s:f, s:{s:f, s:f, s:f, s:f}}, s:i, s:{s:f, s:f}, "
@@ -87,7 +87,7 @@ static ai_status_t slowest_cluster(const topo_cluster *c, const topo_training *t
         slow.intra_latency_us, "nic", "count", 1, "bw_Gbps", net_node * 8, "latency_us",
         slow.net_latency_us);
     if (!doc)
-        return ai_fail(AI_ERR_NOMEM, "baseline cluster");
+        return util_fail(AI_ERR_NOMEM, "baseline cluster");
     ai_status_t st = topo_cluster_from_json(doc, "(all-slowest cluster)", out);
     json_decref(doc);
     return st;
@@ -134,7 +134,7 @@ ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo
         for (int i = 0; i < pp; i++)
             pl->layers[i] = (short)(L / pp);
         if ((st = model_plan_check(&sctx, pl)) != AI_OK) {
-            ai_clear_error();
+            util_clear_error();
             continue;
         }
         model_plan_eval(&sctx, pl, &pc.res);
@@ -147,11 +147,11 @@ ai_status_t plan_manual_baseline(const model_ctx *ctx, plan_candidate *out, topo
     }
     topo_cluster_free(slow);
     if (closest < INFINITY)
-        return ai_fail(AI_ERR_INFEASIBLE,
-                       "manual baseline: no power-of-two pp dividing %d layers fits (best %.1f GB per device)",
-                       L, closest);
-    return ai_fail(AI_ERR_INFEASIBLE, "manual baseline: no power-of-two pp divides %d layers within %d devices",
-                   L, N);
+        return util_fail(AI_ERR_INFEASIBLE,
+                         "manual baseline: no power-of-two pp dividing %d layers fits (best %.1f GB per device)",
+                         L, closest);
+    return util_fail(AI_ERR_INFEASIBLE, "manual baseline: no power-of-two pp divides %d layers within %d devices",
+                     L, N);
 }
 
 /* --------------------------------------------------- homogeneous */
@@ -175,7 +175,7 @@ ai_status_t plan_homogeneous_baseline(const model_ctx *ctx, plan_candidate *out,
         char why[256];
         snprintf(why, sizeof why, "%s", ai_last_error());
         topo_cluster_free(slow);
-        return ai_fail(st, "homogeneous baseline: %s", why);
+        return util_fail(st, "homogeneous baseline: %s", why);
     }
     *out = best[0];
     free(best);
@@ -207,8 +207,8 @@ ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_ca
     if (fastest_only) {
         const topo_pool *p = &ctx->cluster->pools[fastest_pool(ctx->cluster, ctx->train)];
         if (p->device.peak_tflops[ctx->train->precision] <= 0)
-            return ai_fail(AI_ERR_UNSUPPORTED, "expert baseline: no device has a %s peak",
-                           topo_precision_name(ctx->train->precision));
+            return util_fail(AI_ERR_UNSUPPORTED, "expert baseline: no device has a %s peak",
+                             topo_precision_name(ctx->train->precision));
         char name[TOPO_NAME_MAX * 2 + 16];
         snprintf(name, sizeof name, "%s-only", p->name);
         st = one_pool_cluster(name, p, p->nodes * p->devices_per_node,
@@ -265,7 +265,7 @@ ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_ca
                 for (int i = 0; i < pp; i++)
                     pl->layers[i] = (short)(L / pp);
                 if (model_plan_check(&ectx, pl) != AI_OK) {
-                    ai_clear_error();
+                    util_clear_error();
                     continue;
                 }
                 model_plan_eval(&ectx, pl, &pc.res);
@@ -287,10 +287,10 @@ ai_status_t plan_expert_baseline(const model_ctx *ctx, int fastest_only, plan_ca
     }
     topo_cluster_free(cl);
     if (closest < INFINITY)
-        return ai_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp dividing %d layers"
-                       " fits (best %.1f GB per device)", L, closest);
-    return ai_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp divides %d layers"
-                   " within %d devices", L, N);
+        return util_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp dividing %d layers"
+                         " fits (best %.1f GB per device)", L, closest);
+    return util_fail(AI_ERR_INFEASIBLE, "expert baseline: no power-of-two pp divides %d layers"
+                     " within %d devices", L, N);
 }
 
 /* ---------------------------------------------------------------- JSON */

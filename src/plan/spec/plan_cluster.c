@@ -14,7 +14,7 @@ ai_status_t ai_cluster_node(const ai_cluster *cl, int index, ai_node_info *out)
 {
     const topo_cluster *c = cl->c;
     if (index < 0 || index >= c->nnodes)
-        return ai_fail(AI_ERR_INVALID, "node %d is not in 0..%d", index, c->nnodes - 1);
+        return util_fail(AI_ERR_INVALID, "node %d is not in 0..%d", index, c->nnodes - 1);
     const topo_node *n = &c->nodes[index];
     const topo_group *g = &c->groups[n->group];
     ai_node_info r;
@@ -33,7 +33,7 @@ ai_status_t ai_cluster_rack(const ai_cluster *cl, int index, ai_rack_info *out)
 {
     const topo_cluster *c = cl->c;
     if (index < 0 || index >= c->nracks)
-        return ai_fail(AI_ERR_INVALID, "rack %d is not in 0..%d", index, c->nracks - 1);
+        return util_fail(AI_ERR_INVALID, "rack %d is not in 0..%d", index, c->nracks - 1);
     ai_rack_info r;
     snprintf(r.name, sizeof r.name, "%s", c->racks[index].name);
     r.uplink_Gbps = c->racks[index].uplink_Gbps;
@@ -46,7 +46,7 @@ ai_status_t ai_cluster_coll_bound(const ai_cluster *cl, ai_coll coll, size_t byt
                                   int ranks_per_node, double *seconds)
 {
     if ((int)coll < 0 || coll >= AI_COLL_COUNT)
-        return ai_fail(AI_ERR_INVALID, "unknown collective %d", (int)coll);
+        return util_fail(AI_ERR_INVALID, "unknown collective %d", (int)coll);
     model_net n;
     ai_status_t st = model_net_from_cluster(cl->c, ranks_per_node, &n);
     if (st != AI_OK)

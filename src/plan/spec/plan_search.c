@@ -33,7 +33,7 @@ static ai_status_t fix_bool(const char *key, const char *v, int *out)
     else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no"))
         *out = 0;
     else
-        return ai_fail(AI_ERR_INVALID, "--fix %s=%s: expected true or false", key, v);
+        return util_fail(AI_ERR_INVALID, "--fix %s=%s: expected true or false", key, v);
     return AI_OK;
 }
 
@@ -47,13 +47,13 @@ ai_status_t plan_fix_parse(const char *text, plan_fix *out)
     }
     char buf[512];
     if (strlen(text) >= sizeof buf)
-        return ai_fail(AI_ERR_INVALID, "--fix: value too long");
+        return util_fail(AI_ERR_INVALID, "--fix: value too long");
     snprintf(buf, sizeof buf, "%s", text);
     char *save = NULL;
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
         char *eq = strchr(item, '=');
         if (!eq || eq == item || !eq[1])
-            return ai_fail(AI_ERR_INVALID, "--fix: '%s' is not key=value", item);
+            return util_fail(AI_ERR_INVALID, "--fix: '%s' is not key=value", item);
         *eq = '\0';
         const char *k = item, *v = eq + 1;
         int *slot = NULL;
@@ -66,26 +66,26 @@ ai_status_t plan_fix_parse(const char *text, plan_fix *out)
         else if (!strcmp(k, "zero")) slot = &f.zero;
         if (slot) {
             long n;
-            if (ai_parse_long(v, &n) != AI_OK || n < 0 || n > 1000000 || (n < 1 && slot != &f.zero))
-                return ai_fail(AI_ERR_INVALID, "--fix %s=%s: expected a positive integer%s", k, v,
-                               slot == &f.zero ? " (zero: 0..3)" : "");
+            if (util_parse_long(v, &n) != AI_OK || n < 0 || n > 1000000 || (n < 1 && slot != &f.zero))
+                return util_fail(AI_ERR_INVALID, "--fix %s=%s: expected a positive integer%s", k, v,
+                                 slot == &f.zero ? " (zero: 0..3)" : "");
             if (slot == &f.zero && n > 3)
-                return ai_fail(AI_ERR_INVALID, "--fix zero=%s: ZeRO stage is 0..3", v);
+                return util_fail(AI_ERR_INVALID, "--fix zero=%s: ZeRO stage is 0..3", v);
             *slot = (int)n;
         } else if (!strcmp(k, "recompute")) {
             if (!strcmp(v, "none")) f.recompute = MODEL_RC_NONE;
             else if (!strcmp(v, "selective")) f.recompute = MODEL_RC_SELECTIVE;
             else if (!strcmp(v, "full")) f.recompute = MODEL_RC_FULL;
             else
-                return ai_fail(AI_ERR_INVALID, "--fix recompute=%s: expected none, selective or full", v);
+                return util_fail(AI_ERR_INVALID, "--fix recompute=%s: expected none, selective or full", v);
         } else if (!strcmp(k, "sequence_parallel") || !strcmp(k, "sp")) {
             ai_status_t st = fix_bool(k, v, &f.sequence_parallel);
             if (st != AI_OK)
                 return st;
         } else {
-            return ai_fail(AI_ERR_INVALID,
-                           "--fix: unknown key '%s' (tp, pp, dp, cp, micro_batch, interleave, "
-                           "recompute, sequence_parallel, zero)", k);
+            return util_fail(AI_ERR_INVALID,
+                             "--fix: unknown key '%s' (tp, pp, dp, cp, micro_batch, interleave, "
+                             "recompute, sequence_parallel, zero)", k);
         }
     }
     *out = f;
@@ -175,7 +175,7 @@ static void why_note(search *s, const model_plan *pl, int fits, const model_resu
 static int consider(search *s, const model_plan *pl)
 {
     if (model_plan_check(s->ctx, pl) != AI_OK) {
-        ai_clear_error();
+        util_clear_error();
         return 0;
     }
     model_result r;
@@ -746,12 +746,12 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
     if (!s.best || !pl) {
         free(s.best);
         free(pl);
-        return ai_fail(AI_ERR_NOMEM, "planner");
+        return util_fail(AI_ERR_NOMEM, "planner");
     }
     if (ctx->cluster->npools > 64) {
         free(s.best);
         free(pl);
-        return ai_fail(AI_ERR_UNSUPPORTED, "more than 64 distinct node pools");
+        return util_fail(AI_ERR_UNSUPPORTED, "more than 64 distinct node pools");
     }
     const topo_model *m = ctx->model;
     const topo_training *t = ctx->train;
@@ -764,9 +764,9 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
     if (!any_prec) {
         free(s.best);
         free(pl);
-        return ai_fail(AI_ERR_UNSUPPORTED, "no device of cluster %s has a %s peak (device %s)",
-                       ctx->cluster->name, topo_precision_name(t->precision),
-                       ctx->cluster->pools[0].device.name);
+        return util_fail(AI_ERR_UNSUPPORTED, "no device of cluster %s has a %s peak (device %s)",
+                         ctx->cluster->name, topo_precision_name(t->precision),
+                         ctx->cluster->pools[0].device.name);
     }
     /* Candidate values, or the pinned one. */
     int cps[4] = {1, 2, 4, 8}, ncp = 4, mbs[4] = {1, 2, 4, 8}, nmb = 4;
@@ -822,14 +822,14 @@ ai_status_t plan_search(const model_ctx *ctx, const plan_fix *fix, int top, plan
     if (s.nbest == 0) {
         free(s.best);
         if (s.st.evaluated == 0)
-            return ai_fail(AI_ERR_INFEASIBLE,
-                           "no plan matches the constraints (check --fix against heads=%d, layers=%d, "
-                           "global_batch=%d and %d devices)",
-                           m->heads, m->layers, t->global_batch, ctx->cluster->devices);
-        return ai_fail(AI_ERR_INFEASIBLE,
-                       "no plan fits in memory: %ld plans evaluated, the closest needs %.1f GB per "
-                       "device where %.1f GB are usable",
-                       s.st.evaluated, s.closest.memory_GB, s.closest.memory_cap_GB);
+            return util_fail(AI_ERR_INFEASIBLE,
+                             "no plan matches the constraints (check --fix against heads=%d, layers=%d, "
+                             "global_batch=%d and %d devices)",
+                             m->heads, m->layers, t->global_batch, ctx->cluster->devices);
+        return util_fail(AI_ERR_INFEASIBLE,
+                         "no plan fits in memory: %ld plans evaluated, the closest needs %.1f GB per "
+                         "device where %.1f GB are usable",
+                         s.st.evaluated, s.closest.memory_GB, s.closest.memory_cap_GB);
     }
     *out = s.best;
     *nout = s.nbest;

@@ -394,7 +394,7 @@ static int mpich_knows(const kb_view *v, ai_coll ours, const char *target)
 ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const char *path)
 {
     if (!path)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_export_mpich_json: path is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_export_mpich_json: path is NULL");
     kb_view v;
     ai_status_t st = tune_view_load(kb, fingerprint, "MPICH selection export", &v);
     if (st != AI_OK)
@@ -403,10 +403,10 @@ ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const ch
     for (size_t c = 0; c < AI_ARRAY_LEN(mpich_tuned); c++)
         known += mpich_knows(&v, mpich_tuned[c].ours, mpich_tuned[c].target);
     if (!known) {
-        st = ai_fail(AI_ERR_NOTFOUND,
-                     "MPICH selection export: fingerprint %s has no measured algorithm that "
-                     "MPICH 4.0 has",
-                     v.fp);
+        st = util_fail(AI_ERR_NOTFOUND,
+                       "MPICH selection export: fingerprint %s has no measured algorithm that "
+                       "MPICH 4.0 has",
+                       v.fp);
         goto err_view;
     }
     jctx j = {0};
@@ -450,9 +450,9 @@ ai_status_t ai_kb_export_mpich_json(ai_kb *kb, const char *fingerprint, const ch
         jput(&j, root, key, e);
     }
     if (j.nomem)
-        st = ai_fail(AI_ERR_NOMEM, "MPICH selection export");
+        st = util_fail(AI_ERR_NOMEM, "MPICH selection export");
     else if (json_dump_file(root, path, JSON_INDENT(1) | JSON_PRESERVE_ORDER) != 0)
-        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+        st = util_fail(AI_ERR_IO, "cannot write %s", path);
     json_decref(root);
     free(v.arm);
     return st;

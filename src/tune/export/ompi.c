@@ -203,7 +203,7 @@ static int ompi_msg_rules(FILE *f, const kb_view *v, int target, ai_coll coll, i
 ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const char *path)
 {
     if (!path)
-        return ai_fail(AI_ERR_INVALID, "ai_kb_export_ompi_rules: path is NULL");
+        return util_fail(AI_ERR_INVALID, "ai_kb_export_ompi_rules: path is NULL");
     kb_view v;
     ai_status_t st = tune_view_load(kb, fingerprint, "Open MPI rules export", &v);
     if (st != AI_OK)
@@ -213,15 +213,15 @@ ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const ch
         ncoll += ompi_msg_rules(NULL, &v, ompi_colls[c].target, ompi_colls[c].coll,
                                 ompi_colls[c].per_rank) > 0;
     if (ncoll == 0) {
-        st = ai_fail(AI_ERR_NOTFOUND,
-                     "Open MPI rules export: fingerprint %s has no measured algorithm that Open "
-                     "MPI 4.1 coll/tuned has",
-                     v.fp);
+        st = util_fail(AI_ERR_NOTFOUND,
+                       "Open MPI rules export: fingerprint %s has no measured algorithm that Open "
+                       "MPI 4.1 coll/tuned has",
+                       v.fp);
         goto err_view;
     }
     FILE *f = fopen(path, "w");
     if (!f) {
-        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+        st = util_fail(AI_ERR_IO, "cannot write %s", path);
         goto err_view;
     }
     fprintf(f,
@@ -262,7 +262,7 @@ ai_status_t ai_kb_export_ompi_rules(ai_kb *kb, const char *fingerprint, const ch
     }
     int bad = ferror(f);
     if (fclose(f) != 0 || bad)
-        st = ai_fail(AI_ERR_IO, "cannot write %s", path);
+        st = util_fail(AI_ERR_IO, "cannot write %s", path);
     free(v.arm);
     return st;
 err_view:

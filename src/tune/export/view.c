@@ -78,7 +78,7 @@ ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what,
 {
     memset(v, 0, sizeof *v);
     if (!kb)
-        return ai_fail(AI_ERR_INVALID, "%s: kb is NULL", what);
+        return util_fail(AI_ERR_INVALID, "%s: kb is NULL", what);
     char chosen[17] = "";
     if (fingerprint) {
         snprintf(chosen, sizeof chosen, "%s", fingerprint);
@@ -98,17 +98,17 @@ ai_status_t tune_view_load(ai_kb *kb, const char *fingerprint, const char *what,
         if (st != AI_OK)
             return st;
         if (n == 0)
-            return ai_fail(AI_ERR_NOTFOUND, "%s: the knowledge base holds no measurements", what);
+            return util_fail(AI_ERR_NOTFOUND, "%s: the knowledge base holds no measurements", what);
         if (n > 1)
-            return ai_fail(AI_ERR_INVALID,
-                           "%s: the knowledge base holds %zu fingerprints (%s): name one", what,
-                           n, list);
+            return util_fail(AI_ERR_INVALID,
+                             "%s: the knowledge base holds %zu fingerprints (%s): name one", what,
+                             n, list);
     }
     ai_status_t st = ai_kb_foreach(kb, chosen, view_visit, v);
     if (st == AI_OK && v->nomem)
-        st = ai_fail(AI_ERR_NOMEM, "%s: reading the knowledge base", what);
+        st = util_fail(AI_ERR_NOMEM, "%s: reading the knowledge base", what);
     if (st == AI_OK && v->n == 0)
-        st = ai_fail(AI_ERR_NOTFOUND, "%s: no measurements for fingerprint '%s'", what, chosen);
+        st = util_fail(AI_ERR_NOTFOUND, "%s: no measurements for fingerprint '%s'", what, chosen);
     if (st != AI_OK)
         goto err_arms;
     snprintf(v->fp, sizeof v->fp, "%s", chosen);
