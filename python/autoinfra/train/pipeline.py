@@ -502,6 +502,7 @@ def main(a, T):
             if a.plan_obj else None, "balancer_predicted_s": None,
             "steps": a.steps, "warmup": a.warmup, "seed": a.seed, "lr": a.lr,
             "bucket_cap_mb": None, "threads": a.threads,
+            "parallel": "pipeline", "torch": torch.__version__,
             "corpus": a.corpus, "corpus_bytes": len(data),
             "grad_bytes": grad_bytes, "bucket_bytes": [st["grad_bytes"] for st in desc["stages"]]
             if k > 1 else [], "tokens_per_step": tokens,
