@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "autoinfra.h"
+#include "support/proc.h"
 #include "support/ranks.h"
 
 #include <signal.h>
@@ -133,14 +134,7 @@ static void test_admit_between_steps(void **state)
         _exit(newcomer(&x));
     ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 60};
     int rc = ranks_run(3, &o, members_body, &x);
-    int w = 0;
-    double end = now_s() + 20;
-    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
-        usleep(5000);
-    if (now_s() >= end) {
-        kill(kid, SIGKILL);
-        waitpid(kid, &w, 0);
-    }
+    int w = proc_reap(kid, 20);
     assert_int_equal(rc, 0);
     assert_true(WIFEXITED(w));
     assert_int_equal(WEXITSTATUS(w), 0);

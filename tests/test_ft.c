@@ -23,6 +23,7 @@
 
 #include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
+#include "support/proc.h"
 #include "support/ranks.h"
 
 #include <arpa/inet.h>
@@ -567,14 +568,7 @@ static void test_grow_join(void **state)
     }
     ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40};
     int rc = ranks_run(3, &o, grow_body, &j);
-    int w = 0;
-    double end = now_s() + 20;
-    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
-        usleep(5000);
-    if (now_s() >= end) {
-        kill(kid, SIGKILL);
-        waitpid(kid, &w, 0);
-    }
+    int w = proc_reap(kid, 20);
     assert_int_equal(rc, 0);
     assert_true(WIFEXITED(w));
     assert_int_equal(WEXITSTATUS(w), 0);
@@ -678,14 +672,7 @@ static void test_grow_dead_joiner(void **state)
     }
     ranks_opts o = {.nhosts = 2, .timeout_s = TIMEOUT_S, .deadline_s = 40};
     int rc = ranks_run(3, &o, dead_joiner_body, &j);
-    int w = 0;
-    double end = now_s() + 20;
-    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
-        usleep(5000);
-    if (now_s() >= end) {
-        kill(kid, SIGKILL);
-        waitpid(kid, &w, 0);
-    }
+    int w = proc_reap(kid, 20);
     assert_int_equal(rc, 0);
     assert_true(WIFEXITED(w));
     assert_int_equal(WEXITSTATUS(w), 0); /* the live newcomer joined and computed */
@@ -825,14 +812,7 @@ static void test_door_outlives_rank0(void **state)
                     .status = status};
     (void)ranks_run(3, &o, door_body, &j);
     unsetenv("AUTOINFRA_JOIN_DOOR");
-    int w = 0;
-    double end = now_s() + 30;
-    while (waitpid(kid, &w, WNOHANG) == 0 && now_s() < end)
-        usleep(5000);
-    if (now_s() >= end) {
-        kill(kid, SIGKILL);
-        waitpid(kid, &w, 0);
-    }
+    int w = proc_reap(kid, 30);
     munmap(ready, 4096);
     assert_int_equal(status[0], RANKS_SIGNAL_BASE + SIGKILL);
     assert_int_equal(status[1], 0);

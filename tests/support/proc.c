@@ -18,6 +18,21 @@ double proc_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+int proc_reap(int pid, double limit_s)
+{
+    int w = 0;
+    double end = proc_now() + limit_s;
+    while (waitpid(pid, &w, WNOHANG) == 0) {
+        if (proc_now() >= end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &w, 0);
+            break;
+        }
+        usleep(5000);
+    }
+    return w;
+}
+
 const char *proc_bin(void)
 {
     const char *b = getenv("AUTOINFRA_BIN");

@@ -21,6 +21,10 @@ const char *proc_bin(void);
 int proc_run(char *const *argv, double limit_s, char *out, size_t outlen, char *err,
              size_t errlen);
 
+/* Wait for child pid at most limit_s, then SIGKILL and reap it. Returns
+ * its wait status (WIFEXITED and the rest apply). */
+int proc_reap(int pid, double limit_s);
+
 /* 1 if an executable named prog is on PATH. */
 int proc_on_path(const char *prog);
 
