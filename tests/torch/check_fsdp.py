@@ -13,11 +13,8 @@ Exit 0 when it holds, 1 with what differed.
 import json
 import math
 import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 STEPS = 4
@@ -26,30 +23,16 @@ STEPS = 4
 # gradient not averaged, a shard of another rank) moves them by 1e-3 or more.
 LOSS_RTOL = 1e-4
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_shares import run_ranks  # noqa: E402 (the same local ranks)
 
 
 def run(backend, world, out, limit=200):
-    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo",
-               PYTHONPATH=os.pathsep.join([os.path.join(ROOT, "python")] +
-                                          [p for p in [os.environ.get("PYTHONPATH")] if p]))
     argv = [sys.executable, "-W", "ignore::UserWarning", "-m", "autoinfra.train", "--fsdp",
             "--backend", backend, "--model", "tiny", "--ctx", "32", "--batch", "4",
             "--steps", str(STEPS), "--warmup", "1", "--seed", "1", "--lr", "3e-3", "--quiet",
             "--timeout", "60", "--json", out]
-    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r))) for r in range(world)]
-    end = time.time() + limit
-    while any(p.poll() is None for p in procs) and time.time() < end:
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    return [p.wait() for p in procs]
+    return run_ranks(world, argv, limit, GLOO_SOCKET_IFNAME="lo")
 
 
 def main(argv):

@@ -28,17 +28,15 @@ import importlib
 import io
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 PYTHON = os.path.abspath(os.path.join(ROOT, "python"))
 sys.path.insert(0, PYTHON)
 sys.path.insert(0, HERE)
-from check_shares import corpus, free_port  # noqa: E402 (the same corpus and ports)
+from check_shares import corpus, run_ranks  # noqa: E402 (the same corpus and ranks)
 
 # float32 gradients summed in another order (micro-batch by micro-batch,
 # then over the replicas, against one batch of all B windows) differ by a
@@ -129,21 +127,6 @@ def rank_main(out):
     dist.barrier()
     dist.destroy_process_group()
     return 0
-
-
-def run_ranks(world, argv, limit):
-    """world local ranks of argv (env://); their exit codes."""
-    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
-               PYTHONPATH=os.pathsep.join([PYTHON] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
-    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r))) for r in range(world)]
-    end = time.time() + limit
-    while any(p.poll() is None for p in procs) and time.time() < end:
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    return [p.wait() for p in procs]
 
 
 def exact(world):

@@ -114,6 +114,24 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_ranks(world, argv, limit, **extra_env):
+    """world local ranks of argv (env://, the repo's python/ on PYTHONPATH),
+    killed after limit seconds; their exit codes."""
+    env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([os.path.abspath(os.path.join(ROOT, "python"))] +
+                                          [p for p in [os.environ.get("PYTHONPATH")] if p]),
+               **extra_env)
+    procs = [subprocess.Popen(argv, env=dict(env, RANK=str(r))) for r in range(world)]
+    end = time.time() + limit
+    while any(p.poll() is None for p in procs) and time.time() < end:
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    return [p.wait() for p in procs]
+
+
 def exact():
     import torch
     with tempfile.TemporaryDirectory(prefix="autoinfra-shares-") as out:
