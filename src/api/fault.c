@@ -6,6 +6,7 @@
  * ai_comm_create's do, and the degraded links are read from what the
  * learner measured.
  */
+#include "comm/ft/ft.h"
 #include "comm/select/probe.h"
 #include "tune/tune.h"
 

@@ -4,6 +4,7 @@
  * host, TCP across hosts). The public communicator calls wrap these in
  * api/communicator.c, which attaches the learner.
  */
+#include "comm/ft/ft.h"
 #include "comm/select/probe.h"
 #include "comm/transport/transport.h"
 

@@ -4,7 +4,7 @@
  * What the communicator is built on has its own headers: the engine's
  * face (requests, waits, abort; comm/transport/engine.h, included here),
  * the local reduction kernels (comm/kernel/reduce.h), the algorithm
- * registry (comm/algo_registry.h).
+ * registry (comm/algo_registry.h), fault tolerance (comm/ft/ft.h).
  */
 #ifndef AI_COMM_H
 #define AI_COMM_H
@@ -129,23 +129,6 @@ uint64_t comm_machine_id(void);
  * outside the kernel's ephemeral range, -1 if none. */
 int comm_tcp_free_port(const char *host);
 
-/* ---------------------------------------- fault tolerance (comm/ft/)
- * The work behind the fault-tolerance section of autoinfra.h (its
- * semantics are documented there and in docs/faults.md); the public
- * wrappers in api/fault.c attach the learner to what shrink, grow and
- * join return. */
-ai_status_t comm_ft_revoke(ai_comm *c);
-/* aux: a second per-rank value agreed along (shrink's new ports); out
- * NULL or [size]: every rank's aux as agreed (failed ranks' 0). */
-ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *aux_out);
-ai_status_t comm_ft_failed(const ai_comm *c, int *ranks, int max, int *n);
-ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out);
-ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **out);
-ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len);
-ai_status_t comm_ft_join_pending(ai_comm *c, int *waiting);
-ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
-int comm_ft_failure_peer(const ai_comm *c);
-void comm_ft_free(ai_comm *c);
 /* ai_comm_set_block_waits' work: the transport's wait mode. */
 void comm_set_block_waits(ai_comm *c, int block);
 /* The wait hook (ai_comm_set_wait_hook) of a wait idle past its spin

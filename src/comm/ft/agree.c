@@ -33,7 +33,7 @@
  * carry the agreement's number (every rank runs agreements in the same
  * order); leftovers of an earlier one are skipped.
  */
-#include "comm/ft/ft.h"
+#include "comm/ft/state.h"
 #include "comm/transport/wire.h"
 
 #include <poll.h>

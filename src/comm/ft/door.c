@@ -18,7 +18,7 @@
  * becomes rank 0 after a shrink opens it again, so newcomers given the
  * same list find the job whichever process is rank 0.
  */
-#include "comm/ft/ft.h"
+#include "comm/ft/state.h"
 #include "comm/transport/wire.h"
 
 #include <arpa/inet.h>

@@ -1,47 +1,27 @@
 /*
- * The fault-tolerance room's shared pieces: agree.c (revoke, agreement,
- * failed set) and reshape.c (shrink, grow, join). Its public face is the
- * comm_ft_* section of comm/comm.h.
+ * The fault-tolerance room's face: the work behind the fault-tolerance
+ * section of autoinfra.h (its semantics are documented there and in
+ * docs/faults.md). The public wrappers in api/fault.c attach the learner
+ * to what shrink, grow and join return; comm_destroy (comm.c) releases
+ * the room's state with comm_ft_free. The room's own shared pieces are in
+ * comm/ft/state.h.
  */
 #ifndef AI_COMM_FT_H
 #define AI_COMM_FT_H
 
-#include "comm/transport/transport.h"
+#include "comm/comm.h"
 
-/* Kinds of the "AIFT" control frames (wire.h). */
-#define FT_KIND_AGREE 1      /* agreement state (agree.c) */
-#define FT_KIND_GROW_ENTRY 2 /* a member's entry for the grown communicator, to rank 0 */
-#define FT_KIND_GROW_TABLE 3 /* rank 0's answer: status, nonce, the grown table */
-
-typedef struct comm_ft {
-    uint32_t epoch;         /* agreements run on this communicator */
-    int agreed;             /* failed holds an agreed set */
-    int excluded;           /* the others counted this rank failed: it must leave */
-    unsigned char *failed;  /* [size] */
-    struct comm_door *door; /* rank 0's join door (door.c), NULL until used */
-} comm_ft;
-
-ai_status_t comm_ft_get(ai_comm *c, comm_ft **out);
-
-/* door.c: rank 0's join door and the newcomers waiting at it (the lobby).
- * A newcomer is held in the lobby, its hello read and its connection open,
- * until a grow admits it; one whose connection ends before that is
- * dropped. comm_door_get: c's door (made on first use, its own listener
- * opened when AUTOINFRA_JOIN_DOOR names one). comm_door_poll: accept and
- * read what arrived within ms, drop the newcomers that left; returns how
- * many wait. comm_door_take: the first n waiting newcomers' connections and
- * entries, out of the lobby. comm_door_move: from an old communicator to
- * the one that replaces it (both with this process as rank 0), so that the
- * door's address and the waiting newcomers outlive the old one. */
-#define COMM_DOOR_LOBBY_MAX 64
-typedef struct comm_door comm_door;
-ai_status_t comm_door_get(ai_comm *c, comm_door **out);
-ai_status_t comm_door_poll(ai_comm *c, comm_door *d, int ms, int *waiting);
-void comm_door_take(comm_door *d, int n, int *fds, comm_rank_info *entries);
-void comm_door_move(ai_comm *from, ai_comm *to);
-/* The address newcomers should use: the door's own listener, else rank
- * 0's data listener (peers[0]); *own 1 for the former. */
-ai_status_t comm_door_addr(const ai_comm *c, char *buf, size_t len);
-void comm_door_free(comm_door *d);
+ai_status_t comm_ft_revoke(ai_comm *c);
+/* aux: a second per-rank value agreed along (shrink's new ports); out
+ * NULL or [size]: every rank's aux as agreed (failed ranks' 0). */
+ai_status_t comm_ft_agree(ai_comm *c, uint64_t *flags, uint64_t aux, uint64_t *aux_out);
+ai_status_t comm_ft_failed(const ai_comm *c, int *ranks, int max, int *n);
+ai_status_t comm_ft_shrink(ai_comm *c, ai_comm **out);
+ai_status_t comm_ft_grow(ai_comm *c, int joiners, double timeout_s, ai_comm **out);
+ai_status_t comm_ft_join_addr(const ai_comm *c, char *buf, size_t len);
+ai_status_t comm_ft_join_pending(ai_comm *c, int *waiting);
+ai_status_t comm_ft_join(const ai_comm_config *cfg, const char *job_addr, ai_comm **out);
+int comm_ft_failure_peer(const ai_comm *c);
+void comm_ft_free(ai_comm *c);
 
 #endif

@@ -3,7 +3,7 @@
  * abort notice tells the others (transport/engine.c, comm_abort), read
  * back for the caller (ai_comm_failure_peer) instead of from the message.
  */
-#include "comm/ft/ft.h"
+#include "comm/ft/state.h"
 
 int comm_ft_failure_peer(const ai_comm *c)
 {

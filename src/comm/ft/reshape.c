@@ -18,7 +18,7 @@
  * it never meets the old one's, and nobody without the token can derive
  * it from the nonce it may have seen.
  */
-#include "comm/ft/ft.h"
+#include "comm/ft/state.h"
 #include "comm/transport/wire.h"
 
 #include <arpa/inet.h>
