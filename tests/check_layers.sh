@@ -6,9 +6,10 @@
 #     in the order util <- balance <- topo <- model <- comm <- tune <- api
 #     <- plan <- sim <- cli.
 #  2. Layers above comm reach comm through its narrow headers only
-#     (comm/comm.h, comm/algo_registry.h, comm/select/*.h, and the
-#     fault-tolerance room's face comm/ft/ft.h), never the algorithm,
-#     transport or kernel rooms nor ft's own pieces.
+#     (comm/comm.h, comm/algo_registry.h, comm/select/*.h, and the faces
+#     of the transport and fault-tolerance rooms, comm/transport/engine.h
+#     and comm/ft/ft.h), never the algorithm or kernel rooms nor the
+#     transport or ft rooms' own pieces.
 #  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
 #     or ft/ (the rooms built on them) nor comm/algo_registry.h; kernel/
 #     includes no comm header but its own; of comm's root headers the
@@ -83,7 +84,8 @@ for layer in $order; do
         fi
         if [ "$dep" = comm ] && [ "$me" -gt "$(rank_of comm)" ]; then
             case "$hdr" in
-            comm/comm.h | comm/algo_registry.h | comm/select/*.h | comm/ft/ft.h) ;;
+            comm/comm.h | comm/algo_registry.h | comm/select/*.h | comm/ft/ft.h | \
+                comm/transport/engine.h) ;;
             *) fail "$where: $layer includes comm's private \"$hdr\"" ;;
             esac
         fi

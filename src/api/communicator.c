@@ -8,6 +8,7 @@
  * apart.
  */
 #include "comm/select/probe.h"
+#include "comm/transport/engine.h"
 #include "tune/tune.h"
 
 #include <math.h>
@@ -85,8 +86,7 @@ ai_status_t ai_comm_state(const ai_comm *c) { return c->state; }
 void ai_comm_set_block_waits(ai_comm *c, int block) { comm_set_block_waits(c, block); }
 void ai_comm_set_wait_hook(ai_comm *c, void (*fn)(void *arg), void *arg)
 {
-    c->wait_hook = fn;
-    c->wait_hook_arg = fn ? arg : NULL;
+    comm_set_wait_hook(c, fn, arg);
 }
 
 /* ------------------------------------------------------ measured links */

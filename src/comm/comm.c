@@ -281,12 +281,6 @@ err:
     return st;
 }
 
-void comm_set_block_waits(ai_comm *c, int block)
-{
-    if (c->tp)
-        atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
-}
-
 ai_status_t comm_scratch(ai_comm *c, int slot, size_t bytes, void **out)
 {
     if (slot < 0 || slot >= COMM_SCRATCH_SLOTS)

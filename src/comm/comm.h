@@ -76,7 +76,7 @@ struct ai_comm {
     unsigned links_gen;  /* incremented whenever links are (re)measured */
     comm_tuner tuner;    /* all NULL: no learner */
     struct comm_ft *ft;  /* agreement state (comm/ft/), NULL until the first */
-    void (*wait_hook)(void *arg); /* ai_comm_set_wait_hook; NULL: none */
+    void (*wait_hook)(void *arg); /* comm_set_wait_hook (engine.c); NULL: none */
     void *wait_hook_arg;
     /* [AI_COLL_COUNT] other libraries' collectives as arms of `auto`
      * (ai_comm_set_host_coll; comm/algo/host.c); NULL: none registered. */
@@ -128,16 +128,6 @@ uint64_t comm_machine_id(void);
 /* ai_rendezvous_port's work (transport/tcp.c): a free TCP port on host
  * outside the kernel's ephemeral range, -1 if none. */
 int comm_tcp_free_port(const char *host);
-
-/* ai_comm_set_block_waits' work: the transport's wait mode. */
-void comm_set_block_waits(ai_comm *c, int block);
-/* The wait hook (ai_comm_set_wait_hook) of a wait idle past its spin
- * phase: run it, if any. */
-static inline void comm_wait_hook(ai_comm *c)
-{
-    if (c->wait_hook)
-        c->wait_hook(c->wait_hook_arg);
-}
 
 /* ------------------------------------------------------------ algorithms */
 

@@ -443,6 +443,25 @@ static ai_status_t timeout_error(ai_comm *c, comm_req *reqs, int n, double idle)
     return comm_stall_error(c, w, nw, idle);
 }
 
+void comm_set_block_waits(ai_comm *c, int block)
+{
+    if (c->tp)
+        atomic_store_explicit(&c->tp->block_waits, block != 0, memory_order_relaxed);
+}
+
+void comm_set_wait_hook(ai_comm *c, void (*fn)(void *arg), void *arg)
+{
+    c->wait_hook = fn;
+    c->wait_hook_arg = fn ? arg : NULL;
+}
+
+/* The wait hook of a wait idle past its spin phase: run it, if any. */
+static void run_wait_hook(ai_comm *c)
+{
+    if (c->wait_hook)
+        c->wait_hook(c->wait_hook_arg);
+}
+
 /* Block in poll() on the polled channels (rings_bell 0) of pending
  * requests, briefly. */
 static void poll_pending(ai_comm *c, comm_req *reqs, int n, int only_polled, int max_ms)
@@ -516,7 +535,7 @@ ai_status_t comm_idle_step(ai_comm *c, comm_idle *w, const comm_idle_ops *ops, v
     }
     if (w->passes < tp->spin_passes)
         return AI_OK;
-    comm_wait_hook(c);
+    run_wait_hook(c);
     double now = ai_now();
     /* The host's abort flag is one load: looked at every pass, so a
      * revoke or abort here (which rings every doorbell) ends the wait at
@@ -692,7 +711,7 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
         idle++;
         if (idle < spin)
             continue;
-        comm_wait_hook(c);
+        run_wait_hook(c);
         if (now - idle_since > 1.0)
             util_sleep_us(100); /* a long wait: stop burning a core */
         else if (polled_only &&

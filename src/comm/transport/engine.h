@@ -186,6 +186,17 @@ typedef struct comm_slot_board {
 } comm_slot_board;
 int comm_slot_board_get(const ai_comm *c, comm_slot_board *b);
 
+/* ------------------------------------------------------ how waits wait */
+
+/* ai_comm_set_block_waits' work: the mode of every later idle wait (see
+ * comm_transport's yield_s and tcp_spin_s, transport.h); another thread may
+ * call it during a wait, which takes it up at its next idle pass. */
+void comm_set_block_waits(ai_comm *c, int block);
+/* ai_comm_set_wait_hook's work: fn(arg) runs in every wait idle past its
+ * spin phase, which then blocks 1 ms at a time so the hook runs often;
+ * fn NULL: none. */
+void comm_set_wait_hook(ai_comm *c, void (*fn)(void *arg), void *arg);
+
 /* The host name peer gave at rendezvous, for messages. */
 const char *comm_peer_host(const ai_comm *c, int peer);
 
