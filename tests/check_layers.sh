@@ -13,8 +13,9 @@
 #  3. Inside comm, transport/ and kernel/ include nothing of algo/, select/
 #     or ft/ (the rooms built on them) nor comm/algo_registry.h; kernel/
 #     includes no comm header but its own; of comm's root headers the
-#     transport room includes comm/comm.h only, in transport.h only (the
-#     communicator object's layout), and engine.h, its face, none.
+#     transport room includes comm/object.h only (the communicator
+#     object's layout; never comm/comm.h, the lifecycle), in transport.h
+#     only, and engine.h, its face, none.
 #  3b. The rest of comm reaches the transport room through its face,
 #     comm/transport/engine.h: algo/, select/, coll.c and p2p.c include no
 #     other transport header (comm.c, which builds the transports, and
@@ -108,9 +109,9 @@ for hit in $(includes src/comm/transport); do
     where=${hit%:*}
     case "${hit##*:}" in
     comm/transport/* | comm/kernel/*) ;;
-    comm/comm.h)
+    comm/object.h)
         [ "${where%%:*}" = src/comm/transport/transport.h ] ||
-            fail "$where: includes \"comm/comm.h\"; in the transport room only transport.h does (the object's layout)" ;;
+            fail "$where: includes \"comm/object.h\"; in the transport room only transport.h does (the object's layout)" ;;
     comm/*) fail "$where: includes \"${hit##*:}\", a comm header above the transport room" ;;
     esac
 done

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "autoinfra.h"
+#include "comm/comm.h"
 #include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
 #include "support/ranks.h"

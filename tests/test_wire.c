@@ -11,6 +11,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "comm/comm.h"
 #include "comm/transport/transport.h"
 #include "comm/transport/wire.h"
 

@@ -197,6 +197,10 @@ void comm_set_block_waits(ai_comm *c, int block);
  * fn NULL: none. */
 void comm_set_wait_hook(ai_comm *c, void (*fn)(void *arg), void *arg);
 
+/* ai_rendezvous_port's work (tcp.c): a free TCP port on host outside the
+ * kernel's ephemeral range, -1 if none. */
+int comm_tcp_free_port(const char *host);
+
 /* The host name peer gave at rendezvous, for messages. */
 const char *comm_peer_host(const ai_comm *c, int peer);
 

@@ -18,7 +18,7 @@
 #ifndef AI_COMM_TRANSPORT_H
 #define AI_COMM_TRANSPORT_H
 
-#include "comm/comm.h" /* the communicator object: its layout */
+#include "comm/object.h" /* the communicator object: its layout */
 #include "comm/kernel/reduce.h"
 #include "comm/transport/engine.h"
 
