@@ -133,146 +133,193 @@ static int sim_predict_main(int argc, char **argv)
     return 0;
 }
 
-int cli_sim_main(int argc, char **argv)
-{
-    if (argc > 1 && !strcmp(argv[1], "predict"))
-        return sim_predict_main(argc - 1, argv + 1);
-    const char *cpath = NULL, *mpath = NULL, *tpath = NULL, *rpath = NULL;
+/* What the command line asks of the simulation. */
+typedef struct sim_args {
+    const char *cpath, *mpath, *tpath, *rpath;
     ai_sim_options o;
-    memset(&o, 0, sizeof o);
-    o.policy = AI_SIM_POLICY_YOUNG_DALY;
-    o.recovery = AI_SIM_RESTART;
-    o.runs = 100;
-    o.seed = 1;
-    int as_json = 0, policy_given = 0;
+    int as_json, policy_given;
+} sim_args;
+
+/* How one option went: the options are read by three tables in turn (the
+ * spec files, the amounts, the policy), each passing on what is not its
+ * own. */
+enum { OPT_OK = 0, OPT_NOT_MINE = 1, OPT_EXIT = 2, OPT_MISSING = -1 };
+
+/* --cluster, --model, --training, --reliability: the specs' paths. */
+static int sim_opt_files(int argc, char **argv, int *i, sim_args *s)
+{
+    const char **slot[] = {&s->cpath, &s->mpath, &s->tpath, &s->rpath};
+    const char *names[] = {"--cluster", "--model", "--training", "--reliability"};
+    for (size_t k = 0; k < sizeof slot / sizeof *slot; k++) {
+        const char *v = NULL;
+        int m = cli_match_opt(argc, argv, i, names[k], &v);
+        if (m < 0)
+            return OPT_MISSING;
+        if (m > 0) {
+            *slot[k] = v;
+            return OPT_OK;
+        }
+    }
+    return OPT_NOT_MINE;
+}
+
+/* The run's amounts and the measured figures of a replay: each a number
+ * above 0 (the shared cores a count). */
+static int sim_opt_amounts(int argc, char **argv, int *i, sim_args *s)
+{
+    const char *a = argv[*i], *v = NULL;
+    ai_sim_options *o = &s->o;
+    int m;
+    if ((m = cli_match_opt(argc, argv, i, "--tokens", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        return parse_pos("--tokens", v, &o->tokens) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--days", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        return parse_pos("--days", v, &o->days) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--checkpoint-every", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        return parse_pos("--checkpoint-every", v, &o->checkpoint_every_min) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--step-time", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        return parse_pos("--step-time", v, &o->step_time_s) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--fail-at-step", &v)) != 0) {
+        return m < 0 || parse_pos(a, v, &o->fail_at_step) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--rejoin-at-step", &v)) != 0) {
+        return m < 0 || parse_pos(a, v, &o->rejoin_at_step) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--shrunk-step-time", &v)) != 0) {
+        return m < 0 || parse_pos(a, v, &o->shrunk_step_time_s) ? OPT_EXIT : OPT_OK;
+    } else if ((m = cli_match_opt(argc, argv, i, "--shared-cores", &v)) != 0) {
+        if (m < 0 || cli_parse_int(v, 1, 10000000, &o->shared_cores)) {
+            fprintf(stderr, "autoinfra sim: --shared-cores '%s': expected 1..10000000\n", v ? v : "");
+            return OPT_EXIT;
+        }
+        return OPT_OK;
+    }
+    return OPT_NOT_MINE;
+}
+
+/* The checkpoint policy, the recovery, and the Monte Carlo's runs, seed
+ * and (policy rl) training budget. */
+static int sim_opt_policy(int argc, char **argv, int *i, sim_args *s)
+{
+    const char *v = NULL;
+    ai_sim_options *o = &s->o;
+    int m;
+    if ((m = cli_match_opt(argc, argv, i, "--policy", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        if (ai_sim_policy_parse(v, &o->policy) != AI_OK) {
+            fprintf(stderr, "autoinfra sim: --policy: %s\n", ai_last_error());
+            return OPT_EXIT;
+        }
+        s->policy_given = 1;
+    } else if ((m = cli_match_opt(argc, argv, i, "--recovery", &v)) != 0) {
+        if (m < 0)
+            return OPT_MISSING;
+        if (!strcmp(v, "restart"))
+            o->recovery = AI_SIM_RESTART;
+        else if (!strcmp(v, "shrink"))
+            o->recovery = AI_SIM_SHRINK;
+        else {
+            fprintf(stderr, "autoinfra sim: --recovery '%s': want restart or shrink\n", v);
+            return OPT_EXIT;
+        }
+    } else if ((m = cli_match_opt(argc, argv, i, "--runs", &v)) != 0) {
+        if (m < 0 || cli_parse_int(v, 1, 10000000, &o->runs)) {
+            fprintf(stderr, "autoinfra sim: --runs '%s': expected 1..10000000\n", v ? v : "");
+            return OPT_EXIT;
+        }
+    } else if ((m = cli_match_opt(argc, argv, i, "--rl-train-runs", &v)) != 0) {
+        if (m < 0 || cli_parse_int(v, 1, 100000, &o->rl_train_runs)) {
+            fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");
+            return OPT_EXIT;
+        }
+    } else if ((m = cli_match_opt(argc, argv, i, "--rl-iters", &v)) != 0) {
+        if (m < 0 || cli_parse_int(v, 1, 1000, &o->rl_iters)) {
+            fprintf(stderr, "autoinfra sim: --rl-iters '%s': expected 1..1000\n", v ? v : "");
+            return OPT_EXIT;
+        }
+    } else if ((m = cli_match_opt(argc, argv, i, "--seed", &v)) != 0) {
+        long seed;
+        if (m < 0 || cli_parse_long(v, 0, 0x7fffffffffffffffL, &seed)) {
+            fprintf(stderr, "autoinfra sim: --seed '%s': expected an integer >= 0\n", v ? v : "");
+            return OPT_EXIT;
+        }
+        o->seed = (uint64_t)seed;
+    } else {
+        return OPT_NOT_MINE;
+    }
+    return OPT_OK;
+}
+
+/* The command line into s, defaults first, then the checks across
+ * options. Returns -1 to go on, else the exit code (0 after --help). */
+static int sim_parse(int argc, char **argv, sim_args *s)
+{
+    memset(s, 0, sizeof *s);
+    s->o.policy = AI_SIM_POLICY_YOUNG_DALY;
+    s->o.recovery = AI_SIM_RESTART;
+    s->o.runs = 100;
+    s->o.seed = 1;
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL;
-        int m;
+        const char *a = argv[i];
+        int r;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             sim_usage(stdout);
             return 0;
         } else if (!strcmp(a, "--json")) {
-            as_json = 1;
+            s->as_json = 1;
+            continue;
         } else if (!strcmp(a, "--events")) {
-            o.events = 1;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--cluster", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            cpath = v;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--model", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            mpath = v;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--training", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            tpath = v;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--reliability", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            rpath = v;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--tokens", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (parse_pos("--tokens", v, &o.tokens))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--days", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (parse_pos("--days", v, &o.days))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--checkpoint-every", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (parse_pos("--checkpoint-every", v, &o.checkpoint_every_min))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--step-time", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (parse_pos("--step-time", v, &o.step_time_s))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--policy", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (ai_sim_policy_parse(v, &o.policy) != AI_OK) {
-                fprintf(stderr, "autoinfra sim: --policy: %s\n", ai_last_error());
-                return 2;
-            }
-            policy_given = 1;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--recovery", &v)) != 0) {
-            if (m < 0)
-                goto missing;
-            if (!strcmp(v, "restart"))
-                o.recovery = AI_SIM_RESTART;
-            else if (!strcmp(v, "shrink"))
-                o.recovery = AI_SIM_SHRINK;
-            else {
-                fprintf(stderr, "autoinfra sim: --recovery '%s': want restart or shrink\n", v);
-                return 2;
-            }
-        } else if ((m = cli_match_opt(argc, argv, &i, "--runs", &v)) != 0) {
-            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.runs)) {
-                fprintf(stderr, "autoinfra sim: --runs '%s': expected 1..10000000\n", v ? v : "");
-                return 2;
-            }
-        } else if ((m = cli_match_opt(argc, argv, &i, "--fail-at-step", &v)) != 0) {
-            if (m < 0 || parse_pos(a, v, &o.fail_at_step))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--rejoin-at-step", &v)) != 0) {
-            if (m < 0 || parse_pos(a, v, &o.rejoin_at_step))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--shrunk-step-time", &v)) != 0) {
-            if (m < 0 || parse_pos(a, v, &o.shrunk_step_time_s))
-                return 2;
-        } else if ((m = cli_match_opt(argc, argv, &i, "--shared-cores", &v)) != 0) {
-            if (m < 0 || cli_parse_int(v, 1, 10000000, &o.shared_cores)) {
-                fprintf(stderr, "autoinfra sim: --shared-cores '%s': expected 1..10000000\n", v ? v : "");
-                return 2;
-            }
-        } else if ((m = cli_match_opt(argc, argv, &i, "--rl-train-runs", &v)) != 0) {
-            if (m < 0 || cli_parse_int(v, 1, 100000, &o.rl_train_runs)) {
-                fprintf(stderr, "autoinfra sim: --rl-train-runs '%s': expected 1..100000\n", v ? v : "");
-                return 2;
-            }
-        } else if ((m = cli_match_opt(argc, argv, &i, "--rl-iters", &v)) != 0) {
-            if (m < 0 || cli_parse_int(v, 1, 1000, &o.rl_iters)) {
-                fprintf(stderr, "autoinfra sim: --rl-iters '%s': expected 1..1000\n", v ? v : "");
-                return 2;
-            }
-        } else if ((m = cli_match_opt(argc, argv, &i, "--seed", &v)) != 0) {
-            long s;
-            if (m < 0 || cli_parse_long(v, 0, 0x7fffffffffffffffL, &s)) {
-                fprintf(stderr, "autoinfra sim: --seed '%s': expected an integer >= 0\n", v ? v : "");
-                return 2;
-            }
-            o.seed = (uint64_t)s;
-        } else {
+            s->o.events = 1;
+            continue;
+        }
+        if ((r = sim_opt_files(argc, argv, &i, s)) == OPT_NOT_MINE &&
+            (r = sim_opt_amounts(argc, argv, &i, s)) == OPT_NOT_MINE &&
+            (r = sim_opt_policy(argc, argv, &i, s)) == OPT_NOT_MINE) {
             fprintf(stderr, "autoinfra sim: unknown argument '%s'\n", a);
             sim_usage(stderr);
             return 2;
         }
-        continue;
-    missing:
-        fprintf(stderr, "autoinfra sim: %s needs a value\n", a);
-        return 2;
+        if (r == OPT_MISSING) {
+            fprintf(stderr, "autoinfra sim: %s needs a value\n", a);
+            return 2;
+        }
+        if (r == OPT_EXIT)
+            return 2;
     }
-    if (!cpath || !mpath || !tpath) {
+    if (!s->cpath || !s->mpath || !s->tpath) {
         fprintf(stderr, "autoinfra sim: --cluster, --model and --training are required\n");
         sim_usage(stderr);
         return 2;
     }
-    if (o.tokens > 0 && o.days > 0) {
+    if (s->o.tokens > 0 && s->o.days > 0) {
         fprintf(stderr, "autoinfra sim: give --tokens or --days, not both\n");
         return 2;
     }
-    if (o.events && (!as_json || o.runs != 1)) {
+    if (s->o.events && (!s->as_json || s->o.runs != 1)) {
         fprintf(stderr, "autoinfra sim: --events needs --json and --runs 1\n");
         return 2;
     }
-    if (o.checkpoint_every_min > 0 && !policy_given)
-        o.policy = AI_SIM_POLICY_NONE;
+    if (s->o.checkpoint_every_min > 0 && !s->policy_given)
+        s->o.policy = AI_SIM_POLICY_NONE;
+    return -1;
+}
 
-    int rc = 1;
+int cli_sim_main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "predict"))
+        return sim_predict_main(argc - 1, argv + 1);
+    sim_args s;
+    int rc = sim_parse(argc, argv, &s);
+    if (rc >= 0)
+        return rc;
+
+    rc = 1;
     ai_cluster *cluster = NULL;
     ai_model_spec *model = NULL;
     ai_training *training = NULL;
@@ -280,26 +327,26 @@ int cli_sim_main(int argc, char **argv)
     ai_sim_report *report = NULL;
     char *text = NULL;
     ai_status_t st;
-    if ((st = ai_cluster_load(cpath, &cluster)) != AI_OK ||
-        (st = ai_model_spec_load(mpath, &model)) != AI_OK ||
-        (st = ai_training_load(tpath, &training)) != AI_OK ||
-        (st = ai_reliability_load(rpath, &rel)) != AI_OK) {
+    if ((st = ai_cluster_load(s.cpath, &cluster)) != AI_OK ||
+        (st = ai_model_spec_load(s.mpath, &model)) != AI_OK ||
+        (st = ai_training_load(s.tpath, &training)) != AI_OK ||
+        (st = ai_reliability_load(s.rpath, &rel)) != AI_OK) {
         fprintf(stderr, "autoinfra sim: %s\n", ai_last_error());
         rc = 2;
         goto out;
     }
-    if ((st = ai_sim(cluster, model, training, rel, &o, &report)) != AI_OK) {
+    if ((st = ai_sim(cluster, model, training, rel, &s.o, &report)) != AI_OK) {
         fprintf(stderr, "autoinfra sim: %s: %s\n", ai_strerror(st), ai_last_error());
         rc = st == AI_ERR_INVALID || st == AI_ERR_UNSUPPORTED ? 2 : 1;
         goto out;
     }
-    st = as_json ? ai_sim_report_json(report, &text) : ai_sim_report_text(report, &text);
+    st = s.as_json ? ai_sim_report_json(report, &text) : ai_sim_report_text(report, &text);
     if (st != AI_OK) {
         fprintf(stderr, "autoinfra sim: %s\n", ai_last_error());
         goto out;
     }
     fputs(text, stdout);
-    if (as_json)
+    if (s.as_json)
         fputc('\n', stdout);
     rc = 0;
 out:

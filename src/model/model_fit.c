@@ -347,6 +347,126 @@ const char *model_metric_unit(model_metric m)
     }
 }
 
+/* The step-time rows of Korthikanti et al. Table 5: DGX A100, fp16,
+ * s 2048, V 51200, Megatron of 2022 (attention scores materialized, no TP
+ * overlap), dp 1. */
+static ai_status_t calib_table5(model_calib *c, const csv *k5, const char *path)
+{
+    ai_status_t st;
+    for (int i = 0; i < k5->nrows; i++) {
+        double heads, hidden, layers, tp, pp, dp, gpus, gb, mb, v, secs;
+        if ((st = csv_num(k5, path, i, "heads", &heads)) || (st = csv_num(k5, path, i, "hidden", &hidden)) ||
+            (st = csv_num(k5, path, i, "layers", &layers)) || (st = csv_num(k5, path, i, "tp", &tp)) ||
+            (st = csv_num(k5, path, i, "pp", &pp)) || (st = csv_num(k5, path, i, "dp", &dp)) ||
+            (st = csv_num(k5, path, i, "gpus", &gpus)) || (st = csv_num(k5, path, i, "global_batch", &gb)) ||
+            (st = csv_num(k5, path, i, "micro_batch", &mb)) || (st = csv_num(k5, path, i, "interleave", &v)) ||
+            (st = csv_num(k5, path, i, "seconds_per_iteration", &secs)))
+            return st;
+        model_calib_row *r = &c->rows[c->nrows];
+        const char *rc = csv_get(k5, i, "recompute");
+        const char *sp = csv_get(k5, i, "sequence_parallel");
+        snprintf(r->source, sizeof r->source, "korthikanti_table5");
+        snprintf(r->name, sizeof r->name, "%s/%s", csv_get(k5, i, "model"), rc ? rc : "?");
+        gpt(&r->model, csv_get(k5, i, "model"), (int)layers, (int)hidden, (int)heads, 51200);
+        r->train = (topo_training){.seq_len = 2048, .global_batch = (int)gb, .precision = TOPO_FP16,
+                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 0, .tp_comm_overlap = 0,
+                                   .grad_fp32 = 1};
+        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, (int)mb, (int)v, parse_rc(rc),
+                     sp && strcmp(sp, "true") == 0, 1, (int)gb);
+        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &r->cluster)) != AI_OK)
+            return st;
+        r->published = secs;
+        r->metric = MODEL_METRIC_STEP_S;
+        snprintf(r->cite, sizeof r->cite, "arXiv:2205.05198 Table 5");
+        snprintf(r->software, sizeof r->software, "Megatron-LM 2022");
+        c->nrows++;
+    }
+    return AI_OK;
+}
+
+/* The throughput rows of the Megatron-Core H100 table: bf16, s 4096,
+ * V 131072, dp 48, selective recompute, sequence parallel with TP,
+ * distributed optimizer (ZeRO-1), flash attention, micro-batch 1, 1F1B,
+ * no TP communication overlap (off by default in Megatron-Core; the table
+ * does not say), and
+ * Megatron-Core DDP's default of reducing gradients in bf16
+ * (grad_reduce_in_fp32 = False). */
+static ai_status_t calib_mcore(model_calib *c, const csv *mc, const char *mcpath)
+{
+    ai_status_t st;
+    for (int i = 0; i < mc->nrows; i++) {
+        double heads, hidden, layers, tp, pp, dp, gpus, gb, tfl;
+        if ((st = csv_num(mc, mcpath, i, "heads", &heads)) || (st = csv_num(mc, mcpath, i, "hidden", &hidden)) ||
+            (st = csv_num(mc, mcpath, i, "layers", &layers)) || (st = csv_num(mc, mcpath, i, "tp", &tp)) ||
+            (st = csv_num(mc, mcpath, i, "pp", &pp)) || (st = csv_num(mc, mcpath, i, "dp", &dp)) ||
+            (st = csv_num(mc, mcpath, i, "gpus", &gpus)) || (st = csv_num(mc, mcpath, i, "global_batch", &gb)) ||
+            (st = csv_num(mc, mcpath, i, "tflops_per_gpu", &tfl)))
+            return st;
+        model_calib_row *r = &c->rows[c->nrows];
+        snprintf(r->source, sizeof r->source, "megatron_core_h100");
+        snprintf(r->name, sizeof r->name, "%s", csv_get(mc, i, "model"));
+        gpt(&r->model, csv_get(mc, i, "model"), (int)layers, (int)hidden, (int)heads, 131072);
+        r->train = (topo_training){.seq_len = 4096, .global_batch = (int)gb, .precision = TOPO_BF16,
+                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 1, .tp_comm_overlap = 0,
+                                   .grad_fp32 = 0};
+        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, 1, 1, MODEL_RC_SELECTIVE, tp > 1, 1,
+                     (int)gb);
+        if ((st = calib_cluster("H100-SXM5-80GB", (int)gpus, &r->cluster)) != AI_OK)
+            return st;
+        r->published = tfl;
+        r->metric = MODEL_METRIC_MODEL_TFLOPS;
+        snprintf(r->cite, sizeof r->cite, "Megatron-LM README scaling figure");
+        snprintf(r->software, sizeof r->software, "Megatron-Core");
+        c->nrows++;
+    }
+    return AI_OK;
+}
+
+/* The memory rows of Korthikanti Figure 1, with the configuration of each
+ * model from Table 5 and the per-figure settings in
+ * korthikanti_memory_configs.csv (README explains them). */
+static ai_status_t calib_memory(model_calib *c, const csv *km, const char *kmpath, const csv *k5,
+                                const char *path, const csv *kc, const char *kcpath)
+{
+    ai_status_t st;
+    for (int i = 0; i < km->nrows; i++) {
+        const char *name = csv_get(km, i, "model");
+        int row5 = -1, rowc = -1;
+        for (int j = 0; j < k5->nrows && row5 < 0; j++)
+            if (strcmp(csv_get(k5, j, "model"), name) == 0)
+                row5 = j;
+        for (int j = 0; j < kc->nrows && rowc < 0; j++)
+            if (strcmp(csv_get(kc, j, "model"), name) == 0)
+                rowc = j;
+        if (row5 < 0 || rowc < 0)
+            return util_fail(AI_ERR_PARSE, "%s: model %s has no Table 5 row or no memory config", kmpath, name);
+        double heads, hidden, layers, tp, pp, gpus, gb, mb, v, pg, ag;
+        if ((st = csv_num(k5, path, row5, "heads", &heads)) || (st = csv_num(k5, path, row5, "hidden", &hidden)) ||
+            (st = csv_num(k5, path, row5, "layers", &layers)) || (st = csv_num(k5, path, row5, "tp", &tp)) ||
+            (st = csv_num(k5, path, row5, "pp", &pp)) || (st = csv_num(k5, path, row5, "gpus", &gpus)) ||
+            (st = csv_num(k5, path, row5, "global_batch", &gb)) ||
+            (st = csv_num(kc, kcpath, rowc, "micro_batch", &mb)) ||
+            (st = csv_num(kc, kcpath, rowc, "interleave", &v)) ||
+            (st = csv_num(km, kmpath, i, "params_and_optimizer_GiB_per_gpu", &pg)) ||
+            (st = csv_num(km, kmpath, i, "activations_GiB_per_gpu", &ag)))
+            return st;
+        const char *sp = csv_get(km, i, "sequence_parallel");
+        snprintf(c->mem[c->nmem].name, 32, "%s/%s", name, csv_get(km, i, "recompute"));
+        gpt(&c->mem[c->nmem].model, name, (int)layers, (int)hidden, (int)heads, 51200);
+        c->mem[c->nmem].train = (topo_training){.seq_len = 2048, .global_batch = (int)gb,
+                                                .precision = TOPO_FP16, .optimizer = TOPO_OPT_ADAM,
+                                                .grad_fp32 = 1};
+        uniform_plan(&c->mem[c->nmem].plan, &c->mem[c->nmem].model, (int)tp, (int)pp, 1, (int)mb, (int)v,
+                     parse_rc(csv_get(km, i, "recompute")), sp && strcmp(sp, "true") == 0, 1, (int)gb);
+        c->mem[c->nmem].params_GiB = pg;
+        c->mem[c->nmem].act_GiB = ag;
+        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &c->mem[c->nmem].cluster)) != AI_OK)
+            return st;
+        c->nmem++;
+    }
+    return AI_OK;
+}
+
 ai_status_t model_calib_load(const char *dir, model_calib **out)
 {
     char path[1024];
@@ -380,107 +500,9 @@ ai_status_t model_calib_load(const char *dir, model_calib **out)
         goto err;
     }
 
-    /* Korthikanti et al. Table 5: DGX A100, fp16, s 2048, V 51200, Megatron
-     * of 2022 (attention scores materialized, no TP overlap), dp 1. */
-    for (int i = 0; i < k5->nrows; i++) {
-        double heads, hidden, layers, tp, pp, dp, gpus, gb, mb, v, secs;
-        if ((st = csv_num(k5, path, i, "heads", &heads)) || (st = csv_num(k5, path, i, "hidden", &hidden)) ||
-            (st = csv_num(k5, path, i, "layers", &layers)) || (st = csv_num(k5, path, i, "tp", &tp)) ||
-            (st = csv_num(k5, path, i, "pp", &pp)) || (st = csv_num(k5, path, i, "dp", &dp)) ||
-            (st = csv_num(k5, path, i, "gpus", &gpus)) || (st = csv_num(k5, path, i, "global_batch", &gb)) ||
-            (st = csv_num(k5, path, i, "micro_batch", &mb)) || (st = csv_num(k5, path, i, "interleave", &v)) ||
-            (st = csv_num(k5, path, i, "seconds_per_iteration", &secs)))
-            goto err;
-        model_calib_row *r = &c->rows[c->nrows];
-        const char *rc = csv_get(k5, i, "recompute");
-        const char *sp = csv_get(k5, i, "sequence_parallel");
-        snprintf(r->source, sizeof r->source, "korthikanti_table5");
-        snprintf(r->name, sizeof r->name, "%s/%s", csv_get(k5, i, "model"), rc ? rc : "?");
-        gpt(&r->model, csv_get(k5, i, "model"), (int)layers, (int)hidden, (int)heads, 51200);
-        r->train = (topo_training){.seq_len = 2048, .global_batch = (int)gb, .precision = TOPO_FP16,
-                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 0, .tp_comm_overlap = 0,
-                                   .grad_fp32 = 1};
-        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, (int)mb, (int)v, parse_rc(rc),
-                     sp && strcmp(sp, "true") == 0, 1, (int)gb);
-        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &r->cluster)) != AI_OK)
-            goto err;
-        r->published = secs;
-        r->metric = MODEL_METRIC_STEP_S;
-        snprintf(r->cite, sizeof r->cite, "arXiv:2205.05198 Table 5");
-        snprintf(r->software, sizeof r->software, "Megatron-LM 2022");
-        c->nrows++;
-    }
-    /* Megatron-Core H100 table: bf16, s 4096, V 131072, dp 48, selective
-     * recompute, sequence parallel with TP, distributed optimizer (ZeRO-1),
-     * flash attention, micro-batch 1, 1F1B, no TP communication overlap
-     * (off by default in Megatron-Core; the table does not say), and
-     * Megatron-Core DDP's default of reducing gradients in bf16
-     * (grad_reduce_in_fp32 = False). */
-    for (int i = 0; i < mc->nrows; i++) {
-        double heads, hidden, layers, tp, pp, dp, gpus, gb, tfl;
-        if ((st = csv_num(mc, mcpath, i, "heads", &heads)) || (st = csv_num(mc, mcpath, i, "hidden", &hidden)) ||
-            (st = csv_num(mc, mcpath, i, "layers", &layers)) || (st = csv_num(mc, mcpath, i, "tp", &tp)) ||
-            (st = csv_num(mc, mcpath, i, "pp", &pp)) || (st = csv_num(mc, mcpath, i, "dp", &dp)) ||
-            (st = csv_num(mc, mcpath, i, "gpus", &gpus)) || (st = csv_num(mc, mcpath, i, "global_batch", &gb)) ||
-            (st = csv_num(mc, mcpath, i, "tflops_per_gpu", &tfl)))
-            goto err;
-        model_calib_row *r = &c->rows[c->nrows];
-        snprintf(r->source, sizeof r->source, "megatron_core_h100");
-        snprintf(r->name, sizeof r->name, "%s", csv_get(mc, i, "model"));
-        gpt(&r->model, csv_get(mc, i, "model"), (int)layers, (int)hidden, (int)heads, 131072);
-        r->train = (topo_training){.seq_len = 4096, .global_batch = (int)gb, .precision = TOPO_BF16,
-                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 1, .tp_comm_overlap = 0,
-                                   .grad_fp32 = 0};
-        uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, 1, 1, MODEL_RC_SELECTIVE, tp > 1, 1,
-                     (int)gb);
-        if ((st = calib_cluster("H100-SXM5-80GB", (int)gpus, &r->cluster)) != AI_OK)
-            goto err;
-        r->published = tfl;
-        r->metric = MODEL_METRIC_MODEL_TFLOPS;
-        snprintf(r->cite, sizeof r->cite, "Megatron-LM README scaling figure");
-        snprintf(r->software, sizeof r->software, "Megatron-Core");
-        c->nrows++;
-    }
-    /* Korthikanti Figure 1 memory, with the configuration of each model
-     * from Table 5 and the per-figure settings in
-     * korthikanti_memory_configs.csv (README explains them). */
-    for (int i = 0; i < km->nrows; i++) {
-        const char *name = csv_get(km, i, "model");
-        int row5 = -1, rowc = -1;
-        for (int j = 0; j < k5->nrows && row5 < 0; j++)
-            if (strcmp(csv_get(k5, j, "model"), name) == 0)
-                row5 = j;
-        for (int j = 0; j < kc->nrows && rowc < 0; j++)
-            if (strcmp(csv_get(kc, j, "model"), name) == 0)
-                rowc = j;
-        if (row5 < 0 || rowc < 0) {
-            st = util_fail(AI_ERR_PARSE, "%s: model %s has no Table 5 row or no memory config", kmpath, name);
-            goto err;
-        }
-        double heads, hidden, layers, tp, pp, gpus, gb, mb, v, pg, ag;
-        if ((st = csv_num(k5, path, row5, "heads", &heads)) || (st = csv_num(k5, path, row5, "hidden", &hidden)) ||
-            (st = csv_num(k5, path, row5, "layers", &layers)) || (st = csv_num(k5, path, row5, "tp", &tp)) ||
-            (st = csv_num(k5, path, row5, "pp", &pp)) || (st = csv_num(k5, path, row5, "gpus", &gpus)) ||
-            (st = csv_num(k5, path, row5, "global_batch", &gb)) ||
-            (st = csv_num(kc, kcpath, rowc, "micro_batch", &mb)) ||
-            (st = csv_num(kc, kcpath, rowc, "interleave", &v)) ||
-            (st = csv_num(km, kmpath, i, "params_and_optimizer_GiB_per_gpu", &pg)) ||
-            (st = csv_num(km, kmpath, i, "activations_GiB_per_gpu", &ag)))
-            goto err;
-        const char *sp = csv_get(km, i, "sequence_parallel");
-        snprintf(c->mem[c->nmem].name, 32, "%s/%s", name, csv_get(km, i, "recompute"));
-        gpt(&c->mem[c->nmem].model, name, (int)layers, (int)hidden, (int)heads, 51200);
-        c->mem[c->nmem].train = (topo_training){.seq_len = 2048, .global_batch = (int)gb,
-                                                .precision = TOPO_FP16, .optimizer = TOPO_OPT_ADAM,
-                                                .grad_fp32 = 1};
-        uniform_plan(&c->mem[c->nmem].plan, &c->mem[c->nmem].model, (int)tp, (int)pp, 1, (int)mb, (int)v,
-                     parse_rc(csv_get(km, i, "recompute")), sp && strcmp(sp, "true") == 0, 1, (int)gb);
-        c->mem[c->nmem].params_GiB = pg;
-        c->mem[c->nmem].act_GiB = ag;
-        if ((st = calib_cluster("A100-SXM4-80GB", (int)gpus, &c->mem[c->nmem].cluster)) != AI_OK)
-            goto err;
-        c->nmem++;
-    }
+    if ((st = calib_table5(c, k5, path)) != AI_OK || (st = calib_mcore(c, mc, mcpath)) != AI_OK ||
+        (st = calib_memory(c, km, kmpath, k5, path, kc, kcpath)) != AI_OK)
+        goto err;
     char pubdir[1024];
     snprintf(pubdir, sizeof pubdir, "%s/published", dir);
     if ((st = load_published(pubdir, c)) != AI_OK)

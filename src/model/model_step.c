@@ -598,199 +598,273 @@ typedef struct stage_time {
     double comp, rc, tp, cp, p2p;
 } stage_time;
 
+/* What a plan's evaluation carries from set to set: the layer costs of
+ * each pool (worked out once per pool), the bytes per parameter, the sums
+ * over sets and the figures of the stage with the least memory left. */
+typedef struct plan_eval {
+    const model_ctx *ctx;
+    model_cache *mc;
+    const model_plan *pl;
+    layer_cost lcs[64];
+    int have[64];
+    int D;                    /* the data-parallel group's members */
+    double wb, gb;            /* bytes per weight, per gradient */
+    double opt_bytes;         /* bytes the optimizer step moves per parameter */
+    double worst_slack;       /* the least memory left on a stage so far */
+    double peak_sum;          /* the devices' peak FLOP/s, for the MFU */
+    model_result r;
+} plan_eval;
+
+/* One set's pipeline: each stage's times, and the slowest stage, send and
+ * optimizer step, which set the step time. */
+typedef struct set_times {
+    stage_time st[MODEL_MAX_STAGES];
+    double tot_s[MODEL_MAX_STAGES];
+    int nstages;
+    double tmax;
+    int crit;                 /* the slowest stage */
+    double send_max, opt_max;
+} set_times;
+
+static const layer_cost *eval_layer_cost(plan_eval *e, int pool)
+{
+    if (!e->have[pool]) {
+        pool_layer_cost(e->ctx, e->mc, e->pl, pool, &e->lcs[pool]);
+        e->have[pool] = 1;
+    }
+    return &e->lcs[pool];
+}
+
+/* A stage's time per micro-batch by part, its forward and backward
+ * shares (the pipeline schedule needs both) and its p2p send. Returns
+ * the stage's whole time. */
+static double stage_times(const model_plan *pl, const layer_cost *lc, const topo_pool *po, int block,
+                          int stage, stage_time *x, double *send)
+{
+    double L = pl->layers[stage];
+    int last = stage == pl->pp - 1;
+    x->comp = L * (lc->f + lc->b) + (last ? lc->logits_f + lc->logits_b : 0);
+    x->rc = L * lc->rc;
+    x->tp = L * (lc->f_tp + lc->b_tp + lc->rc_tp);
+    x->cp = L * lc->cp;
+    *send = block >= po->devices_per_node ? lc->p2p_inter : lc->p2p_intra;
+    /* 1F1B waits for each send; the interleaved schedule posts them ahead
+     * and overlaps them with the next chunk's compute (Megatron's
+     * overlapped p2p communication): only the fill and the drain wait,
+     * added by the caller. */
+    x->p2p = pl->pp > 1 && pl->interleave == 1 ? 2 * *send : 0;
+    x->f = L * (lc->f + lc->f_tp) + (last ? lc->logits_f : 0);
+    double tot = x->comp + x->rc + x->tp + x->cp + x->p2p;
+    x->b = tot - x->f;
+    return tot;
+}
+
+/* A stage's memory against its device's: the plan is infeasible when one
+ * stage does not fit, and the result reports the stage with the least
+ * room left. */
+static void stage_memory_check(plan_eval *e, const model_set *s, int k, int stage, const topo_pool *po)
+{
+    model_result *r = &e->r;
+    double pbytes, abytes;
+    stage_memory(e->ctx, e->mc, e->pl, stage, e->pl->layers[stage], s->micro_batches, &pbytes, &abytes);
+    double cap = po->device.memory_GB * 1e9 * MODEL_MEM_USABLE;
+    double mem = pbytes + abytes;
+    if (mem > cap)
+        r->feasible = 0;
+    if (cap - mem < e->worst_slack) {
+        e->worst_slack = cap - mem;
+        r->memory_GB = mem / 1e9;
+        r->mem_params_GB = pbytes / 1e9;
+        r->mem_act_GB = abytes / 1e9;
+        r->memory_cap_GB = cap / 1e9;
+        r->worst_set = k;
+        r->worst_stage = stage;
+    }
+}
+
+/* Every stage of set k in pipeline order: its times, its memory, and its
+ * optimizer step. */
+static void set_stage_times(plan_eval *e, int k, set_times *ts)
+{
+    const model_plan *pl = e->pl;
+    const model_set *s = &pl->sets[k];
+    const model_params *p = &e->ctx->params;
+    int stage = 0;
+    int block = pl->tp * pl->cp * s->dp;
+    double opt_P = -1, opt_t = 0;
+    int opt_pool = -1;
+    ts->tmax = 0;
+    ts->crit = 0;
+    ts->send_max = 0;
+    ts->opt_max = 0;
+    for (int j = 0; j < s->nsegs; j++) {
+        int pool = s->seg_pool[j];
+        const topo_pool *po = &e->ctx->cluster->pools[pool];
+        const layer_cost *lc = eval_layer_cost(e, pool);
+        e->peak_sum += (double)s->seg_stages[j] * block * lc->peak;
+        for (int q = 0; q < s->seg_stages[j]; q++, stage++) {
+            double send;
+            double tot = stage_times(pl, lc, po, block, stage, &ts->st[stage], &send);
+            ts->send_max = AI_MAX(ts->send_max, pl->pp > 1 ? send : 0);
+            if (tot > ts->tmax) {
+                ts->tmax = tot;
+                ts->crit = stage;
+            }
+            ts->tot_s[stage] = tot;
+            stage_memory_check(e, s, k, stage, po);
+            /* Adam step over this device's shard: memory bound (the
+             * same as the stage before when its size and pool are) */
+            double P = stage_params(e->ctx, e->mc, pl, stage);
+            if (P != opt_P || pool != opt_pool) {
+                double shard = P / (pl->zero >= 1 ? e->D : 1);
+                opt_t = shard * e->opt_bytes / (po->device.memory_bw_GBps * 1e9 * p->mem_eff);
+                opt_P = P;
+                opt_pool = pool;
+            }
+            ts->opt_max = AI_MAX(ts->opt_max, opt_t);
+        }
+    }
+    ts->nstages = stage;
+}
+
+/* Data-parallel traffic per stage and what hides it. Gradients of the
+ * last micro-batch are reduced during its backward (bucketed, Li et al.,
+ * "PyTorch Distributed", VLDB 2020); stage i also has the drain of stages
+ * 0..i-1 ahead of the end of the step. The distributed optimizer's
+ * parameter all-gather overlaps the next step's first forward the same
+ * way. The exposed parts, backward and forward, are the largest over
+ * stages. */
+static void set_dp_exposed(const plan_eval *e, const model_set *s, const stage_time *st, double *exp_b,
+                           double *exp_f)
+{
+    const model_plan *pl = e->pl;
+    const model_params *p = &e->ctx->params;
+    double mb = s->micro_batches;
+    double slack_b = 0, slack_f = 0;
+    *exp_b = 0;
+    *exp_f = 0;
+    /* consecutive stages of the same size on the same group (one pool's
+     * run) share their collective times */
+    double prevP = -1, rs = 0, ag = 0, ar = 0;
+    model_group prevg = {0}, gdp = {0};
+    /* the group changes only where a set's pool does: never when every
+     * set is one pool, at segment edges when there is one set */
+    int one_seg = 1, gpool = -2;
+    for (int q = 0; q < pl->nsets; q++)
+        one_seg &= pl->sets[q].nsegs == 1;
+    for (int i = 0; i < pl->pp && e->D > 1; i++) {
+        double P = stage_params(e->ctx, e->mc, pl, i);
+        double win_b = p->dp_overlap * st[i].b + slack_b;
+        double win_f = p->dp_overlap * st[i].f + slack_f;
+        double e_b = 0, e_f = 0;
+        int key = one_seg ? -1 : pl->nsets == 1 ? set_stage_pool(&pl->sets[0], i) : -3 - i;
+        if (key != gpool) {
+            stage_dp_group(e->ctx, pl, i, e->D, &gdp);
+            gpool = key;
+        }
+        if (P != prevP || gdp.ranks != prevg.ranks || gdp.per_node != prevg.per_node ||
+            gdp.intra_Bps != prevg.intra_Bps || gdp.intra_alpha_s != prevg.intra_alpha_s ||
+            gdp.inter_Bps != prevg.inter_Bps || gdp.inter_alpha_s != prevg.inter_alpha_s) {
+            if (pl->zero == 0) {
+                ar = model_group_coll_time(AI_ALLREDUCE, &gdp, P * e->gb, p->link_eff);
+            } else {
+                rs = model_group_coll_time(AI_REDUCE_SCATTER, &gdp, P * e->gb, p->link_eff);
+                ag = model_group_coll_time(AI_ALLGATHER, &gdp, P * e->wb, p->link_eff);
+            }
+            prevP = P;
+            prevg = gdp;
+        }
+        /* With v model chunks per device the buckets follow the chunks: a
+         * chunk's gradients are reduced as soon as its last backward ends,
+         * under the other chunks' backward, and its weights gathered under
+         * the forward of the chunks before it; only one chunk's share waits
+         * at either end of the step. */
+        double v = pl->interleave;
+        switch (pl->zero) {
+        case 0:
+            e_b = AI_MAX(0, ar / v - win_b);
+            break;
+        case 1:
+            e_b = AI_MAX(0, rs / v - win_b);
+            e_f = AI_MAX(0, ag / v - win_f);
+            break;
+        case 2:
+            /* Sharded gradients: reduce-scatter every micro-batch. */
+            e_b = AI_MAX(0, rs - p->dp_overlap * st[i].b) * (mb - 1) + AI_MAX(0, rs - win_b);
+            e_f = AI_MAX(0, ag - win_f);
+            break;
+        default:
+            /* Weights gathered for forward and again for backward of
+             * every micro-batch, gradients scattered every time. */
+            e_f = mb * AI_MAX(0, ag - p->dp_overlap * st[i].f);
+            e_b = mb * AI_MAX(0, ag + rs - p->dp_overlap * st[i].b);
+            break;
+        }
+        *exp_b = AI_MAX(*exp_b, e_b);
+        *exp_f = AI_MAX(*exp_f, e_f);
+        slack_b += st[i].b;
+        slack_f += st[i].f;
+    }
+}
+
 void model_plan_eval(const model_ctx *ctx, const model_plan *pl, model_result *out)
 {
-    model_cache *mc = cache_of(ctx);
-    const topo_cluster *c = ctx->cluster;
     const topo_model *m = ctx->model;
     const topo_training *t = ctx->train;
     const model_params *p = &ctx->params;
-    layer_cost lcs[64];
-    int have[64] = {0};
-    model_result r;
-    memset(&r, 0, sizeof r);
-    r.feasible = 1;
-    double worst_slack = INFINITY;
+    plan_eval e;
+    memset(&e, 0, sizeof e);
+    e.ctx = ctx;
+    e.mc = cache_of(ctx);
+    e.pl = pl;
+    e.r.feasible = 1;
+    e.worst_slack = INFINITY;
     int dp_total = plan_total_dp(pl);
     double best_step = -1;
-    double peak_sum = 0;
-
-    int D = dp_total * pl->cp;
+    e.D = dp_total * pl->cp;
     int mixed = t->precision != TOPO_FP32;
-    double wb = mixed ? 2 : 4, gb = mixed && !t->grad_fp32 ? 2 : 4;
-    double opt_bytes = t->optimizer == TOPO_OPT_ADAM ? (mixed ? 30 : 28) : (mixed ? 18 : 12);
+    e.wb = mixed ? 2 : 4;
+    e.gb = mixed && !t->grad_fp32 ? 2 : 4;
+    e.opt_bytes = t->optimizer == TOPO_OPT_ADAM ? (mixed ? 30 : 28) : (mixed ? 18 : 12);
+    model_result *r = &e.r;
 
     for (int k = 0; k < pl->nsets; k++) {
         const model_set *s = &pl->sets[k];
-        stage_time st[MODEL_MAX_STAGES];
-        int stage = 0;
-        int block = pl->tp * pl->cp * s->dp;
-        double tmax = 0, tot_s[MODEL_MAX_STAGES];
-        int crit = 0;
-        double opt_max = 0, opt_P = -1, opt_t = 0, send_max = 0;
-        int opt_pool = -1;
-        for (int j = 0; j < s->nsegs; j++) {
-            int pool = s->seg_pool[j];
-            const topo_pool *po = &c->pools[pool];
-            if (!have[pool]) {
-                pool_layer_cost(ctx, mc, pl, pool, &lcs[pool]);
-                have[pool] = 1;
-            }
-            const layer_cost *lc = &lcs[pool];
-            peak_sum += (double)s->seg_stages[j] * block * lc->peak;
-            for (int q = 0; q < s->seg_stages[j]; q++, stage++) {
-                double L = pl->layers[stage];
-                stage_time *x = &st[stage];
-                int last = stage == pl->pp - 1;
-                x->comp = L * (lc->f + lc->b) + (last ? lc->logits_f + lc->logits_b : 0);
-                x->rc = L * lc->rc;
-                x->tp = L * (lc->f_tp + lc->b_tp + lc->rc_tp);
-                x->cp = L * lc->cp;
-                double send = block >= po->devices_per_node ? lc->p2p_inter : lc->p2p_intra;
-                /* 1F1B waits for each send; the interleaved schedule posts
-                 * them ahead and overlaps them with the next chunk's
-                 * compute (Megatron's overlapped p2p communication): only
-                 * the fill and the drain wait, added below. */
-                x->p2p = pl->pp > 1 && pl->interleave == 1 ? 2 * send : 0;
-                send_max = AI_MAX(send_max, pl->pp > 1 ? send : 0);
-                x->f = L * (lc->f + lc->f_tp) + (last ? lc->logits_f : 0);
-                double tot = x->comp + x->rc + x->tp + x->cp + x->p2p;
-                x->b = tot - x->f;
-                if (tot > tmax) {
-                    tmax = tot;
-                    crit = stage;
-                }
-                tot_s[stage] = tot;
-
-                double pbytes, abytes;
-                stage_memory(ctx, mc, pl, stage, pl->layers[stage], s->micro_batches, &pbytes,
-                             &abytes);
-                double cap = po->device.memory_GB * 1e9 * MODEL_MEM_USABLE;
-                double mem = pbytes + abytes;
-                if (mem > cap)
-                    r.feasible = 0;
-                if (cap - mem < worst_slack) {
-                    worst_slack = cap - mem;
-                    r.memory_GB = mem / 1e9;
-                    r.mem_params_GB = pbytes / 1e9;
-                    r.mem_act_GB = abytes / 1e9;
-                    r.memory_cap_GB = cap / 1e9;
-                    r.worst_set = k;
-                    r.worst_stage = stage;
-                }
-                /* Adam step over this device's shard: memory bound (the
-                 * same as the stage before when its size and pool are) */
-                double P = stage_params(ctx, mc, pl, stage);
-                if (P != opt_P || pool != opt_pool) {
-                    double shard = P / (pl->zero >= 1 ? D : 1);
-                    opt_t = shard * opt_bytes / (po->device.memory_bw_GBps * 1e9 * p->mem_eff);
-                    opt_P = P;
-                    opt_pool = pool;
-                }
-                opt_max = AI_MAX(opt_max, opt_t);
-            }
-        }
+        set_times ts;
+        set_stage_times(&e, k, &ts);
         double mb = s->micro_batches;
-        double pipe = model_1f1b_time(s->micro_batches, stage, tot_s, pl->interleave, NULL);
-        double fill = pl->interleave > 1 ? 2 * (pl->pp - 1) * send_max : 0;
+        double pipe = model_1f1b_time(s->micro_batches, ts.nstages, ts.tot_s, pl->interleave, NULL);
+        double fill = pl->interleave > 1 ? 2 * (pl->pp - 1) * ts.send_max : 0;
         pipe += fill;
-
-        /* Data-parallel traffic per stage and what hides it. Gradients of
-         * the last micro-batch are reduced during its backward (bucketed,
-         * Li et al., "PyTorch Distributed", VLDB 2020); stage i also has
-         * the drain of stages 0..i-1 ahead of the end of the step. The
-         * distributed optimizer's parameter all-gather overlaps the next
-         * step's first forward the same way. */
-        double exp_b = 0, exp_f = 0, slack_b = 0, slack_f = 0;
-        /* consecutive stages of the same size on the same group (one pool's
-         * run) share their collective times */
-        double prevP = -1, rs = 0, ag = 0, ar = 0;
-        model_group prevg = {0}, gdp = {0};
-        /* the group changes only where a set's pool does: never when every
-         * set is one pool, at segment edges when there is one set */
-        int one_seg = 1, gpool = -2;
-        for (int q = 0; q < pl->nsets; q++)
-            one_seg &= pl->sets[q].nsegs == 1;
-        for (int i = 0; i < pl->pp && D > 1; i++) {
-            double P = stage_params(ctx, mc, pl, i);
-            double win_b = p->dp_overlap * st[i].b + slack_b;
-            double win_f = p->dp_overlap * st[i].f + slack_f;
-            double e_b = 0, e_f = 0;
-            int key = one_seg ? -1 : pl->nsets == 1 ? set_stage_pool(&pl->sets[0], i) : -3 - i;
-            if (key != gpool) {
-                stage_dp_group(ctx, pl, i, D, &gdp);
-                gpool = key;
-            }
-            if (P != prevP || gdp.ranks != prevg.ranks || gdp.per_node != prevg.per_node ||
-                gdp.intra_Bps != prevg.intra_Bps || gdp.intra_alpha_s != prevg.intra_alpha_s ||
-                gdp.inter_Bps != prevg.inter_Bps || gdp.inter_alpha_s != prevg.inter_alpha_s) {
-                if (pl->zero == 0) {
-                    ar = model_group_coll_time(AI_ALLREDUCE, &gdp, P * gb, p->link_eff);
-                } else {
-                    rs = model_group_coll_time(AI_REDUCE_SCATTER, &gdp, P * gb, p->link_eff);
-                    ag = model_group_coll_time(AI_ALLGATHER, &gdp, P * wb, p->link_eff);
-                }
-                prevP = P;
-                prevg = gdp;
-            }
-            /* With v model chunks per device the buckets follow the
-             * chunks: a chunk's gradients are reduced as soon as its last
-             * backward ends, under the other chunks' backward, and its
-             * weights gathered under the forward of the chunks before it;
-             * only one chunk's share waits at either end of the step. */
-            double v = pl->interleave;
-            switch (pl->zero) {
-            case 0:
-                e_b = AI_MAX(0, ar / v - win_b);
-                break;
-            case 1:
-                e_b = AI_MAX(0, rs / v - win_b);
-                e_f = AI_MAX(0, ag / v - win_f);
-                break;
-            case 2:
-                /* Sharded gradients: reduce-scatter every micro-batch. */
-                e_b = AI_MAX(0, rs - p->dp_overlap * st[i].b) * (mb - 1) + AI_MAX(0, rs - win_b);
-                e_f = AI_MAX(0, ag - win_f);
-                break;
-            default:
-                /* Weights gathered for forward and again for backward of
-                 * every micro-batch, gradients scattered every time. */
-                e_f = mb * AI_MAX(0, ag - p->dp_overlap * st[i].f);
-                e_b = mb * AI_MAX(0, ag + rs - p->dp_overlap * st[i].b);
-                break;
-            }
-            exp_b = AI_MAX(exp_b, e_b);
-            exp_f = AI_MAX(exp_f, e_f);
-            slack_b += st[i].b;
-            slack_f += st[i].f;
-        }
+        double exp_b, exp_f;
+        set_dp_exposed(&e, s, ts.st, &exp_b, &exp_f);
         /* What every step pays whatever the scale: the optimizer's launch
          * and gradient-norm all-reduce, the loss reduction, the data
          * loader's hand-over, logging. */
-        opt_max += p->step_fixed_s;
+        double opt_max = ts.opt_max + p->step_fixed_s;
         double step = pipe + exp_b + exp_f + opt_max;
         if (step > best_step) {
             best_step = step;
-            const stage_time *x = &st[crit];
-            r.compute_s = mb * x->comp;
-            r.recompute_s = mb * x->rc;
-            r.tp_comm_s = mb * x->tp;
-            r.cp_comm_s = mb * x->cp;
-            r.pp_comm_s = mb * x->p2p + fill;
-            r.bubble_s = pipe - fill - mb * tmax;
-            r.dp_comm_s = exp_b + exp_f;
-            r.optimizer_s = opt_max;
+            const stage_time *x = &ts.st[ts.crit];
+            r->compute_s = mb * x->comp;
+            r->recompute_s = mb * x->rc;
+            r->tp_comm_s = mb * x->tp;
+            r->cp_comm_s = mb * x->cp;
+            r->pp_comm_s = mb * x->p2p + fill;
+            r->bubble_s = pipe - fill - mb * ts.tmax;
+            r->dp_comm_s = exp_b + exp_f;
+            r->optimizer_s = opt_max;
         }
     }
-    r.step_s = best_step;
-    r.devices = dp_total * pl->tp * pl->cp * pl->pp;
-    r.tokens_per_s = (double)t->global_batch * t->seq_len / r.step_s;
-    r.model_flops = model_step_model_flops(m, t);
-    r.hw_flops = model_step_hw_flops(m, t, pl->recompute);
-    r.model_tflops_per_device = r.model_flops / r.step_s / r.devices / 1e12;
-    r.hw_tflops_per_device = r.hw_flops / r.step_s / r.devices / 1e12;
-    r.mfu = r.model_flops / r.step_s / peak_sum;
-    *out = r;
+    r->step_s = best_step;
+    r->devices = dp_total * pl->tp * pl->cp * pl->pp;
+    r->tokens_per_s = (double)t->global_batch * t->seq_len / r->step_s;
+    r->model_flops = model_step_model_flops(m, t);
+    r->hw_flops = model_step_hw_flops(m, t, pl->recompute);
+    r->model_tflops_per_device = r->model_flops / r->step_s / r->devices / 1e12;
+    r->hw_tflops_per_device = r->hw_flops / r->step_s / r->devices / 1e12;
+    r->mfu = r->model_flops / r->step_s / e.peak_sum;
+    *out = e.r;
 }
 
 void model_pool_layer_time(const model_ctx *ctx, const model_plan *pl, int pool, double *per_layer_s,

@@ -575,7 +575,9 @@ static void rl_drain(state *s)
     go_down(s, s->t + s->p->shrink_s + s->p->grow_s, SIM_EV_DRAIN);
 }
 
-ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
+/* The parameters a run cannot start from, named before any state is
+ * built, so that a caller's mistake never reads as a simulated outcome. */
+static ai_status_t run_check(const sim_params *p, const ai_rng *rng, const sim_result *out)
 {
     if (!p || !out || (!rng && !p->fail_at))
         return util_fail(AI_ERR_INVALID, "sim_run: NULL argument");
@@ -585,202 +587,274 @@ ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
         p->ncauses < 1 || p->ncauses > SIM_MAX_CAUSES || p->lemon_nodes < 0 ||
         p->lemon_nodes > p->nodes || p->spares < 0 || !(p->rate_per_node_s >= 0))
         return util_fail(AI_ERR_INVALID, "sim_run: parameters out of range");
+    return AI_OK;
+}
 
-    state s;
-    memset(&s, 0, sizeof s);
-    s.p = p;
-    s.rng = rng;
-    s.active_units = p->units;
-    s.spares_free = p->spares;
-    s.job_lemons = p->lemon_nodes;
-    s.pending_at = -1;
-    s.detect_until = -INFINITY;
-    s.join_at = -1;
-    s.drain_at = -1;
-    s.ph = PH_RUN;
+/* The state at time 0: the whole job up, every spare free, the repair
+ * queue sized for every node at once, the learner at its prior and the
+ * first failure drawn. The draws come in a fixed order (false alarms,
+ * then the failure) so that a seed gives the same run every time. */
+static ai_status_t run_init(state *s, const sim_params *p, ai_rng *rng)
+{
+    memset(s, 0, sizeof *s);
+    s->p = p;
+    s->rng = rng;
+    s->active_units = p->units;
+    s->spares_free = p->spares;
+    s->job_lemons = p->lemon_nodes;
+    s->pending_at = -1;
+    s->detect_until = -INFINITY;
+    s->join_at = -1;
+    s->drain_at = -1;
+    s->ph = PH_RUN;
     double lf = p->lemon_factor > 0 ? p->lemon_factor : 1;
-    s.rn = p->rate_per_node_s * p->nodes / (p->nodes - p->lemon_nodes + lf * p->lemon_nodes);
-    s.rq.cap = p->nodes + p->spares + 1;
-    s.rq.at = malloc(sizeof(double) * (size_t)s.rq.cap);
-    s.rq.lemon = malloc((size_t)s.rq.cap);
-    if (!s.rq.at || !s.rq.lemon) {
-        free(s.rq.at);
-        free(s.rq.lemon);
-        return util_fail(AI_ERR_NOMEM, "sim_run: repair queue of %d", s.rq.cap);
+    s->rn = p->rate_per_node_s * p->nodes / (p->nodes - p->lemon_nodes + lf * p->lemon_nodes);
+    s->rq.cap = p->nodes + p->spares + 1;
+    s->rq.at = malloc(sizeof(double) * (size_t)s->rq.cap);
+    s->rq.lemon = malloc((size_t)s->rq.cap);
+    if (!s->rq.at || !s->rq.lemon) {
+        free(s->rq.at);
+        free(s->rq.lemon);
+        return util_fail(AI_ERR_NOMEM, "sim_run: repair queue of %d", s->rq.cap);
     }
+    if (p->learned) {
+        for (int b = 0; b < LEARN_BINS; b++)
+            s->lr.a[b] = s->lr.b[b] = 1;
+        s->lr.next_false = exp_draw(rng, p->false_per_s);
+        s->lr.unwarned_mtbf_s = 2 * p->mtbf_s; /* prior: half the failures warned */
+        s->lr.interval_s = sim_daly_interval(p->ckpt_block_s + p->ckpt_persist_s, 2 * p->mtbf_s);
+        s->lr.alert_until = -INFINITY;
+    }
+    if (p->rl) {
+        sim_rl_decode(p->rl_theta, &s->pol);
+        s->lr.next_false = exp_draw(rng, p->false_per_s);
+    }
+    draw_next_fail(s);
+    return AI_OK;
+}
+
+/* The job's throughput now as a share of the whole job's: the units up,
+ * or the cores they share, or a measured shrunk step time. */
+static double run_capacity(const state *s)
+{
+    const sim_params *p = s->p;
+    double cap = (double)s->active_units / p->units;
+    if (p->shared_cores > 0) /* ranks beyond the cores only share them */
+        cap = (double)AI_MIN(s->active_units, p->shared_cores) / AI_MIN(p->units, p->shared_cores);
+    if (p->shrunk_step_s > 0 && s->active_units < p->units)
+        cap = p->step_s / p->shrunk_step_s;
+    return cap;
+}
+
+/* The events a run loop iteration chooses between. */
+typedef enum {
+    EV_DONE, EV_FAIL, EV_PHASE_END, EV_CKPT_START, EV_REPAIR, EV_JOIN, EV_PERSIST,
+    EV_WARNING, EV_FALSE_ALARM, EV_DRAIN_READY, EV_REJOIN,
+} run_event;
+
+/* The earliest pending event and its time. The order of the tests is
+ * the tie rule (the file's head): on equal times the earlier test wins,
+ * so a checkpoint that completes exactly when a failure strikes is kept. */
+static run_event next_event(const state *s, double cap, double *at)
+{
+    const sim_params *p = s->p;
+    double t_done = INFINITY, t_ck = INFINITY, t_phase = INFINITY;
+    if (s->ph == PH_RUN) {
+        if (p->work_s > 0)
+            t_done = s->t + (p->work_s - s->done) / cap;
+        t_ck = ckpt_due(s);
+    } else {
+        t_phase = s->t_up;
+    }
+    double t_rep = s->rq.n > 0 ? s->rq.at[s->rq.head] : INFINITY;
+    double t_join = s->join_at >= 0 ? s->join_at : INFINITY;
+    double t_persist = s->pending_at >= 0 ? s->pending_at : INFINITY;
+    int warns = p->learned || p->rl;
+    double t_warn = warns ? s->lr.warn_at : INFINITY;
+    double t_false = warns ? s->lr.next_false : INFINITY;
+    double t_drain = s->drain_at >= 0 ? s->drain_at : INFINITY;
+    double t_rejoin = INFINITY;
+    if (p->rejoin_at_work_s > 0 && !s->rejoined && s->ph == PH_RUN && s->rq.n > 0)
+        t_rejoin = s->t + AI_MAX(0.0, p->rejoin_at_work_s - s->done) / cap;
+    double t_fail = s->next_fail;
+
+    double tn = t_done;
+    run_event ev = EV_DONE;
+    if (t_phase < tn) { tn = t_phase; ev = EV_PHASE_END; }
+    if (t_persist < tn) { tn = t_persist; ev = EV_PERSIST; }
+    if (t_fail < tn) { tn = t_fail; ev = EV_FAIL; }
+    if (t_ck < tn) { tn = t_ck; ev = EV_CKPT_START; }
+    if (t_rep < tn) { tn = t_rep; ev = EV_REPAIR; }
+    if (t_join < tn) { tn = t_join; ev = EV_JOIN; }
+    if (t_warn < tn) { tn = t_warn; ev = EV_WARNING; }
+    if (t_false < tn) { tn = t_false; ev = EV_FALSE_ALARM; }
+    if (t_drain < tn) { tn = t_drain; ev = EV_DRAIN_READY; }
+    if (t_rejoin < tn) { tn = t_rejoin; ev = EV_REJOIN; }
+    *at = tn;
+    return ev;
+}
+
+/* The clock moves to tn: the time between goes to progress, a checkpoint
+ * stall or downtime, and onto the timeline as the state it was spent in
+ * (a down phase's first part is detection). */
+static void advance(state *s, double tn, double cap)
+{
+    const sim_params *p = s->p;
+    double dt = tn - s->t;
+    if (dt > 0) {
+        if (s->ph == PH_RUN) {
+            s->done += dt * cap;
+            s->since += dt;
+            if (cap < 1)
+                s->r.degraded_s += dt;
+            ev_add(s, s->active_units < p->units ? SIM_EV_DEGRADED : SIM_EV_COMPUTE, s->t, tn, -1, 0);
+        } else if (s->ph == PH_CKPT) {
+            s->r.ckpt_s += dt;
+            ev_add(s, SIM_EV_CHECKPOINT, s->t, tn, -1, 0);
+        } else {
+            s->r.down_s += dt;
+            double t = s->t;
+            if (t < s->detect_until) { /* the failure is not yet detected */
+                double e = s->detect_until < tn ? s->detect_until : tn;
+                ev_add(s, SIM_EV_DETECT, t, e, -1, 0);
+                t = e;
+            }
+            if (tn > t)
+                ev_add(s, s->ph == PH_WAIT ? SIM_EV_WAIT : s->down_kind, t, tn, -1, 0);
+        }
+    }
+    s->t = tn;
+}
+
+/* A stall ends: a checkpoint's completes (and joiners that became ready
+ * during it grow the group next); a down phase's brings the job back up
+ * with the units that joined meanwhile. */
+static void on_phase_end(state *s)
+{
+    if (s->ph == PH_CKPT) {
+        ckpt_end(s);
+        if (s->add_at_up > 0) /* joiners became ready during the stall */
+            go_down(s, s->t + s->p->grow_s, SIM_EV_GROW);
+    } else {
+        s->ph = PH_RUN;
+        if (s->add_at_up > 0) {
+            s->active_units += s->add_at_up;
+            s->add_at_up = 0;
+            redraw_for_rate(s); /* more nodes: a higher rate from now on */
+        }
+    }
+}
+
+/* Joiners are ready: a running group stalls for the grow; a stalled one
+ * takes them in when its stall ends. */
+static void on_join_ready(state *s)
+{
+    const sim_params *p = s->p;
+    s->add_at_up += s->joining;
+    s->joining = 0;
+    s->join_at = -1;
+    if (s->ph == PH_RUN) {
+        go_down(s, s->t + p->grow_s, SIM_EV_GROW);
+    } else if (s->ph == PH_DOWN && s->t_up < s->t + p->grow_s) {
+        /* Fold into the current stall: grown when it ends (after a
+         * checkpoint stall, by a grow of its own). */
+        s->t_up = s->t + p->grow_s;
+    }
+    try_join(s);
+}
+
+/* A warning reaches the policy in force: the predictor's (learned) or
+ * the action policy's (rl). */
+static void on_any_warning(state *s, double score, int was_true)
+{
+    if (s->p->rl)
+        rl_on_warning(s, score, was_true);
+    else
+        on_warning(s, score);
+}
+
+/* One event other than the end of the work, at the current time. */
+static void handle_event(state *s, run_event ev)
+{
+    const sim_params *p = s->p;
+    switch (ev) {
+    case EV_DONE:
+        break;
+    case EV_FAIL:
+        on_failure(s);
+        break;
+    case EV_PHASE_END:
+        on_phase_end(s);
+        break;
+    case EV_CKPT_START:
+        ckpt_start(s);
+        break;
+    case EV_REPAIR:
+        on_repair(s);
+        break;
+    case EV_JOIN:
+        on_join_ready(s);
+        break;
+    case EV_PERSIST:
+        s->saved = s->pending;
+        s->pending_at = -1;
+        break;
+    case EV_WARNING:
+        s->lr.warn_at = INFINITY;
+        s->warned_fired = 1;
+        s->r.warnings_true++;
+        on_any_warning(s, s->lr.warn_score, 1);
+        break;
+    case EV_FALSE_ALARM: {
+        s->lr.next_false = s->t + exp_draw(s->rng, p->false_per_s);
+        double score = 1 - pow(util_rng_uniform(s->rng), 1 / p->warn_separation);
+        s->r.warnings_false++;
+        on_any_warning(s, score, 0);
+        break;
+    }
+    case EV_DRAIN_READY:
+        rl_drain(s);
+        break;
+    case EV_REJOIN: /* the node first in repair is back now */
+        s->rejoined = 1;
+        s->rq.at[s->rq.head] = s->t;
+        on_repair(s);
+        break;
+    }
+}
+
+ai_status_t sim_run(const sim_params *p, ai_rng *rng, sim_result *out)
+{
+    ai_status_t st = run_check(p, rng, out);
+    if (st != AI_OK)
+        return st;
+    state s;
+    if ((st = run_init(&s, p, rng)) != AI_OK)
+        return st;
     double max_wall = p->max_wall_s > 0 ? p->max_wall_s : 1000 * (p->work_s > 0 ? p->work_s : 0);
     if (p->horizon_s > 0)
         max_wall = p->horizon_s;
-    if (p->learned) {
-        for (int b = 0; b < LEARN_BINS; b++)
-            s.lr.a[b] = s.lr.b[b] = 1;
-        s.lr.next_false = exp_draw(rng, p->false_per_s);
-        s.lr.unwarned_mtbf_s = 2 * p->mtbf_s; /* prior: half the failures warned */
-        s.lr.interval_s = sim_daly_interval(p->ckpt_block_s + p->ckpt_persist_s, 2 * p->mtbf_s);
-        s.lr.alert_until = -INFINITY;
-    }
-    if (p->rl) {
-        sim_rl_decode(p->rl_theta, &s.pol);
-        s.lr.next_false = exp_draw(rng, p->false_per_s);
-    }
-    draw_next_fail(&s);
 
     for (;;) {
-        double cap = (double)s.active_units / p->units;
-        if (p->shared_cores > 0) /* ranks beyond the cores only share them */
-            cap = (double)AI_MIN(s.active_units, p->shared_cores) / AI_MIN(p->units, p->shared_cores);
-        if (p->shrunk_step_s > 0 && s.active_units < p->units)
-            cap = p->step_s / p->shrunk_step_s;
-        /* Candidate times. */
-        double t_done = INFINITY, t_ck = INFINITY, t_phase = INFINITY;
-        if (s.ph == PH_RUN) {
-            if (p->work_s > 0)
-                t_done = s.t + (p->work_s - s.done) / cap;
-            t_ck = ckpt_due(&s);
-        } else {
-            t_phase = s.t_up;
-        }
-        double t_rep = s.rq.n > 0 ? s.rq.at[s.rq.head] : INFINITY;
-        double t_join = s.join_at >= 0 ? s.join_at : INFINITY;
-        double t_persist = s.pending_at >= 0 ? s.pending_at : INFINITY;
-        int warns = p->learned || p->rl;
-        double t_warn = warns ? s.lr.warn_at : INFINITY;
-        double t_false = warns ? s.lr.next_false : INFINITY;
-        double t_drain = s.drain_at >= 0 ? s.drain_at : INFINITY;
-        double t_rejoin = INFINITY;
-        if (p->rejoin_at_work_s > 0 && !s.rejoined && s.ph == PH_RUN && s.rq.n > 0)
-            t_rejoin = s.t + AI_MAX(0.0, p->rejoin_at_work_s - s.done) / cap;
-        double t_fail = s.next_fail;
-
-        /* On ties the earlier test wins: a checkpoint that completes
-         * exactly when a failure strikes is kept. */
-        double tn = t_done;
-        int ev = 0; /* 0 done, 1 fail, 2 phase end, 3 ckpt start, 4 repair, 5 join, 6 persist,
-                     * 7 warning, 8 false alarm, 9 drain's spare ready, 10 rejoin */
-        if (t_phase < tn) { tn = t_phase; ev = 2; }
-        if (t_persist < tn) { tn = t_persist; ev = 6; }
-        if (t_fail < tn) { tn = t_fail; ev = 1; }
-        if (t_ck < tn) { tn = t_ck; ev = 3; }
-        if (t_rep < tn) { tn = t_rep; ev = 4; }
-        if (t_join < tn) { tn = t_join; ev = 5; }
-        if (t_warn < tn) { tn = t_warn; ev = 7; }
-        if (t_false < tn) { tn = t_false; ev = 8; }
-        if (t_drain < tn) { tn = t_drain; ev = 9; }
-        if (t_rejoin < tn) { tn = t_rejoin; ev = 10; }
+        double cap = run_capacity(&s);
+        double tn;
+        run_event ev = next_event(&s, cap, &tn);
         int stop = 0;
         if (tn >= max_wall) {
             tn = max_wall;
             stop = 1;
         }
-
-        double dt = tn - s.t;
-        if (dt > 0) {
-            if (s.ph == PH_RUN) {
-                s.done += dt * cap;
-                s.since += dt;
-                if (cap < 1)
-                    s.r.degraded_s += dt;
-                ev_add(&s, s.active_units < p->units ? SIM_EV_DEGRADED : SIM_EV_COMPUTE, s.t, tn, -1, 0);
-            } else if (s.ph == PH_CKPT) {
-                s.r.ckpt_s += dt;
-                ev_add(&s, SIM_EV_CHECKPOINT, s.t, tn, -1, 0);
-            } else {
-                s.r.down_s += dt;
-                double t = s.t;
-                if (t < s.detect_until) { /* the failure is not yet detected */
-                    double e = s.detect_until < tn ? s.detect_until : tn;
-                    ev_add(&s, SIM_EV_DETECT, t, e, -1, 0);
-                    t = e;
-                }
-                if (tn > t)
-                    ev_add(&s, s.ph == PH_WAIT ? SIM_EV_WAIT : s.down_kind, t, tn, -1, 0);
-            }
-        }
-        s.t = tn;
+        advance(&s, tn, cap);
         if (stop) {
             s.r.finished = p->horizon_s > 0 && !(p->work_s > 0);
             break;
         }
-        if (ev == 0) {
+        if (ev == EV_DONE) {
             s.done = p->work_s;
             s.r.finished = 1;
             break;
         }
-        switch (ev) {
-        case 1:
-            on_failure(&s);
-            break;
-        case 2:
-            if (s.ph == PH_CKPT) {
-                ckpt_end(&s);
-                if (s.add_at_up > 0) /* joiners became ready during the stall */
-                    go_down(&s, s.t + p->grow_s, SIM_EV_GROW);
-            } else {
-                s.ph = PH_RUN;
-                if (s.add_at_up > 0) {
-                    s.active_units += s.add_at_up;
-                    s.add_at_up = 0;
-                    redraw_for_rate(&s); /* more nodes: a higher rate from now on */
-                }
-            }
-            break;
-        case 3:
-            ckpt_start(&s);
-            break;
-        case 4:
-            on_repair(&s);
-            break;
-        case 5:
-            if (s.ph == PH_RUN) {
-                /* The joiners are ready: the group stalls for the grow. */
-                s.add_at_up += s.joining;
-                s.joining = 0;
-                s.join_at = -1;
-                go_down(&s, s.t + p->grow_s, SIM_EV_GROW);
-                try_join(&s);
-            } else {
-                /* Fold into the current stall: grown when it ends (after a
-                 * checkpoint stall, by a grow of its own). */
-                s.add_at_up += s.joining;
-                s.joining = 0;
-                s.join_at = -1;
-                if (s.ph == PH_DOWN && s.t_up < s.t + p->grow_s)
-                    s.t_up = s.t + p->grow_s;
-                try_join(&s);
-            }
-            break;
-        case 6:
-            s.saved = s.pending;
-            s.pending_at = -1;
-            break;
-        case 7:
-            s.lr.warn_at = INFINITY;
-            s.warned_fired = 1;
-            s.r.warnings_true++;
-            if (p->rl)
-                rl_on_warning(&s, s.lr.warn_score, 1);
-            else
-                on_warning(&s, s.lr.warn_score);
-            break;
-        case 8: {
-            s.lr.next_false = s.t + exp_draw(rng, p->false_per_s);
-            double score = 1 - pow(util_rng_uniform(rng), 1 / p->warn_separation);
-            s.r.warnings_false++;
-            if (p->rl)
-                rl_on_warning(&s, score, 0);
-            else
-                on_warning(&s, score);
-            break;
-        }
-        case 9:
-            rl_drain(&s);
-            break;
-        case 10: /* the node first in repair is back now */
-            s.rejoined = 1;
-            s.rq.at[s.rq.head] = s.t;
-            on_repair(&s);
-            break;
-        }
+        handle_event(&s, ev);
     }
     s.r.wall_s = s.t;
     s.r.useful_s = s.done;

@@ -124,6 +124,135 @@ static void topk(const double *score, const unsigned char *y, int nodes, int tim
     free(order);
 }
 
+/* The trace as the predictor uses it: the faults in time order, the rows
+ * (one per node and evaluation time, training times first) with their
+ * features, labels and scores. */
+typedef struct pred_data {
+    fault *f;
+    const char **ids;     /* node names, borrowed from the trace */
+    int nf, nids;
+    double end;           /* the trace's last event, days */
+    int nodes, ntrain, ntest;
+    double split, w;
+    long rows;
+    double *xs, *score, *base;
+    unsigned char *y;
+} pred_data;
+
+/* The fault_start events, each with its node's index (by first
+ * appearance) and whether it was a hardware failure; every event counts
+ * toward the trace's end. An event without its fields stops the read with
+ * its index. */
+static ai_status_t read_faults(json_t *trace, const char *path, pred_data *d)
+{
+    size_t n = json_array_size(trace);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(trace, i);
+        const char *id = json_string_value(json_object_get(e, "node_id"));
+        const char *type = json_string_value(json_object_get(e, "event_type"));
+        json_t *tv = json_object_get(e, "event_time");
+        if (!json_is_object(e) || !id || !type || !json_is_number(tv) ||
+            !(json_number_value(tv) >= 0))
+            return util_fail(AI_ERR_INVALID,
+                             "%s: [%zu]: want node_id (string), event_type (string), event_time "
+                             "(days >= 0)",
+                             path, i);
+        double t = json_number_value(tv);
+        d->end = t > d->end ? t : d->end;
+        if (strcmp(type, "fault_start") != 0)
+            continue;
+        int node = -1;
+        for (int k = 0; k < d->nids; k++)
+            if (!strcmp(d->ids[k], id)) {
+                node = k;
+                break;
+            }
+        if (node < 0) {
+            node = d->nids;
+            d->ids[d->nids++] = id;
+        }
+        const char *level =
+            json_string_value(json_object_get(json_object_get(e, "fault_type"), "Level"));
+        d->f[d->nf].node = node;
+        d->f[d->nf].t = t;
+        d->f[d->nf].hw = level && !strcmp(level, "Hardware Failure");
+        d->nf++;
+    }
+    if (d->nf == 0)
+        return util_fail(AI_ERR_INVALID, "%s: no fault_start events", path);
+    return AI_OK;
+}
+
+/* Every row's features (from the faults before its time), the baseline's
+ * score (the faults so far) and its label: a fault in the window after. */
+static void build_rows(pred_data *d)
+{
+    int times = d->ntrain + d->ntest;
+    double w = d->w;
+    for (int k = 0; k < times; k++) {
+        double t = k < d->ntrain ? w * (k + 1) : d->split + w * (k - d->ntrain);
+        for (int node = 0; node < d->nodes; node++) {
+            long r = (long)k * d->nodes + node;
+            features(d->f, d->nf, node, t, d->xs + r * SIM_PREDICT_NFEAT);
+            d->base[r] = d->xs[r * SIM_PREDICT_NFEAT + 1]; /* log1p(faults so far): same order */
+            d->y[r] = 0;
+            for (int i = 0; i < d->nf; i++)
+                if (d->f[i].node == node && d->f[i].t >= t && d->f[i].t < t + w) {
+                    d->y[r] = 1;
+                    break;
+                }
+        }
+    }
+}
+
+/* Logistic regression by gradient descent on the first ntr rows (a small
+ * ridge keeps it finite when a feature separates them); then every row's
+ * score. */
+static void fit_and_score(pred_data *d, long ntr, double beta[SIM_PREDICT_NFEAT])
+{
+    const double *xs = d->xs;
+    for (int it = 0; it < 3000; it++) {
+        double g[SIM_PREDICT_NFEAT] = {0};
+        for (long r = 0; r < ntr; r++) {
+            const double *x = xs + r * SIM_PREDICT_NFEAT;
+            double z = 0;
+            for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
+                z += beta[j] * x[j];
+            double err = 1 / (1 + exp(-z)) - d->y[r];
+            for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
+                g[j] += err * x[j];
+        }
+        for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
+            beta[j] -= 0.5 * (g[j] / ntr + (j ? 1e-3 * beta[j] : 0));
+    }
+    for (long r = 0; r < d->rows; r++) {
+        double z = 0;
+        for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
+            z += beta[j] * xs[r * SIM_PREDICT_NFEAT + j];
+        d->score[r] = z;
+    }
+}
+
+/* The model and the baseline on the test rows (from row off): the area
+ * under the ROC curve, and precision and recall of the top k per time. */
+static void measure(const pred_data *d, long off, int k, sim_predict_result *out)
+{
+    long nte = d->rows - off;
+    for (long r = off; r < d->rows; r++)
+        out->test_positives += d->y[r];
+    out->test_rows = nte;
+    out->auc_model = auc(d->score + off, d->y + off, nte);
+    out->auc_baseline = auc(d->base + off, d->y + off, nte);
+    long hits = 0, flagged = 0, pos = 0;
+    topk(d->score + off, d->y + off, d->nodes, d->ntest, k, &hits, &flagged, &pos);
+    out->precision_model = flagged ? (double)hits / flagged : 0;
+    out->recall_model = pos ? (double)hits / pos : 0;
+    hits = flagged = pos = 0;
+    topk(d->base + off, d->y + off, d->nodes, d->ntest, k, &hits, &flagged, &pos);
+    out->precision_baseline = flagged ? (double)hits / flagged : 0;
+    out->recall_baseline = pos ? (double)hits / pos : 0;
+}
+
 ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts *o,
                         sim_predict_result *out)
 {
@@ -135,148 +264,62 @@ ai_status_t sim_predict(json_t *trace, const char *path, const sim_predict_opts 
         return util_fail(AI_ERR_INVALID, "sim_predict: window %g days, train share %g, top %d",
                          o->window_days, o->train_share, o->topk);
     size_t n = json_array_size(trace);
-    fault *f = calloc(n ? n : 1, sizeof *f);
-    const char **ids = calloc(n ? n : 1, sizeof *ids);
-    double *xs = NULL, *score = NULL, *base = NULL;
-    unsigned char *y = NULL;
+    pred_data d;
+    memset(&d, 0, sizeof d);
+    d.f = calloc(n ? n : 1, sizeof *d.f);
+    d.ids = calloc(n ? n : 1, sizeof *d.ids);
     ai_status_t st = AI_OK;
-    if (!f || !ids) {
+    if (!d.f || !d.ids) {
         st = util_fail(AI_ERR_NOMEM, "sim_predict: %zu events", n);
         goto out;
     }
-    int nf = 0, nids = 0;
-    double end = 0;
-    for (size_t i = 0; i < n; i++) {
-        json_t *e = json_array_get(trace, i);
-        const char *id = json_string_value(json_object_get(e, "node_id"));
-        const char *type = json_string_value(json_object_get(e, "event_type"));
-        json_t *tv = json_object_get(e, "event_time");
-        if (!json_is_object(e) || !id || !type || !json_is_number(tv) ||
-            !(json_number_value(tv) >= 0)) {
-            st = util_fail(AI_ERR_INVALID,
-                           "%s: [%zu]: want node_id (string), event_type (string), event_time "
-                           "(days >= 0)",
-                           path, i);
-            goto out;
-        }
-        double t = json_number_value(tv);
-        end = t > end ? t : end;
-        if (strcmp(type, "fault_start") != 0)
-            continue;
-        int node = -1;
-        for (int k = 0; k < nids; k++)
-            if (!strcmp(ids[k], id)) {
-                node = k;
-                break;
-            }
-        if (node < 0) {
-            node = nids;
-            ids[nids++] = id;
-        }
-        const char *level =
-            json_string_value(json_object_get(json_object_get(e, "fault_type"), "Level"));
-        f[nf].node = node;
-        f[nf].t = t;
-        f[nf].hw = level && !strcmp(level, "Hardware Failure");
-        nf++;
-    }
-    if (nf == 0) {
-        st = util_fail(AI_ERR_INVALID, "%s: no fault_start events", path);
+    if ((st = read_faults(trace, path, &d)) != AI_OK)
         goto out;
-    }
-    qsort(f, (size_t)nf, sizeof *f, by_time);
-    int nodes = o->nodes > nids ? o->nodes : nids; /* nodes never failing have no events */
-    double split = o->train_share * end, w = o->window_days;
+    qsort(d.f, (size_t)d.nf, sizeof *d.f, by_time);
+    d.nodes = o->nodes > d.nids ? o->nodes : d.nids; /* nodes never failing have no events */
+    d.split = o->train_share * d.end;
+    d.w = o->window_days;
     /* Evaluation times: every window from one window in; training ones
      * end their window before the split, test ones start at it. */
-    int ntrain = 0, ntest = 0;
-    for (double t = w; t + w <= split; t += w)
-        ntrain++;
-    for (double t = split; t + w <= end; t += w)
-        ntest++;
-    if (ntrain < 1 || ntest < 1) {
+    for (double t = d.w; t + d.w <= d.split; t += d.w)
+        d.ntrain++;
+    for (double t = d.split; t + d.w <= d.end; t += d.w)
+        d.ntest++;
+    if (d.ntrain < 1 || d.ntest < 1) {
         st = util_fail(AI_ERR_INVALID, "%s: %.4g days: too short for windows of %g days split at %g",
-                       path, end, w, split);
+                       path, d.end, d.w, d.split);
         goto out;
     }
-    int times = ntrain + ntest;
-    long rows = (long)times * nodes;
-    xs = malloc(sizeof(double) * (size_t)rows * SIM_PREDICT_NFEAT);
-    y = malloc((size_t)rows);
-    score = malloc(sizeof(double) * (size_t)rows);
-    base = malloc(sizeof(double) * (size_t)rows);
-    if (!xs || !y || !score || !base) {
-        st = util_fail(AI_ERR_NOMEM, "sim_predict: %ld rows", rows);
+    d.rows = (long)(d.ntrain + d.ntest) * d.nodes;
+    d.xs = malloc(sizeof(double) * (size_t)d.rows * SIM_PREDICT_NFEAT);
+    d.y = malloc((size_t)d.rows);
+    d.score = malloc(sizeof(double) * (size_t)d.rows);
+    d.base = malloc(sizeof(double) * (size_t)d.rows);
+    if (!d.xs || !d.y || !d.score || !d.base) {
+        st = util_fail(AI_ERR_NOMEM, "sim_predict: %ld rows", d.rows);
         goto out;
     }
-    for (int k = 0; k < times; k++) {
-        double t = k < ntrain ? w * (k + 1) : split + w * (k - ntrain);
-        for (int node = 0; node < nodes; node++) {
-            long r = (long)k * nodes + node;
-            features(f, nf, node, t, xs + r * SIM_PREDICT_NFEAT);
-            base[r] = xs[r * SIM_PREDICT_NFEAT + 1]; /* log1p(faults so far): same order */
-            y[r] = 0;
-            for (int i = 0; i < nf; i++)
-                if (f[i].node == node && f[i].t >= t && f[i].t < t + w) {
-                    y[r] = 1;
-                    break;
-                }
-        }
-    }
-    /* Logistic regression by gradient descent on the training rows (a
-     * small ridge keeps it finite when a feature separates them). */
-    long ntr = (long)ntrain * nodes;
+    build_rows(&d);
+    long ntr = (long)d.ntrain * d.nodes;
     double beta[SIM_PREDICT_NFEAT] = {0};
-    for (int it = 0; it < 3000; it++) {
-        double g[SIM_PREDICT_NFEAT] = {0};
-        for (long r = 0; r < ntr; r++) {
-            const double *x = xs + r * SIM_PREDICT_NFEAT;
-            double z = 0;
-            for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
-                z += beta[j] * x[j];
-            double err = 1 / (1 + exp(-z)) - y[r];
-            for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
-                g[j] += err * x[j];
-        }
-        for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
-            beta[j] -= 0.5 * (g[j] / ntr + (j ? 1e-3 * beta[j] : 0));
-    }
-    for (long r = 0; r < rows; r++) {
-        double z = 0;
-        for (int j = 0; j < SIM_PREDICT_NFEAT; j++)
-            z += beta[j] * xs[r * SIM_PREDICT_NFEAT + j];
-        score[r] = z;
-    }
+    fit_and_score(&d, ntr, beta);
     memset(out, 0, sizeof *out);
-    out->nodes = nodes;
-    out->nodes_failing = nids;
-    out->faults = nf;
-    out->end_days = end;
-    out->split_days = split;
-    out->train_times = ntrain;
-    out->test_times = ntest;
+    out->nodes = d.nodes;
+    out->nodes_failing = d.nids;
+    out->faults = d.nf;
+    out->end_days = d.end;
+    out->split_days = d.split;
+    out->train_times = d.ntrain;
+    out->test_times = d.ntest;
     memcpy(out->coef, beta, sizeof beta);
-    long off = ntr, nte = rows - ntr;
-    for (long r = off; r < rows; r++)
-        out->test_positives += y[r];
-    out->test_rows = nte;
-    out->auc_model = auc(score + off, y + off, nte);
-    out->auc_baseline = auc(base + off, y + off, nte);
-    long hits = 0, flagged = 0, pos = 0;
-    topk(score + off, y + off, nodes, ntest, o->topk, &hits, &flagged, &pos);
-    out->precision_model = flagged ? (double)hits / flagged : 0;
-    out->recall_model = pos ? (double)hits / pos : 0;
-    hits = flagged = pos = 0;
-    topk(base + off, y + off, nodes, ntest, o->topk, &hits, &flagged, &pos);
-    out->precision_baseline = flagged ? (double)hits / flagged : 0;
-    out->recall_baseline = pos ? (double)hits / pos : 0;
+    measure(&d, ntr, o->topk, out);
 out:
-    free(f);
-    free(ids);
-    free(xs);
-    free(y);
-    free(score);
-    free(base);
+    free(d.f);
+    free(d.ids);
+    free(d.xs);
+    free(d.y);
+    free(d.score);
+    free(d.base);
     return st;
 }
 

@@ -770,144 +770,125 @@ typedef struct sgroup {
     int nth;             /* of the groups with this prefix, from 1 */
 } sgroup;
 
-static ai_status_t build(slurm_ctx *c, json_t **out)
+/* The node groups as they form: each selected node joins the group of
+ * its (name prefix, device, count), found by hashing. */
+typedef struct grouping {
+    sgroup *gs;
+    int ng;
+    size_t cap;          /* of both tables, a power of two */
+    int *gix;            /* by (prefix, device, count), open addressing: group + 1, 0 empty */
+    int *pix;            /* the latest group of each prefix, the same way */
+} grouping;
+
+/* A node's device and its count: the last --device that names it wins,
+ * else its Gres GPU type and count, else its CPUs when it is a CPU node.
+ * A node none of these describe stops the import with the --device line
+ * that would describe it. */
+static ai_status_t node_device(const ai_slurm_source *src, const overlay *ov, snode *n)
+{
+    const overlay *hit = NULL;
+    for (int k = 0; k < src->ndevices; k++)
+        if (overlay_match(&ov[k], n->name))
+            hit = &ov[k];
+    const topo_device *d = NULL;
+    if (hit)
+        d = topo_catalog_find(hit->kind);
+    else if (n->gpus > 0 && n->gpu_type[0])
+        d = topo_catalog_find(n->gpu_type);
+    if (!d) {
+        char hint[TOPO_NAME_MAX];
+        name_prefix(n->name, hint);
+        if (n->gpus > 0 && n->gpu_type[0])
+            return util_fail(AI_ERR_NOTFOUND, "node '%s': GPU type '%s' is not a catalog device: "
+                             "name it with --device '%s=KIND'", n->name, n->gpu_type, n->name);
+        return util_fail(AI_ERR_INVALID, "node '%s' has %s: say what it holds with --device "
+                         "'%s=KIND[:N]' (a pattern such as '%s*=H100:8'; for CPU ranks 'cpu')",
+                         n->name, n->gpus ? "GPUs of no type" : "no GPUs (Gres=gpu:TYPE:N)",
+                         n->name, hint);
+    }
+    snprintf(n->device, sizeof n->device, "%s", d->name);
+    int is_cpu = !strcasecmp(d->name, "cpu");
+    n->dpn = hit && hit->count ? hit->count : n->gpus ? n->gpus : is_cpu ? n->cpus : 0;
+    if (n->dpn < 1 || n->dpn > 4096)
+        return util_fail(AI_ERR_INVALID, "node '%s': %d devices (%s): give the count with --device "
+                         "'%s=%s:N'", n->name, n->dpn, is_cpu ? "CPUs" : "Gres GPUs", n->name, d->name);
+    return AI_OK;
+}
+
+/* A new group for the prefix, device and count: the first group of a
+ * prefix is named after it, later ones prefix_2, prefix_3...; a prefix
+ * never ends in a digit, so these cannot meet another prefix's plain
+ * name. */
+static int group_new(grouping *gr, const char *pre, const snode *n)
+{
+    sgroup *ngp = &gr->gs[gr->ng++];
+    snprintf(ngp->prefix, sizeof ngp->prefix, "%s", pre);
+    snprintf(ngp->device, sizeof ngp->device, "%s", n->device);
+    ngp->dpn = n->dpn;
+    size_t ph = (size_t)util_hash64(pre, strlen(pre), 1) & (gr->cap - 1);
+    while (gr->pix[ph] && strcmp(gr->gs[gr->pix[ph] - 1].prefix, pre) != 0)
+        ph = (ph + 1) & (gr->cap - 1);
+    int same = gr->pix[ph] ? gr->gs[gr->pix[ph] - 1].nth : 0;
+    gr->pix[ph] = gr->ng;
+    ngp->nth = same + 1;
+    if (same)
+        snprintf(ngp->name, sizeof ngp->name, "%s_%d", pre, same + 1);
+    else
+        snprintf(ngp->name, sizeof ngp->name, "%s", pre);
+    return gr->ng - 1;
+}
+
+/* The node joins its group (a new one when none matches yet) and keeps
+ * its trailing number, by which the group's nodes are ordered later. */
+static ai_status_t node_group(grouping *gr, snode *n)
+{
+    size_t p = digits_at(n->name);
+    n->num = n->name[p] ? strtol(n->name + p, NULL, 10) : -1;
+    char pre[TOPO_NAME_MAX];
+    name_prefix(n->name, pre);
+    char key[3 * TOPO_NAME_MAX];
+    int klen = snprintf(key, sizeof key, "%s/%s/%d", pre, n->device, n->dpn);
+    size_t h = (size_t)util_hash64(key, (size_t)klen, 0) & (gr->cap - 1);
+    int g = -1;
+    while (gr->gix[h]) {
+        const sgroup *q = &gr->gs[gr->gix[h] - 1];
+        if (!strcmp(q->prefix, pre) && !strcmp(q->device, n->device) && q->dpn == n->dpn) {
+            g = gr->gix[h] - 1;
+            break;
+        }
+        h = (h + 1) & (gr->cap - 1);
+    }
+    if (g < 0 && gr->ng == SLURM_MAX_GROUPS)
+        return util_fail(AI_ERR_INVALID, "node '%s' would start a node group beyond %d (nodes group by "
+                         "the name without its trailing number, device and count)", n->name,
+                         SLURM_MAX_GROUPS);
+    if (g < 0) {
+        gr->gix[h] = gr->ng + 1;
+        g = group_new(gr, pre, n);
+    }
+    n->group = g;
+    gr->gs[g].count++;
+    return AI_OK;
+}
+
+/* The node_groups array; each group's nodes are renumbered from 0 in the
+ * order of their numbers (gpu001 -> gpu-0), the names racks then use. */
+static json_t *groups_json(slurm_ctx *c, const grouping *gr, snode **order)
 {
     const ai_slurm_source *src = c->src;
-    ai_status_t st = AI_OK;
-    overlay *ov = calloc((size_t)AI_MAX(src->ndevices, 1), sizeof *ov);
-    sgroup *gs = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *gs);
-    snode **order = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *order);
-    /* groups by (prefix, device, count), open addressing: group + 1, 0 empty */
-    size_t gcap = 256;
-    while (gcap <= (size_t)c->nnodes * 2)
-        gcap *= 2;
-    int *gix = calloc(gcap, sizeof *gix);
-    /* the latest group of each prefix, the same way */
-    int *pix = calloc(gcap, sizeof *pix);
-    json_t *doc = NULL;
-    int ng = 0;
-    if (!ov || !gs || !order || !gix || !pix) {
-        st = util_fail(AI_ERR_NOMEM, "slurm import");
-        goto out;
-    }
-    for (int k = 0; k < src->ndevices; k++)
-        if ((st = overlay_parse(src->devices[k], k < src->ndevices_file ? src->devices_file : "--device",
-                                &ov[k])) != AI_OK)
-            goto out;
-    if (!(src->nic_Gbps > 0)) {
-        st = util_fail(AI_ERR_INVALID, "Slurm does not know the network: give the NIC rate (--nic-gbps G, "
-                                     "per NIC)");
-        goto out;
-    }
-    int nsel = 0;
-    for (int i = 0; i < c->nnodes; i++) {
-        snode *n = &c->nodes[i];
-        if (!n->selected)
-            continue;
-        nsel++;
-        const overlay *hit = NULL;
-        for (int k = 0; k < src->ndevices; k++)
-            if (overlay_match(&ov[k], n->name))
-                hit = &ov[k];
-        const topo_device *d = NULL;
-        if (hit)
-            d = topo_catalog_find(hit->kind);
-        else if (n->gpus > 0 && n->gpu_type[0])
-            d = topo_catalog_find(n->gpu_type);
-        if (!d) {
-            char hint[TOPO_NAME_MAX];
-            name_prefix(n->name, hint);
-            if (n->gpus > 0 && n->gpu_type[0])
-                st = util_fail(AI_ERR_NOTFOUND, "node '%s': GPU type '%s' is not a catalog device: "
-                               "name it with --device '%s=KIND'", n->name, n->gpu_type, n->name);
-            else
-                st = util_fail(AI_ERR_INVALID, "node '%s' has %s: say what it holds with --device "
-                               "'%s=KIND[:N]' (a pattern such as '%s*=H100:8'; for CPU ranks 'cpu')",
-                               n->name, n->gpus ? "GPUs of no type" : "no GPUs (Gres=gpu:TYPE:N)",
-                               n->name, hint);
-            goto out;
-        }
-        snprintf(n->device, sizeof n->device, "%s", d->name);
-        int is_cpu = !strcasecmp(d->name, "cpu");
-        n->dpn = hit && hit->count ? hit->count : n->gpus ? n->gpus : is_cpu ? n->cpus : 0;
-        if (n->dpn < 1 || n->dpn > 4096) {
-            st = util_fail(AI_ERR_INVALID, "node '%s': %d devices (%s): give the count with --device "
-                           "'%s=%s:N'", n->name, n->dpn, is_cpu ? "CPUs" : "Gres GPUs", n->name, d->name);
-            goto out;
-        }
-        size_t p = digits_at(n->name);
-        n->num = n->name[p] ? strtol(n->name + p, NULL, 10) : -1;
-        char pre[TOPO_NAME_MAX];
-        name_prefix(n->name, pre);
-        char key[3 * TOPO_NAME_MAX];
-        int klen = snprintf(key, sizeof key, "%s/%s/%d", pre, n->device, n->dpn);
-        size_t h = (size_t)util_hash64(key, (size_t)klen, 0) & (gcap - 1);
-        int g = -1;
-        while (gix[h]) {
-            const sgroup *q = &gs[gix[h] - 1];
-            if (!strcmp(q->prefix, pre) && !strcmp(q->device, n->device) && q->dpn == n->dpn) {
-                g = gix[h] - 1;
-                break;
-            }
-            h = (h + 1) & (gcap - 1);
-        }
-        if (g < 0 && ng == SLURM_MAX_GROUPS) {
-            st = util_fail(AI_ERR_INVALID, "node '%s' would start a node group beyond %d (nodes group by "
-                           "the name without its trailing number, device and count)", n->name,
-                           SLURM_MAX_GROUPS);
-            goto out;
-        }
-        if (g < 0) {
-            g = ng;
-            gix[h] = ng + 1;
-            sgroup *ngp = &gs[ng++];
-            snprintf(ngp->prefix, sizeof ngp->prefix, "%s", pre);
-            snprintf(ngp->device, sizeof ngp->device, "%s", n->device);
-            ngp->dpn = n->dpn;
-            /* the first group of a prefix is named after it, later ones
-             * prefix_2, prefix_3...; a prefix never ends in a digit, so
-             * these cannot meet another prefix's plain name */
-            size_t ph = (size_t)util_hash64(pre, strlen(pre), 1) & (gcap - 1);
-            while (pix[ph] && strcmp(gs[pix[ph] - 1].prefix, pre) != 0)
-                ph = (ph + 1) & (gcap - 1);
-            int same = pix[ph] ? gs[pix[ph] - 1].nth : 0;
-            pix[ph] = ng;
-            ngp->nth = same + 1;
-            if (same)
-                snprintf(ngp->name, sizeof ngp->name, "%s_%d", pre, same + 1);
-            else
-                snprintf(ngp->name, sizeof ngp->name, "%s", pre);
-        }
-        n->group = g;
-        gs[g].count++;
-    }
-    if (nsel == 0) {
-        st = util_fail(AI_ERR_INVALID, "no nodes selected");
-        goto out;
-    }
-    for (int g = 0; g < ng; g++)
-        if (gs[g].dpn > 1 && !(src->intra_GBps > 0)) {
-            st = util_fail(AI_ERR_INVALID, "nodes such as group '%s' have %d devices: give the link "
-                           "between them (--intra-GBps B, per device and direction)", gs[g].name, gs[g].dpn);
-            goto out;
-        }
-
-    doc = json_object();
-    json_t *groups = json_array(), *racks = json_array();
-    json_object_set_new(doc, "name", json_string(src->name && *src->name ? src->name : "slurm"));
-    json_object_set_new(doc, "node_groups", groups);
-    for (int g = 0; g < ng; g++) {
+    json_t *groups = json_array();
+    for (int g = 0; g < gr->ng; g++) {
+        const sgroup *sg = &gr->gs[g];
         json_t *gj = json_object();
-        json_object_set_new(gj, "name", json_string(gs[g].name));
-        json_object_set_new(gj, "count", json_integer(gs[g].count));
-        json_object_set_new(gj, "device", json_string(gs[g].device));
-        json_object_set_new(gj, "devices_per_node", json_integer(gs[g].dpn));
-        if (gs[g].dpn > 1)
+        json_object_set_new(gj, "name", json_string(sg->name));
+        json_object_set_new(gj, "count", json_integer(sg->count));
+        json_object_set_new(gj, "device", json_string(sg->device));
+        json_object_set_new(gj, "devices_per_node", json_integer(sg->dpn));
+        if (sg->dpn > 1)
             json_object_set_new(gj, "intra", json_pack("{s:f}", "bw_GBps", src->intra_GBps));
         json_object_set_new(gj, "nic", json_pack("{s:i,s:f}", "count", src->nics > 0 ? src->nics : 1,
                                                  "bw_Gbps", src->nic_Gbps));
         json_array_append_new(groups, gj);
-        /* a group's nodes in the order of their numbers: gpu001 -> gpu-0 */
         int k = 0;
         for (int i = 0; i < c->nnodes; i++)
             if (c->nodes[i].selected && c->nodes[i].group == g)
@@ -916,11 +897,21 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         for (int i = 0; i < k; i++)
             order[i]->num = i; /* now the index in the group */
     }
+    return groups;
+}
+
+/* The racks array: one per leaf switch with selected nodes, its uplink
+ * given, or the switch's LinkSpeed, or non-blocking (the sum of its
+ * NICs). */
+static json_t *racks_json(const slurm_ctx *c, const sgroup *gs)
+{
+    const ai_slurm_source *src = c->src;
+    json_t *racks = json_array();
     for (int r = 0; r < c->nleaves; r++) {
         json_t *names = json_array();
         double nic_sum = 0;
         for (int i = 0; i < c->nnodes; i++) {
-            snode *n = &c->nodes[i];
+            const snode *n = &c->nodes[i];
             if (!n->selected || n->leaf != r)
                 continue;
             char nm[TOPO_NAME_MAX + 16];
@@ -941,6 +932,60 @@ static ai_status_t build(slurm_ctx *c, json_t **out)
         json_object_set_new(rj, "uplink_Gbps", json_real(up));
         json_array_append_new(racks, rj);
     }
+    return racks;
+}
+
+static ai_status_t build(slurm_ctx *c, json_t **out)
+{
+    const ai_slurm_source *src = c->src;
+    ai_status_t st = AI_OK;
+    overlay *ov = calloc((size_t)AI_MAX(src->ndevices, 1), sizeof *ov);
+    snode **order = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *order);
+    grouping gr = {.cap = 256};
+    while (gr.cap <= (size_t)c->nnodes * 2)
+        gr.cap *= 2;
+    gr.gs = calloc((size_t)AI_MAX(c->nnodes, 1), sizeof *gr.gs);
+    gr.gix = calloc(gr.cap, sizeof *gr.gix);
+    gr.pix = calloc(gr.cap, sizeof *gr.pix);
+    json_t *doc = NULL;
+    if (!ov || !gr.gs || !order || !gr.gix || !gr.pix) {
+        st = util_fail(AI_ERR_NOMEM, "slurm import");
+        goto out;
+    }
+    for (int k = 0; k < src->ndevices; k++)
+        if ((st = overlay_parse(src->devices[k], k < src->ndevices_file ? src->devices_file : "--device",
+                                &ov[k])) != AI_OK)
+            goto out;
+    if (!(src->nic_Gbps > 0)) {
+        st = util_fail(AI_ERR_INVALID, "Slurm does not know the network: give the NIC rate (--nic-gbps G, "
+                                     "per NIC)");
+        goto out;
+    }
+    int nsel = 0;
+    for (int i = 0; i < c->nnodes; i++) {
+        snode *n = &c->nodes[i];
+        if (!n->selected)
+            continue;
+        nsel++;
+        if ((st = node_device(src, ov, n)) != AI_OK || (st = node_group(&gr, n)) != AI_OK)
+            goto out;
+    }
+    if (nsel == 0) {
+        st = util_fail(AI_ERR_INVALID, "no nodes selected");
+        goto out;
+    }
+    for (int g = 0; g < gr.ng; g++)
+        if (gr.gs[g].dpn > 1 && !(src->intra_GBps > 0)) {
+            st = util_fail(AI_ERR_INVALID, "nodes such as group '%s' have %d devices: give the link "
+                           "between them (--intra-GBps B, per device and direction)", gr.gs[g].name,
+                           gr.gs[g].dpn);
+            goto out;
+        }
+
+    doc = json_object();
+    json_object_set_new(doc, "name", json_string(src->name && *src->name ? src->name : "slurm"));
+    json_object_set_new(doc, "node_groups", groups_json(c, &gr, order));
+    json_t *racks = racks_json(c, gr.gs);
     if (json_array_size(racks))
         json_object_set_new(doc, "racks", racks);
     else
@@ -959,10 +1004,10 @@ out:
         topo_hostlist_free(ov[k].names, ov[k].nnames);
     }
     free(ov);
-    free(gs);
+    free(gr.gs);
     free(order);
-    free(gix);
-    free(pix);
+    free(gr.gix);
+    free(gr.pix);
     return st;
 }
 

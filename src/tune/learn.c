@@ -823,6 +823,197 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
     return AI_OK;
 }
 
+/* One finished window as the ranks agree on it: what ran, for how many
+ * calls, the state it ran in, and the agreement message (the slowest
+ * rank's time; rank 0's next arm, cost share, order and incumbent; the
+ * strike vote; the CPU wait and its turn). */
+typedef struct obs_window {
+    int bi;
+    int ran, calls;
+    int was_settled;
+    int refining;         /* rank 0: this window ran a rival */
+    int next_explores;
+    double mine;          /* this rank's mean time a call */
+    double msg[8];
+} obs_window;
+
+/* Rank 0 decides the next window on a copy of the bucket that includes
+ * its own time of this one: the arm, the incumbent, the settled window's
+ * cost share and whether to measure the links again, into the message. */
+static void decide_next(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, obs_window *w)
+{
+    double *msg = w->msg;
+    int ran = w->ran, calls = w->calls;
+    double mine = w->mine;
+    tune_bucket *d = &t->draft;
+    *d = *b;
+    if (teaches(c, b, ran, log(mine), msg[6], msg[7]))
+        learn_window(&d->s, ran, log(mine), calls, w->was_settled);
+    int best = bandit_best_measured(&d->s);
+    /* Settled, near ties are not worth a switch: they flip with the
+     * noise of a window (1-2% at small sizes), and a switch costs by
+     * itself (a channel left idle restarts TCP's slow start). On T1 a
+     * warm bucket had gone ring on 2 channels, ring on 1, rabenseifner
+     * on 1 in its first 12 calls, each 1-2% slower back to back. */
+    if (b->settled && d->s.arm[b->inc].m - d->s.arm[best].m < TUNE_SWITCH)
+        best = b->inc;
+    /* The best measured arm once confident or out of budget; before
+     * that, the bandit's draw. */
+    int next = b->settled || settles(t, d, best, b->info.explored)
+                   ? best
+                   : bandit_next(&d->s, t->bound);
+    b->s.rng = d->s.rng; /* the draws must not repeat */
+    int settle = b->settled ||
+                 (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
+    /* Refining: in the job that learned the bucket, once settled,
+     * every other window runs a near tie that may still be faster
+     * (bandit_rival), in short windows, within AUTOINFRA_TUNE_REFINE
+     * calls. A warm job explores nothing. */
+    int rival = settle && !b->warm && b->refined + (w->refining ? calls : 0) < t->refine
+                    ? bandit_rival(&d->s, best, TUNE_REFINE_GAIN, TUNE_REFINE_P)
+                    : -1;
+    if (rival >= 0 && b->settled && ran == b->inc)
+        next = rival;
+    w->next_explores = next != best;
+    msg[1] = next;
+    msg[4] = best;
+    /* The share shrinks while the bucket is quiet (the votes below
+     * can still make the next window the shortest). */
+    int quiet = rival >= 0 ? 0 : b->quiet;
+    msg[2] = !settle ? -1 : b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet);
+    /* A drift must last: a few milliseconds of the OS's jitter made
+     * two short windows on shared memory (4 calls of 0.5 ms) 1.5-2x
+     * slow, and measuring the links and learning again costs far
+     * more than that (counting rank 0's own time of this window as
+     * a strike too, to order it a window earlier, made test_tune's
+     * warm job on shared memory under ASan see a drift before its
+     * drift in 1 of 24 runs). */
+    msg[3] = b->strikes >= TUNE_DRIFT_STRIKES && b->strike_s >= TUNE_DRIFT_MIN_S
+                 ? CMD_REPROBE
+                 : CMD_NONE;
+    util_log(AI_LOG_DEBUG,
+             "learner: %s %zu: %s/%zu/%d took %.1f us (mine, %d calls; last agreement %.1f us); "
+             "next %s/%zu/%d%s",
+             ai_coll_name(coll), (size_t)1 << w->bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
+             d->s.arm[ran].channels, mine * 1e6, calls, b->agree_s * 1e6, d->s.arm[next].algo,
+             d->s.arm[next].chunk, d->s.arm[next].channels, settle ? " (settled)" : "");
+}
+
+/* Every rank takes the maximum of the messages (times, votes, rank 0's
+ * orders, the others sending -TUNE_BIG) and checks what came back: a rank
+ * that sent nonsense stops the learner with what it sent. */
+static ai_status_t agree_window(tuner *t, ai_comm *c, tune_bucket *b, double msg[8])
+{
+    ai_algo_opts o = {.algo = "recursive_doubling"};
+    double t0 = ai_now();
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 8, AI_F64, AI_MAX, &o);
+    if (st != AI_OK)
+        return st;
+    b->agree_s = t->agree_s = ai_now() - t0;
+    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
+          msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
+          (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
+          msg[7] <= TUNE_BIG_RATIO))
+        return util_fail(AI_ERR_PROTO,
+                         "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
+                         "vote %g)",
+                         msg[1], msg[4], msg[2], msg[5]);
+    return AI_OK;
+}
+
+/* The agreed time of log y against the posterior: a drift strike, or a
+ * slow window the CPU load explains, or neither; the counts of strikes,
+ * of quiet windows and of exploration follow. Returns whether it struck. */
+static int judge_window(ai_comm *c, ai_coll coll, tune_bucket *b, const obs_window *w, double y)
+{
+    const double *msg = w->msg;
+    int ran = w->ran, calls = w->calls;
+    int loaded = load_explains(c, b, ran, y, msg[6], msg[7]);
+    int strike = !loaded && strikes_out(c, b, ran, y);
+    if (strike) {
+        b->strikes++;
+        b->strike_s += msg[0] * calls;
+    } else if (!w->refining) {
+        /* A refining window that is no strike says nothing about the
+         * incumbent: it must not reset the count, or refining (every
+         * other window) could hide a drift. */
+        b->strikes = 0;
+        b->strike_s = 0;
+    }
+    /* A loaded window keeps the next ones short, as a strike does: a
+     * drift must not start inside a long window, whose weight would
+     * carry the posterior most of the way to it at once. */
+    b->quiet = w->was_settled && !strike && !loaded ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
+    if (b->exploring) {
+        b->info.explored += calls;
+        b->info.explore_s += msg[0] * calls;
+        b->explored += calls;
+        b->explore_s += msg[0] * calls;
+        if (w->refining)
+            b->refined += calls;
+    }
+    if (c->rank == 0 && (loaded || strike))
+        util_log(AI_LOG_DEBUG,
+                 "learner: %s %zu: %s/%zu/%d %.1f us a call against %.1f us; CPU wait %.1f us "
+                 "(share %.2f, %.1f us a turn) against %.1f us (%.2f, %.1f us): %s",
+                 ai_coll_name(coll), (size_t)1 << w->bi, b->s.arm[ran].algo, b->s.arm[ran].chunk,
+                 b->s.arm[ran].channels, msg[0] * 1e6, exp(b->s.mean_m[ran]) * 1e6, msg[6] * 1e6,
+                 msg[6] / msg[0], msg[7] * 1e6, b->load_m * 1e6, b->share_m, b->turn_m * 1e6,
+                 loaded ? "the load explains it" : "a drift strike");
+    return strike;
+}
+
+/* A struck window is held back (a drift not yet confirmed must not move
+ * the posterior); a window that teaches releases what was held, is
+ * learned, and moves the CPU load's running means. */
+static void learn_agreed(ai_comm *c, tune_bucket *b, const obs_window *w, double y, int strike)
+{
+    const double *msg = w->msg;
+    int ran = w->ran, calls = w->calls;
+    if (strike && (b->held_calls == 0 || b->held_arm == ran)) {
+        b->held_arm = ran;
+        b->held_sy += y * calls;
+        b->held_calls += calls;
+    }
+    if (!teaches(c, b, ran, y, msg[6], msg[7]))
+        return;
+    if (b->held_calls > 0)
+        learn_window(&b->s, b->held_arm, b->held_sy / b->held_calls, b->held_calls, 1);
+    b->held_calls = 0;
+    b->held_sy = 0;
+    learn_window(&b->s, ran, y, calls, w->was_settled);
+    double keep = pow(1.0 - 1.0 / TUNE_LOAD_MEMORY, calls);
+    b->load_m = b->load_known ? keep * b->load_m + (1 - keep) * msg[6] : msg[6];
+    b->share_m = b->load_known ? keep * b->share_m + (1 - keep) * msg[6] / msg[0] : msg[6] / msg[0];
+    b->turn_m = b->load_known ? keep * b->turn_m + (1 - keep) * msg[7] : msg[7];
+    b->load_known = 1;
+}
+
+/* The next window as agreed: its arm, incumbent and length, an order to
+ * measure the links again, and on rank 0 the knowledge base's notes. */
+static void start_next_window(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, const obs_window *w)
+{
+    const double *msg = w->msg;
+    int was_inc = b->inc;
+    b->cur = (int)msg[1];
+    b->inc = (int)msg[4];
+    b->exploring = w->next_explores;
+    b->settled = b->info.settled = msg[2] >= 0;
+    b->win_len = !b->settled ? 1 : msg[5] > 0 ? TUNE_WINDOW : window(msg[2]);
+    b->win_calls = 0;
+    b->win_sum = 0;
+    if (msg[3] == CMD_REPROBE) {
+        t->reprobe = 1;
+        b->strikes = 0;
+        b->strike_s = 0;
+    }
+    if (c->rank == 0 && b->settled && (!w->was_settled || b->inc != was_inc))
+        kb_note_choice(t, coll, w->bi, b, b->inc, w->was_settled ? "switched" : "settled");
+    if (c->rank == 0)
+        kb_note(t, coll, w->bi, b, w->ran, msg[0],
+                !w->was_settled ? "explore" : w->refining ? "refine" : "exploit");
+}
+
 static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
 {
     tuner *t = ctx;
@@ -839,9 +1030,9 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     b->win_sum += seconds * (double)((size_t)1 << bi) / (double)bytes;
     if (++b->win_calls < b->win_len)
         return AI_OK;
-    double mine = b->win_sum / b->win_calls;
-    int ran = b->cur, calls = b->win_calls, was_settled = b->settled, next_explores = 0;
-    int refining = was_settled && b->exploring; /* rank 0: this window ran a rival */
+    obs_window w = {.bi = bi, .ran = b->cur, .calls = b->win_calls, .was_settled = b->settled};
+    w.mine = b->win_sum / b->win_calls;
+    w.refining = w.was_settled && b->exploring;
     /* Every rank's vote: when its own time of this window looks like a
      * strike, the next window is the shortest, so that a drift is
      * confirmed or not within a few calls. Deciding it on rank 0's time
@@ -851,149 +1042,21 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * calls long. The votes only shorten a window; strikes
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
-    double my_turn, my_load = window_load(b, mine, &my_turn);
-    double msg[8] = {mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
-                     strikes_out(c, b, ran, log(mine)), my_load, my_turn};
-    if (c->rank == 0) {
-        /* Decide on a copy that includes our own time of this window. */
-        tune_bucket *d = &t->draft;
-        *d = *b;
-        if (teaches(c, b, ran, log(mine), my_load, my_turn))
-            learn_window(&d->s, ran, log(mine), calls, was_settled);
-        int best = bandit_best_measured(&d->s);
-        /* Settled, near ties are not worth a switch: they flip with the
-         * noise of a window (1-2% at small sizes), and a switch costs by
-         * itself (a channel left idle restarts TCP's slow start). On T1 a
-         * warm bucket had gone ring on 2 channels, ring on 1, rabenseifner
-         * on 1 in its first 12 calls, each 1-2% slower back to back. */
-        if (b->settled && d->s.arm[b->inc].m - d->s.arm[best].m < TUNE_SWITCH)
-            best = b->inc;
-        /* The best measured arm once confident or out of budget; before
-         * that, the bandit's draw. */
-        int next = b->settled || settles(t, d, best, b->info.explored)
-                       ? best
-                       : bandit_next(&d->s, t->bound);
-        b->s.rng = d->s.rng; /* the draws must not repeat */
-        int settle = b->settled ||
-                     (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
-        /* Refining: in the job that learned the bucket, once settled,
-         * every other window runs a near tie that may still be faster
-         * (bandit_rival), in short windows, within AUTOINFRA_TUNE_REFINE
-         * calls. A warm job explores nothing. */
-        int rival = settle && !b->warm && b->refined + (refining ? calls : 0) < t->refine
-                        ? bandit_rival(&d->s, best, TUNE_REFINE_GAIN, TUNE_REFINE_P)
-                        : -1;
-        if (rival >= 0 && b->settled && ran == b->inc)
-            next = rival;
-        next_explores = next != best;
-        msg[1] = next;
-        msg[4] = best;
-        /* The share shrinks while the bucket is quiet (the votes below
-         * can still make the next window the shortest). */
-        int quiet = rival >= 0 ? 0 : b->quiet;
-        msg[2] = !settle ? -1 : b->agree_s / (TUNE_AGREE_SHARE * mine) * (1 << quiet);
-        /* A drift must last: a few milliseconds of the OS's jitter made
-         * two short windows on shared memory (4 calls of 0.5 ms) 1.5-2x
-         * slow, and measuring the links and learning again costs far
-         * more than that (counting rank 0's own time of this window as
-         * a strike too, to order it a window earlier, made test_tune's
-         * warm job on shared memory under ASan see a drift before its
-         * drift in 1 of 24 runs). */
-        msg[3] = b->strikes >= TUNE_DRIFT_STRIKES && b->strike_s >= TUNE_DRIFT_MIN_S
-                     ? CMD_REPROBE
-                     : CMD_NONE;
-        util_log(AI_LOG_DEBUG,
-                 "learner: %s %zu: %s/%zu/%d took %.1f us (mine, %d calls; last agreement %.1f us); "
-                 "next %s/%zu/%d%s",
-                 ai_coll_name(coll), (size_t)1 << bi, d->s.arm[ran].algo, d->s.arm[ran].chunk,
-                 d->s.arm[ran].channels, mine * 1e6, calls, b->agree_s * 1e6, d->s.arm[next].algo,
-                 d->s.arm[next].chunk, d->s.arm[next].channels, settle ? " (settled)" : "");
-    }
-    ai_algo_opts o = {.algo = "recursive_doubling"};
-    double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 8, AI_F64, AI_MAX, &o);
+    double my_turn, my_load = window_load(b, w.mine, &my_turn);
+    double msg[8] = {w.mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
+                     strikes_out(c, b, w.ran, log(w.mine)), my_load, my_turn};
+    memcpy(w.msg, msg, sizeof msg);
+    if (c->rank == 0)
+        decide_next(t, c, coll, b, &w);
+    ai_status_t st = agree_window(t, c, b, w.msg);
     if (st != AI_OK)
         return st;
-    b->agree_s = t->agree_s = ai_now() - t0;
-    if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
-          msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
-          (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
-          msg[7] <= TUNE_BIG_RATIO))
-        return util_fail(AI_ERR_PROTO,
-                         "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
-                         "vote %g)",
-                         msg[1], msg[4], msg[2], msg[5]);
     /* Every rank: the agreed time is the slowest rank's. Strikes count on
      * rank 0 (the others' posteriors lack the KB's knowledge). */
-    double y = log(msg[0]);
-    int loaded = load_explains(c, b, ran, y, msg[6], msg[7]);
-    int strike = !loaded && strikes_out(c, b, ran, y);
-    if (strike) {
-        b->strikes++;
-        b->strike_s += msg[0] * calls;
-    } else if (!refining) {
-        /* A refining window that is no strike says nothing about the
-         * incumbent: it must not reset the count, or refining (every
-         * other window) could hide a drift. */
-        b->strikes = 0;
-        b->strike_s = 0;
-    }
-    /* A loaded window keeps the next ones short, as a strike does: a
-     * drift must not start inside a long window, whose weight would
-     * carry the posterior most of the way to it at once. */
-    b->quiet = was_settled && !strike && !loaded ? AI_MIN(b->quiet + 1, TUNE_QUIET_MAX) : 0;
-    if (b->exploring) {
-        b->info.explored += calls;
-        b->info.explore_s += msg[0] * calls;
-        b->explored += calls;
-        b->explore_s += msg[0] * calls;
-        if (refining)
-            b->refined += calls;
-    }
-    if (c->rank == 0 && (loaded || strike))
-        util_log(AI_LOG_DEBUG,
-                 "learner: %s %zu: %s/%zu/%d %.1f us a call against %.1f us; CPU wait %.1f us "
-                 "(share %.2f, %.1f us a turn) against %.1f us (%.2f, %.1f us): %s",
-                 ai_coll_name(coll), (size_t)1 << bi, b->s.arm[ran].algo, b->s.arm[ran].chunk,
-                 b->s.arm[ran].channels, msg[0] * 1e6, exp(b->s.mean_m[ran]) * 1e6, msg[6] * 1e6,
-                 msg[6] / msg[0], msg[7] * 1e6, b->load_m * 1e6, b->share_m, b->turn_m * 1e6,
-                 loaded ? "the load explains it" : "a drift strike");
-    if (strike && (b->held_calls == 0 || b->held_arm == ran)) {
-        b->held_arm = ran;
-        b->held_sy += y * calls;
-        b->held_calls += calls;
-    }
-    if (teaches(c, b, ran, y, msg[6], msg[7])) {
-        if (b->held_calls > 0)
-            learn_window(&b->s, b->held_arm, b->held_sy / b->held_calls, b->held_calls, 1);
-        b->held_calls = 0;
-        b->held_sy = 0;
-        learn_window(&b->s, ran, y, calls, was_settled);
-        double keep = pow(1.0 - 1.0 / TUNE_LOAD_MEMORY, calls);
-        b->load_m = b->load_known ? keep * b->load_m + (1 - keep) * msg[6] : msg[6];
-        b->share_m = b->load_known ? keep * b->share_m + (1 - keep) * msg[6] / msg[0]
-                                   : msg[6] / msg[0];
-        b->turn_m = b->load_known ? keep * b->turn_m + (1 - keep) * msg[7] : msg[7];
-        b->load_known = 1;
-    }
-    int was_inc = b->inc;
-    b->cur = (int)msg[1];
-    b->inc = (int)msg[4];
-    b->exploring = next_explores;
-    b->settled = b->info.settled = msg[2] >= 0;
-    b->win_len = !b->settled ? 1 : msg[5] > 0 ? TUNE_WINDOW : window(msg[2]);
-    b->win_calls = 0;
-    b->win_sum = 0;
-    if (msg[3] == CMD_REPROBE) {
-        t->reprobe = 1;
-        b->strikes = 0;
-        b->strike_s = 0;
-    }
-    if (c->rank == 0 && b->settled && (!was_settled || b->inc != was_inc))
-        kb_note_choice(t, coll, bi, b, b->inc, was_settled ? "switched" : "settled");
-    if (c->rank == 0)
-        kb_note(t, coll, bi, b, ran, msg[0],
-                !was_settled ? "explore" : refining ? "refine" : "exploit");
+    double y = log(w.msg[0]);
+    int strike = judge_window(c, coll, b, &w, y);
+    learn_agreed(c, b, &w, y, strike);
+    start_next_window(t, c, coll, b, &w);
     return AI_OK;
 }
 
