@@ -460,17 +460,29 @@ static void test_testbed_speed(void **st)
     if (even < 0.75 || even > 1.33)
         fail_msg("after shape h-0 speed 1 the nodes differ by %.2fx", even);
 
-    /* While the work runs: h-0 drops to a quarter 0.4 s in, so its work
-     * takes well over twice f-0's (3x if the launch took no time). */
-    char mid[2048];
+    /* While the work runs: h-0 drops to a quarter 0.3 s after its work
+     * began (a marker file says when: on a loaded machine the launch
+     * alone can take longer than a fixed delay), so its work takes well
+     * over twice f-0's (3x on an idle machine). */
+    char mid[2048], mark[64];
+    snprintf(mark, sizeof mark, "/tmp/autoinfra-testbed-mid-%d", (int)getpid());
     snprintf(mid, sizeof mid,
-             "sh '%s' run --timeout 40 -- /bin/sh -c \"$RANK\" & sleep 0.4; "
-             "sh '%s' shape h-0 speed 0.25 >&2 || exit 9; wait $!",
-             testbed, testbed);
-    setenv("RANK", RANK_SCRIPT, 1);
+             "sh '%s' run --timeout 40 -- /bin/sh -c \"$RANK\" & "
+             "i=0; while [ ! -e '%s.h-0' ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
+             "sleep 0.3; sh '%s' shape h-0 speed 0.25 >&2 || exit 9; wait $!",
+             testbed, mark, testbed);
+    char rank_mid[1024];
+    snprintf(rank_mid, sizeof rank_mid, "touch '%s.'\"$AUTOINFRA_HOST\"; %s", mark, RANK_SCRIPT);
+    setenv("RANK", rank_mid, 1);
     char *midv[] = {"/bin/sh", "-c", mid, NULL};
     rc = run(midv, 60);
     unsetenv("RANK");
+    char mark_f[80];
+    const char *hosts[] = {"f-0", "h-0"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(mark_f, sizeof mark_f, "%s.%s", mark, hosts[i]);
+        unlink(mark_f);
+    }
     if (rc != 0)
         fail_msg("run with shape mid-run failed (%d):\n%s%s", rc, outbuf, errbuf);
     double fm, hm;
