@@ -237,12 +237,14 @@ static void test_pipeline_bubble_and_overlap(void **state)
     double sum = r1.compute_s + r1.recompute_s + r1.tp_comm_s + r1.cp_comm_s + r1.pp_comm_s + r1.dp_comm_s +
                  r1.bubble_s + r1.optimizer_s;
     assert_close(sum, r1.step_s, 1e-9);
-    /* Full recompute adds one forward: a third of forward + backward. */
+    /* Full recompute adds one forward: a third of forward + backward for
+     * the GEMMs, less for flash attention (its backward is 2.5 forwards,
+     * so the forward is 1/3.5 of it). */
     model_plan pf = p1;
     pf.recompute = MODEL_RC_FULL;
     model_result rf;
     model_plan_eval(&ctx, &pf, &rf);
-    assert_close(rf.recompute_s, r1.compute_s / 3, 0.01);
+    assert_true(rf.recompute_s < r1.compute_s / 3 && rf.recompute_s > r1.compute_s / 3.5);
     assert_true(rf.hw_tflops_per_device > rf.model_tflops_per_device);
 
     /* Gradient reduction hides behind the last micro-batch's backward:
@@ -299,9 +301,14 @@ static void test_compute_time_matches_flops(void **state)
     t.flash_attention = 0;
     model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
     assert_close(per_layer, 3 * ((gemm + attn) / (peak * 0.5) + elem + scores), 1e-9);
+    /* Flash attention: the forward runs the causal half of the counted
+     * attention FLOPs, and its backward 2.5 times the forward's (five
+     * matrix products to two: it recomputes the scores), so attention
+     * takes 3.5 forwards where the GEMMs take 3. */
     t.flash_attention = 1;
     model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
-    assert_close(per_layer, 3 * (gemm / (peak * 0.5) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
+    double fa = 0.5 * attn / (peak * 0.25);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.5) + elem) + 3.5 * fa, 1e-9);
     /* Output layer: logits GEMM 2 V h per token, forward + backward, plus
      * the fp32 loss (32 + 14 bytes per logit). */
     assert_close(extra, 3 * 2.0 * 64 * h * tok / (peak * 0.5) + 46 * tok * 64 / bw, 1e-9);
@@ -309,7 +316,7 @@ static void test_compute_time_matches_flops(void **state)
     p.recompute = MODEL_RC_FULL;
     double full;
     model_pool_layer_time(&ctx, &p, 0, &full, &extra);
-    assert_close(full, per_layer * 4 / 3, 1e-9);
+    assert_close(full, per_layer + gemm / (peak * 0.5) + elem + fa, 1e-9);
     /* Context parallelism 2: each device holds half the tokens (so half
      * the GEMM, attention and elementwise work), and the split attention
      * merges its cp partial results through HBM: forward the output into
@@ -327,7 +334,7 @@ static void test_compute_time_matches_flops(void **state)
     const topo_pool *po = &c->pools[0];
     double ring = po->intra_latency_us * 1e-6 + 2 * half * h * 2 / (po->intra_bw_GBps * 1e9 * ctx.params.link_eff);
     double a_step = 0.5 * 4 * half * 2048 * h / (peak * 0.25) / 2;
-    double exposed = AI_MAX(0, ring - a_step) + AI_MAX(0, 2 * ring - 2 * a_step);
+    double exposed = AI_MAX(0, ring - a_step) + AI_MAX(0, 2 * ring - 2.5 * a_step);
     assert_true(exposed > 0);
     assert_close(cp2, cp1 / 2 + 2 * 10 * half * h / bw + 2 * 10 * half * h * 3 / bw + exposed, 1e-9);
     p.cp = 1;
@@ -335,12 +342,12 @@ static void test_compute_time_matches_flops(void **state)
      * 0.8 every GEMM (layer and logits) runs at 0.4 of peak. */
     c->pools[0].device.gemm_eff[TOPO_BF16] = 0.8;
     model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
-    assert_close(per_layer, 3 * (gemm / (peak * 0.4) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.4) + elem) + 3.5 * fa, 1e-9);
     assert_close(extra, 3 * 2.0 * 64 * h * tok / (peak * 0.4) + 46 * tok * 64 / bw, 1e-9);
     /* Not set: TOPO_GEMM_EFF_DEFAULT. */
     c->pools[0].device.gemm_eff[TOPO_BF16] = 0;
     model_pool_layer_time(&ctx, &p, 0, &per_layer, &extra);
-    assert_close(per_layer, 3 * (gemm / (peak * 0.5 * TOPO_GEMM_EFF_DEFAULT) + 0.5 * attn / (peak * 0.25) + elem), 1e-9);
+    assert_close(per_layer, 3 * (gemm / (peak * 0.5 * TOPO_GEMM_EFF_DEFAULT) + elem) + 3.5 * fa, 1e-9);
     topo_cluster_free(c);
 }
 

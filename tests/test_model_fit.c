@@ -52,6 +52,28 @@ static void test_published_sources(void **state)
     assert_true(extra >= 60);
 }
 
+/* Settings the sources state, as the rows carry them: the Megatron-LM
+ * README's scaling runs overlap TP communication ("--tp-comm-overlap"),
+ * and Llama 3 reduce-scatters its gradients in FP32 (arXiv:2407.21783,
+ * section 3.3.2, numerical stability). */
+static void test_stated_settings(void **state)
+{
+    (void)state;
+    int mcore = 0, llama = 0;
+    for (int i = 0; i < calib->nrows; i++) {
+        const model_calib_row *r = &calib->rows[i];
+        if (!strcmp(r->source, "megatron_core_h100")) {
+            assert_true(r->train.tp_comm_overlap);
+            mcore++;
+        } else if (!strcmp(r->source, "llama3_2024")) {
+            assert_true(r->train.grad_fp32);
+            llama++;
+        }
+    }
+    assert_int_equal(mcore, 9);
+    assert_int_equal(llama, 3);
+}
+
 /* The shipped parameters (fitted on every row) reproduce the tables they
  * were fitted on: the in-sample error bounds of docs/model.md. */
 static void test_rows_in_sample(void **state)
@@ -116,7 +138,10 @@ static void test_refit_reproduces_shipped(void **state)
     bad.dp_overlap = 0.2;
     double loss2;
     assert_int_equal(model_fit(calib, &bad, &fitted, &loss2), AI_OK);
-    assert_true(loss2 < 1.5 * loss + 1e-4);
+    if (!(loss2 < 1.5 * loss + 1e-4)) {
+        print_error("bad start: loss %.6g, shipped start %.6g\n", loss2, loss);
+        fail();
+    }
 }
 
 /* The fit is a pure function of the rows and the start: two fits give
@@ -192,10 +217,43 @@ static void test_loso_held_out_source(void **state)
     assert_int_equal(model_fit_without(calib, "no_such_source", &p, &loss), AI_ERR_NOTFOUND);
 }
 
+/* A second held-out source: the Megatron-Core H100 scaling table (bf16,
+ * 1.7B-462B, 48-6,144 GPUs) predicted by a fit on the others, at the
+ * figures docs/model.md reports (7 of 9 rows within 10%, MAPE 6.3%; it
+ * was 5 of 9 and 10.0% before the table's TP overlap was read from its
+ * README and flash attention's backward was costed as five products). */
+static void test_loso_megatron_core(void **state)
+{
+    (void)state;
+    const char *held = "megatron_core_h100";
+    model_params p;
+    double loss;
+    assert_int_equal(model_fit_without(calib, held, &p, &loss), AI_OK);
+    int n = 0, within = 0;
+    double mape = 0;
+    for (int i = 0; i < calib->nrows; i++) {
+        const model_calib_row *r = &calib->rows[i];
+        if (strcmp(r->source, held))
+            continue;
+        double e = 100 * (model_calib_predict(r, &p) / r->published - 1);
+        within += fabs(e) <= 10;
+        mape += fabs(e);
+        n++;
+    }
+    assert_int_equal(n, 9);
+    mape /= n;
+    if (within < 7 || mape > 7) {
+        print_error("%s held out: %d of %d within 10%%, MAPE %.1f%%\n", held, within, n, mape);
+        fail();
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_published_sources),
+        cmocka_unit_test(test_stated_settings),
+        cmocka_unit_test(test_loso_megatron_core),
         cmocka_unit_test(test_rows_in_sample),
         cmocka_unit_test(test_fit_deterministic),
         cmocka_unit_test(test_loso_held_out_source),

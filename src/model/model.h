@@ -139,6 +139,10 @@ typedef struct model_result {
     int worst_set, worst_stage;      /* where memory is tightest */
 } model_result;
 
+/* Flash attention's backward FLOPs over its forward's: five matrix
+ * products to two (Dao, FlashAttention-2, 2023; docs/model.md). */
+#define MODEL_FLASH_BWD_RATIO 2.5
+
 /* Usable fraction of device memory: allocator fragmentation, CUDA/CANN
  * context, communication buffers (see docs/model.md). */
 #define MODEL_MEM_USABLE 0.92

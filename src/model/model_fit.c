@@ -407,7 +407,7 @@ static ai_status_t calib_mcore(model_calib *c, const csv *mc, const char *mcpath
         snprintf(r->name, sizeof r->name, "%s", csv_get(mc, i, "model"));
         gpt(&r->model, csv_get(mc, i, "model"), (int)layers, (int)hidden, (int)heads, 131072);
         r->train = (topo_training){.seq_len = 4096, .global_batch = (int)gb, .precision = TOPO_BF16,
-                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 1, .tp_comm_overlap = 0,
+                                   .optimizer = TOPO_OPT_ADAM, .flash_attention = 1, .tp_comm_overlap = 1,
                                    .grad_fp32 = 0};
         uniform_plan(&r->plan, &r->model, (int)tp, (int)pp, (int)dp, 1, 1, MODEL_RC_SELECTIVE, tp > 1, 1,
                      (int)gb);
@@ -578,7 +578,9 @@ static void from_params(const model_params *p0, double *x)
         if (!model_param_fitted[i])
             continue;
         double u = (*model_params_slot(&p, i) - model_param_lo[i]) / (model_param_hi[i] - model_param_lo[i]);
-        u = AI_MIN(AI_MAX(u, 1e-6), 1 - 1e-6);
+        /* Start a little inside the bounds: at a bound the logistic
+         * transform is flat and the simplex would never leave it. */
+        u = AI_MIN(AI_MAX(u, 0.01), 0.99);
         x[k++] = log(u / (1 - u));
     }
 }

@@ -9,15 +9,15 @@
 #include "model/model.h"
 
 const model_params model_params_fitted = {
-    .gemm_eff = 0.85009075,
+    .gemm_eff = 0.84697775,
     .gemm_half_dim = 32,
-    .attn_eff = 0.30349702,
+    .attn_eff = 0.34878847,
     .mem_eff = 0.98,
-    .link_eff = 0.9081659,
-    .dp_overlap = 1,
+    .link_eff = 0.85856243,
+    .dp_overlap = 0.98143459,
     .tp_overlap = 0.5,
-    .fp8_gemm_eff = 0.63495395,
-    .step_fixed_s = 0.12344007,
+    .fp8_gemm_eff = 0.64045667,
+    .step_fixed_s = 0.12990893,
 };
 
 const char *const model_param_names[MODEL_NPARAMS] = {

@@ -191,8 +191,13 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
 
     lc->f = gemm + attn + elem;
     /* Backward does twice the GEMM work (input and weight gradients) and
-     * twice the elementwise traffic. */
-    lc->b = 2 * lc->f + cast_b;
+     * twice the elementwise traffic. Flash attention's backward runs five
+     * matrix products to the forward's two (it recomputes the scores,
+     * then dV, dP, dQ, dK: Dao, "FlashAttention-2", 2023, section 3.1.2),
+     * 2.5 times the forward's FLOPs; materialized attention's backward is
+     * two products per forward one, like any GEMM. */
+    double attn_bwd = t->flash_attention ? MODEL_FLASH_BWD_RATIO : 2;
+    lc->b = 2 * (gemm + elem) + attn_bwd * attn + cast_b;
     lc->f += cast_f;
     if (pl->recompute == MODEL_RC_FULL)
         lc->rc = lc->f;
@@ -251,10 +256,10 @@ static void pool_layer_cost_raw(const model_ctx *ctx, const model_plan *pl, cons
         double merge_b = cp * (ab + 8) * T * h * (1 + 2 * g) / tp / membw;
         double split = attn_cp - attn;
         lc->f += split + merge_f;
-        lc->b += 2 * split + merge_b;
+        lc->b += attn_bwd * split + merge_b;
         if (pl->recompute == MODEL_RC_FULL)
             lc->rc += split + merge_f;
-        lc->cp = (cp - 1) * (AI_MAX(0, step - a_step) + AI_MAX(0, 2 * step - 2 * a_step));
+        lc->cp = (cp - 1) * (AI_MAX(0, step - a_step) + AI_MAX(0, 2 * step - attn_bwd * a_step));
     }
     /* Output layer (logits GEMM) and the fp32 cross-entropy on the last
      * stage, which is memory bound: per logit, forward writes the 16-bit
