@@ -351,6 +351,47 @@ static void test_compute_time_matches_flops(void **state)
     topo_cluster_free(c);
 }
 
+/*
+ * Data-parallel traffic with an interleaved pipeline: the chunks'
+ * reductions run one after another under the backward of the chunks that
+ * finish later, (v-1)/v x p stage backwards of it (the schedule runs each
+ * chunk for a group of p micro-batches). When the network keeps up, one
+ * chunk's share is exposed; when it is far slower than that window, about
+ * all of it is, as without interleaving (not a 1/v share).
+ */
+static void test_interleaved_dp_window(void **state)
+{
+    (void)state;
+    topo_model m = gpt(32, 4096, 32, 51200);
+    topo_training t = train(2048, 32);
+    double nic_Gbps[2] = {1.0, 400.0};
+    double ratio[2];
+    for (int k = 0; k < 2; k++) {
+        json_t *doc = json_pack("{s:[{s:s, s:i, s:s, s:i, s:{s:f}, s:{s:i, s:f}}]}", "node_groups", "name", "g",
+                                "count", 16, "device", "A100", "devices_per_node", 8, "intra", "bw_GBps", 300.0,
+                                "nic", "count", 8, "bw_Gbps", nic_Gbps[k]);
+        topo_cluster *c = NULL;
+        assert_int_equal(topo_cluster_from_json(doc, "test", &c), AI_OK);
+        json_decref(doc);
+        model_ctx ctx = {c, &m, &t, model_params_fitted};
+        model_plan p1 = uniform(8, 4, 4, 1, 1, 8, 32, MODEL_RC_SELECTIVE, 1, 1);
+        model_plan p2 = p1;
+        p2.interleave = 2;
+        assert_int_equal(model_plan_check(&ctx, &p1), AI_OK);
+        assert_int_equal(model_plan_check(&ctx, &p2), AI_OK);
+        model_result r1, r2;
+        model_plan_eval(&ctx, &p1, &r1);
+        model_plan_eval(&ctx, &p2, &r2);
+        assert_true(r1.dp_comm_s > 0);
+        ratio[k] = r2.dp_comm_s / r1.dp_comm_s;
+        topo_cluster_free(c);
+    }
+    /* 1 Gb/s NICs: the reduction takes seconds, the window milliseconds. */
+    assert_true(ratio[0] > 0.95 && ratio[0] < 1.05);
+    /* 400 Gb/s: interleaving hides more than half of what 1F1B exposes. */
+    assert_true(ratio[1] < 0.5);
+}
+
 static void test_plan_check_messages(void **state)
 {
     (void)state;
@@ -379,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_param_memory_per_zero_stage),
         cmocka_unit_test(test_pipeline_bubble_and_overlap),
         cmocka_unit_test(test_compute_time_matches_flops),
+        cmocka_unit_test(test_interleaved_dp_window),
         cmocka_unit_test(test_plan_check_messages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

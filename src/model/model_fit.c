@@ -670,6 +670,20 @@ ai_status_t model_fit(const model_calib *c, const model_params *start, model_par
     }
     model_params p;
     to_params(s[0], start, &p);
+    /* The simplex starts inside the bounds, so it may end above a start
+     * that sits on one: never return worse than the start (this also
+     * makes the shipped values a fixed point of the fit). */
+    int start_ok = 1;
+    model_params q = *start;
+    for (int i = 0; i < MODEL_NPARAMS; i++) {
+        double v = *model_params_slot(&q, i);
+        start_ok &= !model_param_fitted[i] || (v >= model_param_lo[i] && v <= model_param_hi[i]);
+    }
+    double f_start = start_ok ? model_fit_loss(c, start) : INFINITY;
+    if (f_start <= f[0]) {
+        p = *start;
+        f[0] = f_start;
+    }
     *out = p;
     if (loss_out)
         *loss_out = f[0];

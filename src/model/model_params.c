@@ -9,15 +9,15 @@
 #include "model/model.h"
 
 const model_params model_params_fitted = {
-    .gemm_eff = 0.84697775,
+    .gemm_eff = 0.8529175,
     .gemm_half_dim = 32,
-    .attn_eff = 0.34878847,
+    .attn_eff = 0.33819419,
     .mem_eff = 0.98,
-    .link_eff = 0.85856243,
-    .dp_overlap = 0.98143459,
+    .link_eff = 0.80384683,
+    .dp_overlap = 0.94856259,
     .tp_overlap = 0.5,
-    .fp8_gemm_eff = 0.64045667,
-    .step_fixed_s = 0.12990893,
+    .fp8_gemm_eff = 0.64923321,
+    .step_fixed_s = 0.12079998,
 };
 
 const char *const model_param_names[MODEL_NPARAMS] = {

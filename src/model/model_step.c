@@ -782,16 +782,24 @@ static void set_dp_exposed(const plan_eval *e, const model_set *s, const stage_t
         /* With v model chunks per device the buckets follow the chunks: a
          * chunk's gradients are reduced as soon as its last backward ends,
          * under the other chunks' backward, and its weights gathered under
-         * the forward of the chunks before it; only one chunk's share waits
-         * at either end of the step. */
+         * the forward of the chunks before it. The interleaved schedule
+         * runs each chunk for a group of p micro-batches before the next
+         * (Narayanan et al. SC'21, 2.2.2), so chunk j's last backward is
+         * followed by j groups of p chunk-backwards: the reductions of
+         * chunks v-1..1 have (v-1)/v x p backwards of the stage to run in,
+         * one after another on the network, and chunk 0's waits at the
+         * end. What is exposed: one chunk's share when the network keeps
+         * up, the excess over that window when it does not (for v = 1,
+         * all of it). The gathers mirror this in the forward. */
         double v = pl->interleave;
+        double groups = (v - 1) / v * AI_MIN(mb, pl->pp);
         switch (pl->zero) {
         case 0:
-            e_b = AI_MAX(0, ar / v - win_b);
+            e_b = AI_MAX(0, AI_MAX(ar / v, ar - groups * st[i].b) - win_b);
             break;
         case 1:
-            e_b = AI_MAX(0, rs / v - win_b);
-            e_f = AI_MAX(0, ag / v - win_f);
+            e_b = AI_MAX(0, AI_MAX(rs / v, rs - groups * st[i].b) - win_b);
+            e_f = AI_MAX(0, AI_MAX(ag / v, ag - groups * st[i].f) - win_f);
             break;
         case 2:
             /* Sharded gradients: reduce-scatter every micro-batch. */
