@@ -302,6 +302,46 @@ static void test_data_split_plans(void **state)
     topo_cluster_free(s.c);
 }
 
+/* A pinned interleave holds for the data split too (it used to return
+ * 1F1B plans whatever was pinned), and interleaved data-split plans run
+ * micro-batches in groups of pp on every replica while still covering the
+ * global batch exactly. */
+static void test_data_split_interleave(void **state)
+{
+    (void)state;
+    scenario s;
+    scenario_load(&s, "h5");
+    plan_fix f;
+    assert_int_equal(plan_fix_parse("interleave=2", &f), AI_OK);
+    plan_candidate *best;
+    int n;
+    plan_stats st;
+    assert_int_equal(plan_search(&s.ctx, &f, 200, &best, &n, &st), AI_OK);
+    int found = 0;
+    for (int i = 0; i < n; i++) {
+        const model_plan *p = &best[i].plan;
+        assert_int_equal(p->interleave, 2);
+        if (p->nsets < 2)
+            continue;
+        found++;
+        long seqs = 0;
+        for (int k = 0; k < p->nsets; k++) {
+            const model_set *ms = &p->sets[k];
+            assert_int_equal(ms->micro_batches % p->pp, 0);
+            assert_int_equal(ms->total_micro % p->pp, 0);
+            assert_true((long)ms->dp * ms->micro_batches >= ms->total_micro);
+            seqs += (long)ms->total_micro * p->micro_batch;
+        }
+        assert_int_equal(seqs, s.t.global_batch);
+        for (int k = 0; k < p->pp; k++)
+            assert_int_equal(p->layers[k] % 2, 0);
+        assert_true(best[i].res.feasible);
+    }
+    assert_true(found > 0);
+    free(best);
+    topo_cluster_free(s.c);
+}
+
 static void test_best_beats_published_configs(void **state)
 {
     (void)state;
@@ -656,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_hetero_speedup),
         cmocka_unit_test(test_bound_is_exact),
         cmocka_unit_test(test_data_split_plans),
+        cmocka_unit_test(test_data_split_interleave),
         cmocka_unit_test(test_best_beats_published_configs),
         cmocka_unit_test(test_cli),
         cmocka_unit_test(test_why_agrees),

@@ -224,6 +224,18 @@ static inline long model_1f1b_micro_within(double tau, double stage_s, int pp)
     double k = floor(tau / stage_s) - (pp - 1);
     return (long)(k > 0 ? k : 0);
 }
+/* The same with v virtual stages per device (interleaved 1F1B, whose
+ * bubble is (pp - 1) stage_s / v): floor(tau / stage_s - (pp - 1) / v),
+ * rounded down to a multiple of pp (the interleaved schedule runs
+ * micro-batches in groups of pp); v = 1 is model_1f1b_micro_within. */
+static inline long model_1f1b_micro_within_v(double tau, double stage_s, int pp, int v)
+{
+    if (v <= 1)
+        return model_1f1b_micro_within(tau, stage_s, pp);
+    double k = floor(tau / stage_s - (double)(pp - 1) / v);
+    long n = (long)(k > 0 ? k : 0);
+    return n - n % pp;
+}
 /* Lower bound of the step of M micro-batches of L layers over stages of
  * per-layer times c_i: M L / sum_i (1 / c_i), the critical stage of the
  * balanced continuous split. */

@@ -588,9 +588,14 @@ static int layout_data_split_once(search *s, model_plan *pl)
     int L = ctx->model->layers, gb = ctx->train->global_batch;
     int M = gb / pl->micro_batch;
     int np = AI_MIN(c->npools, MODEL_MAX_SETS);
-    int pp = pl->pp;
+    int pp = pl->pp, v = pl->interleave;
     int unit = pl->tp * pl->cp * pp;
     int dpg[MODEL_MAX_SETS], total = 0;
+    /* Interleaving: equal stages of whole chunks, micro-batches in groups
+     * of pp on every replica (so every pool's share is a multiple of pp). */
+    int grp = v > 1 ? pp : 1;
+    if (v > 1 && (L % (pp * v) || M % pp))
+        return 0;
     double tg[MODEL_MAX_SETS];
     int lmax = (L + pp - 1) / pp;
     for (int g = 0; g < np; g++) {
@@ -605,13 +610,13 @@ static int layout_data_split_once(search *s, model_plan *pl)
     double lo = 0, hi = INFINITY;
     for (int g = 0; g < np; g++)
         if (dpg[g])
-            hi = AI_MIN(hi, (double)(M / dpg[g] + pp + 1) * tg[g]);
+            hi = AI_MIN(hi, (double)(M / dpg[g] + pp + grp + 1) * tg[g]);
     for (int it = 0; it < 40; it++) {
         double tau = 0.5 * (lo + hi);
         long cap = 0;
         for (int g = 0; g < np; g++)
             if (dpg[g])
-                cap += (long)dpg[g] * model_1f1b_micro_within(tau, tg[g], pp);
+                cap += (long)dpg[g] * model_1f1b_micro_within_v(tau, tg[g], pp, v);
         if (cap >= M)
             hi = tau;
         else
@@ -619,7 +624,7 @@ static int layout_data_split_once(search *s, model_plan *pl)
     }
     int share[MODEL_MAX_SETS], left = M;
     for (int g = 0; g < np; g++) {
-        long cap = dpg[g] ? (long)dpg[g] * model_1f1b_micro_within(hi, tg[g], pp) : 0;
+        long cap = dpg[g] ? (long)dpg[g] * model_1f1b_micro_within_v(hi, tg[g], pp, v) : 0;
         share[g] = (int)AI_MIN(cap, (long)left);
         left -= share[g];
     }
@@ -631,11 +636,12 @@ static int layout_data_split_once(search *s, model_plan *pl)
             continue;
         model_set *st = &pl->sets[pl->nsets++];
         memset(st, 0, sizeof *st);
-        /* Only as many replicas as have work. */
-        st->dp = AI_MIN(dpg[g], share[g]);
+        /* Only as many replicas as have work (groups of grp micro-batches). */
+        int groups = share[g] / grp;
+        st->dp = AI_MIN(dpg[g], groups);
         while (st->dp > 1 && !tiles(pl->tp * pl->cp * st->dp, c->pools[g].devices_per_node))
             st->dp--;
-        st->micro_batches = (share[g] + st->dp - 1) / st->dp;
+        st->micro_batches = (groups + st->dp - 1) / st->dp * grp;
         st->total_micro = share[g];
         st->nsegs = 1;
         st->seg_pool[0] = g;
@@ -669,8 +675,16 @@ static void search_data_split(search *s, model_plan *pl)
         if (!any)
             break;
         pl->pp = pp;
+        /* Every replica is a pipeline of equal stages on one pool, so it
+         * can interleave as a homogeneous one does: any number of model
+         * chunks up to 8 that divides the stage's layers. */
+        for (int v = 1; v <= 8; v++) {
+            if (!pinned(s->fix->interleave, v) || (v > 1 && (pp < 2 || L % (pp * v))))
+                continue;
+            pl->interleave = v;
+            try_modes(s, pl, layout_data_split, NULL);
+        }
         pl->interleave = 1;
-        try_modes(s, pl, layout_data_split, NULL);
     }
 }
 
