@@ -85,11 +85,6 @@ const char *ai_coll_algo_name(ai_coll coll, int index)
  *                  cost 1.3-2x more up to 8K on 2 and 4 ranks, less from
  *                  16K, where every rank reading p slots costs more);
  *                  bytes <= 16K: recursive_doubling (log p latency wins);
- *                  two ranks of one host, all in shared memory, bytes >=
- *                  64K: single_copy (0.6-0.8x rabenseifner's and ring's
- *                  time at 64K-64M; with more ranks than the 2 cores of
- *                  the test machine its three flag round trips made it
- *                  slower than ring, so the learner decides there);
  *                  mixed: hierarchical (only leaders use the network);
  *                  p a power of two and bytes <= 4M: rabenseifner (2 log p
  *                  steps, ring's bandwidth); otherwise ring (no folding
@@ -123,8 +118,6 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
             return "direct";
         if (bytes <= 16 * K)
             return "recursive_doubling";
-        if (p == 2 && bytes >= 64 * K && comm && comm_shm_direct_ok(comm))
-            return "single_copy";
         if (mixed)
             return "hierarchical";
         return (pow2 && bytes <= 4 * M) ? "rabenseifner" : "ring";
