@@ -525,8 +525,9 @@ static void test_names(void **s)
     (void)s;
     static const char *const names[] = {"allreduce", "reduce_scatter", "allgather", "broadcast",
                                         "reduce",    "alltoall",       "barrier"};
-    static const char *const must[][6] = {
-        {"ring", "recursive_doubling", "rabenseifner", "reduce_bcast", "hierarchical", "direct"},
+    static const char *const must[][7] = {
+        {"ring", "recursive_doubling", "rabenseifner", "reduce_bcast", "hierarchical", "direct",
+         "single_copy"},
         {"ring", "recursive_halving", "pairwise"},
         {"ring", "recursive_doubling", "bruck", "hierarchical"},
         {"binomial", "binary_tree", "chain", "scatter_allgather", "hierarchical"},
@@ -540,7 +541,7 @@ static void test_names(void **s)
         assert_int_equal(ai_coll_parse(names[k], &got), AI_OK);
         assert_int_equal(got, k);
         int n = ai_coll_algo_count((ai_coll)k);
-        for (int j = 0; j < 6 && must[k][j]; j++) {
+        for (int j = 0; j < 7 && must[k][j]; j++) {
             int found = 0;
             for (int a = 0; a < n; a++)
                 found |= !strcmp(ai_coll_algo_name((ai_coll)k, a), must[k][j]);

@@ -94,6 +94,9 @@
                                * opening is retried at each save */
 #define TUNE_DIRECT_MAX ((size_t)64 << 10) /* direct's reads grow with ranks x bytes:
                                             * 2x ring's time at 256 KiB on 4 ranks */
+#define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
+                                                 * and kernel calls outweigh its saved
+                                                 * copy below this */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -292,7 +295,9 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
         const coll_algo *al = comm_algo_at(coll, i);
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
             (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
-            (!strcmp(al->name, "direct") && (!comm_shm_direct_ok(c) || bytes > TUNE_DIRECT_MAX)))
+            (!strcmp(al->name, "direct") && (!comm_shm_direct_ok(c) || bytes > TUNE_DIRECT_MAX)) ||
+            (!strcmp(al->name, "single_copy") &&
+             (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)))
             continue;
         for (size_t k = 0; k < AI_ARRAY_LEN(chunks); k++) {
             if (k > 0 && (!takes_chunk(coll, al->name) || 2 * chunks[k] > bytes))

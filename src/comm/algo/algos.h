@@ -20,6 +20,7 @@ ai_status_t comm_reduce_bcast_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_weighted_allreduce(ai_comm *c, const coll_args *a);
 ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a);
+ai_status_t comm_single_copy_allreduce(ai_comm *c, const coll_args *a);
 
 ai_status_t comm_ring_reduce_scatter(ai_comm *c, const coll_args *a);
 ai_status_t comm_recursive_halving_reduce_scatter(ai_comm *c, const coll_args *a);

@@ -15,6 +15,10 @@
  *                      slot and reduces all of them (one flag round trip,
  *                      what Open MPI's sm coll and NCCL's LL protocol do
  *                      for small messages); elsewhere recursive_doubling.
+ *  single_copy         one host, large vectors: reduce-scatter + allgather
+ *                      reading the other ranks' buffers in place by
+ *                      cross-memory attach (process_vm_readv), no rings;
+ *                      elsewhere ring.
  */
 #include "comm/algo/algos.h"
 #include "comm/transport/engine.h"
@@ -165,14 +169,19 @@ int comm_shm_direct_ok(const ai_comm *c)
     return comm_slot_board_get(c, &b);
 }
 
-static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsigned char *in,
-                              unsigned char *out, size_t count, ai_dtype dt, ai_op op,
-                              uint32_t piece)
+/* One exchange on the board: this rank's `len` bytes of payload into its
+ * slot of the next set, its flag posted, then every local rank's flag
+ * waited for and its description of the call compared with this rank's.
+ * *set: the set, whose slots hold every rank's payload until the
+ * exchange after next. */
+static ai_status_t slot_exchange(ai_comm *c, const comm_slot_board *b, const void *payload,
+                                 size_t len, uint32_t piece, unsigned char **set_out)
 {
     int n = b->n, me = b->me;
     uint32_t call = ++*b->calls;
     unsigned char *set = b->slots + (size_t)(call & 1) * (size_t)n * COMM_SLOT_BYTES;
-    memcpy(set + (size_t)me * COMM_SLOT_BYTES, in, count * ai_dtype_size(dt));
+    if (len)
+        memcpy(set + (size_t)me * COMM_SLOT_BYTES, payload, len);
     shm_flag *mine = &b->flags[me];
     shm_slot_call *what = &mine->what[call & 1];
     what->call_seq = c->call_seq;
@@ -212,8 +221,20 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
                                            piece));
         }
     }
+    *set_out = set;
+    return AI_OK;
+}
+
+static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsigned char *in,
+                              unsigned char *out, size_t count, ai_dtype dt, ai_op op,
+                              uint32_t piece)
+{
+    unsigned char *set;
+    ai_status_t st = slot_exchange(c, b, in, count * ai_dtype_size(dt), piece, &set);
+    if (st != AI_OK)
+        return st;
     comm_reduce_local(out, set, set + COMM_SLOT_BYTES, count, dt, op);
-    for (int k = 2; k < n; k++)
+    for (int k = 2; k < b->n; k++)
         comm_reduce_local(out, out, set + (size_t)k * COMM_SLOT_BYTES, count, dt, op);
     return AI_OK;
 }
@@ -233,4 +254,134 @@ ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a)
             return st;
     }
     return AI_OK;
+}
+
+
+/* -------------------------------------------------------- single_copy
+ *
+ * One host, large vectors: reduce-scatter then allgather, both reading the
+ * other ranks' buffers in place through the kernel's cross-memory attach
+ * (comm_shm_peer_read, process_vm_readv) instead of pushing every byte
+ * through the shared-memory rings (copy in, copy out). Rank r owns
+ * segment r of the vector (count / n elements, the first count % n one
+ * more):
+ *
+ *  1. exchange on the slot board: every rank's sendbuf and recvbuf address;
+ *  2. rank r reads segment r of every other rank's sendbuf, one
+ *     SC_CHUNK piece at a time into scratch that stays in cache, and
+ *     reduces it with its own segment r into recvbuf segment r;
+ *  3. exchange: every segment is reduced;
+ *  4. rank r reads every other segment k from rank k's recvbuf into its
+ *     own recvbuf (one kernel copy each);
+ *  5. exchange: nobody reads this rank's buffers any more, so the call
+ *     may return and the caller reuse them.
+ *
+ * In place (sendbuf == recvbuf) works as is: in step 2 rank r writes only
+ * segment r, which no other rank reads before step 3, and step 4 writes
+ * the other segments only after every rank has read its inputs.
+ * Every segment is reduced by one rank and copied to the others, so every
+ * rank ends with the same bits.
+ *
+ * The first call of a communicator tries one read from every local peer
+ * and exchanges the outcome: where the system forbids such reads (ptrace
+ * policy, seccomp), every rank learns it at the same call and this
+ * communicator runs ring from then on. Off one host (or without shared
+ * memory) it runs ring too. */
+
+#define SC_CHUNK ((size_t)128 << 10)
+#define SC_PIECE 0x5c000000u /* slot descriptions of this protocol's exchanges */
+
+typedef struct sc_post {
+    uint64_t send, recv; /* this rank's buffers, in its address space */
+    int32_t ok;          /* the probe: 1 read every peer */
+    int32_t pad;
+} sc_post;
+
+static size_t sc_lo(size_t count, int n, int k)
+{
+    size_t q = count / (size_t)n, r = count % (size_t)n;
+    return (size_t)k * q + AI_MIN((size_t)k, r);
+}
+
+static ai_status_t sc_probe(ai_comm *c, const comm_slot_board *b, const sc_post *posts)
+{
+    unsigned char *set;
+    sc_post me = {0, 0, 1, 0};
+    for (int k = 0; k < b->n && me.ok; k++) {
+        unsigned char byte;
+        int denied;
+        if (k == b->me)
+            continue;
+        if (comm_shm_peer_read(c, c->host_ranks[c->host_first[0] + k], &byte,
+                               (const void *)(uintptr_t)posts[k].send, 1, &denied) != AI_OK)
+            me.ok = 0;
+    }
+    ai_status_t st = slot_exchange(c, b, &me, sizeof me, SC_PIECE | 1, &set);
+    if (st != AI_OK)
+        return st;
+    int all = 1;
+    for (int k = 0; k < b->n; k++)
+        all &= ((const sc_post *)(set + (size_t)k * COMM_SLOT_BYTES))->ok == 1;
+    *b->cma = all ? 1 : -1;
+    util_clear_error();
+    return AI_OK;
+}
+
+ai_status_t comm_single_copy_allreduce(ai_comm *c, const coll_args *a)
+{
+    comm_slot_board b;
+    if (!comm_slot_board_get(c, &b) || *b.cma < 0)
+        return comm_ring_allreduce(c, a);
+    int n = b.n, me = b.me;
+    size_t es = ai_dtype_size(a->dt);
+    const unsigned char *send = a->sendbuf;
+    unsigned char *recv = a->recvbuf, *set, *tmp;
+    sc_post mine = {(uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv, 1, 0}, *posts;
+    ai_status_t st;
+    if ((st = comm_scratch(c, ALGO_SLOT_AUX2, (size_t)n * sizeof *posts, (void **)&posts)) != AI_OK ||
+        (st = comm_scratch(c, ALGO_SLOT_WORK, AI_MIN(SC_CHUNK, a->count * es), (void **)&tmp)) != AI_OK)
+        return st;
+    if ((st = slot_exchange(c, &b, &mine, sizeof mine, SC_PIECE | 0, &set)) != AI_OK)
+        return st;
+    for (int k = 0; k < n; k++)
+        memcpy(&posts[k], set + (size_t)k * COMM_SLOT_BYTES, sizeof *posts);
+    if (*b.cma == 0) {
+        if ((st = sc_probe(c, &b, posts)) != AI_OK)
+            return st;
+        if (*b.cma < 0)
+            return comm_ring_allreduce(c, a);
+    }
+    /* 2. My segment: mine op every other rank's, SC_CHUNK at a time. */
+    size_t lo = sc_lo(a->count, n, me), len = sc_lo(a->count, n, me + 1) - lo;
+    size_t per = AI_MAX((size_t)1, SC_CHUNK / es);
+    int denied;
+    for (size_t off = 0; off < len; off += per) {
+        size_t m = AI_MIN(per, len - off), at = (lo + off) * es;
+        const unsigned char *acc = send + at;
+        for (int k = 0; k < n; k++) {
+            if (k == me)
+                continue;
+            if ((st = comm_shm_peer_read(c, c->host_ranks[c->host_first[0] + k], tmp,
+                                         (const void *)(uintptr_t)(posts[k].send + at), m * es,
+                                         &denied)) != AI_OK)
+                return comm_abort(c, st);
+            comm_reduce_local(recv + at, acc, tmp, m, a->dt, a->op);
+            acc = recv + at;
+        }
+    }
+    /* 3. Every segment reduced. */
+    if ((st = slot_exchange(c, &b, NULL, 0, SC_PIECE | 2, &set)) != AI_OK)
+        return st;
+    /* 4. The others' segments from their recvbufs. */
+    for (int k = 0; k < n; k++) {
+        size_t klo = sc_lo(a->count, n, k), klen = sc_lo(a->count, n, k + 1) - klo;
+        if (k == me || klen == 0)
+            continue;
+        if ((st = comm_shm_peer_read(c, c->host_ranks[c->host_first[0] + k], recv + klo * es,
+                                     (const void *)(uintptr_t)(posts[k].recv + klo * es),
+                                     klen * es, &denied)) != AI_OK)
+            return comm_abort(c, st);
+    }
+    /* 5. Nobody reads my buffers any more. */
+    return slot_exchange(c, &b, NULL, 0, SC_PIECE | 3, &set);
 }

@@ -16,6 +16,7 @@ static const coll_algo registry[] = {
     {AI_ALLREDUCE, "hierarchical", comm_hierarchical_allreduce},
     {AI_ALLREDUCE, "weighted", comm_weighted_allreduce},
     {AI_ALLREDUCE, "direct", comm_direct_allreduce},
+    {AI_ALLREDUCE, "single_copy", comm_single_copy_allreduce},
 
     {AI_REDUCE_SCATTER, "ring", comm_ring_reduce_scatter},
     {AI_REDUCE_SCATTER, "recursive_halving", comm_recursive_halving_reduce_scatter},

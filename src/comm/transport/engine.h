@@ -183,8 +183,17 @@ typedef struct comm_slot_board {
     shm_flag *flags;        /* [n] */
     shm_bell *bells;        /* [n] */
     uint32_t *calls;
+    int *cma;               /* single-copy reads between the local ranks:
+                             * 0 not tried yet, 1 they work, -1 they do not */
 } comm_slot_board;
 int comm_slot_board_get(const ai_comm *c, comm_slot_board *b);
+/* Copy len bytes at address src in the process of local rank `rank` into
+ * dst, by the kernel's cross-memory attach (process_vm_readv: one copy,
+ * no staging in shared memory). AI_OK, or a failure naming the rank and
+ * the system's error (blaming that rank); *denied is set when the system
+ * refuses such reads altogether (EPERM, ENOSYS: ptrace policy, seccomp). */
+ai_status_t comm_shm_peer_read(ai_comm *c, int rank, void *dst, const void *src, size_t len,
+                               int *denied);
 
 /* ------------------------------------------------------ how waits wait */
 

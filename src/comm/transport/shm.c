@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4d48534941ull /* "AISHM" */
@@ -145,6 +146,7 @@ static ai_status_t shm_setup(ai_comm *c)
     c->tp->flags = (shm_flag *)(base + (size_t)nlocal * sizeof(shm_bell));
     c->tp->slots = base + lines_bytes(nlocal);
     c->tp->slot_calls = 0;
+    c->tp->cma = 0;
     /* Rings are indexed by ordered pair of local indices (from, to). */
     unsigned char *rings = c->tp->slots + slots_bytes(nlocal);
     const int *local = &c->host_ranks[c->host_first[host]];
@@ -320,6 +322,7 @@ int comm_slot_board_get(const ai_comm *c, comm_slot_board *b)
     b->flags = tp->flags;
     b->bells = tp->bells;
     b->calls = &tp->slot_calls;
+    b->cma = &tp->cma;
     return 1;
 }
 
@@ -340,6 +343,33 @@ ai_status_t comm_shm_peek_slots(ai_comm *c)
         if (theirs.call_seq == c->call_seq && memcmp(&theirs.sig, &c->call, sizeof theirs.sig) != 0)
             return comm_call_mismatch(c, local[k], tp->peers[local[k]].host, theirs.call_seq,
                                       &theirs.sig, "shared-memory slot");
+    }
+    return AI_OK;
+}
+
+ai_status_t comm_shm_peer_read(ai_comm *c, int rank, void *dst, const void *src, size_t len,
+                               int *denied)
+{
+    comm_peer *p = &c->tp->peers[rank];
+    unsigned char *d = dst;
+    const unsigned char *s = src;
+    *denied = 0;
+    while (len > 0) {
+        struct iovec l = {d, len}, r = {(void *)s, len};
+        ssize_t n = process_vm_readv(p->pid, &l, 1, &r, 1, 0);
+        if (n <= 0) {
+            int err = n < 0 ? errno : EIO;
+            if (n < 0 && err == EINTR)
+                continue;
+            *denied = err == EPERM || err == ENOSYS || err == EACCES;
+            c->tp->blame = rank;
+            return util_fail(AI_ERR_IO, "reading %zu bytes of rank %d's memory (pid %d on this "
+                             "host, process_vm_readv): %s", len, rank, (int)p->pid,
+                             n < 0 ? strerror(err) : "nothing read");
+        }
+        d += n;
+        s += n;
+        len -= (size_t)n;
     }
     return AI_OK;
 }

@@ -122,6 +122,7 @@ struct comm_transport {
     shm_flag *flags;        /* [local_size] */
     unsigned char *slots;   /* [2][local_size][COMM_SLOT_BYTES] */
     uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
+    int cma;                /* comm_slot_board.cma */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
