@@ -11,7 +11,9 @@ Environment (bench/torch-suite sets it): WORLD_SIZE, TEMP_DIR, BACKEND
 the tests only MPI may run),
 SUITE_STANDIN=autoinfra to make autoinfra stand in for every group the
 tests create (init_process_group, new_group and new_subgroups of backend
-gloo or $BACKEND, or of none, become autoinfra's), SUITE_TESTS a regular expression
+gloo or $BACKEND, or of none, become autoinfra's), SUITE_STANDIN=native
+to only register autoinfra (BACKEND=autoinfra: the suite asks for it by
+name, as torch's harness would for a backend of its own), SUITE_TESTS a regular expression
 of test names to run, SUITE_SPAWN=1 to start ranks with spawn instead of
 fork.
 
@@ -31,10 +33,11 @@ import torch.distributed as dist
 
 STANDIN = os.environ.get("SUITE_STANDIN", "")
 
-if STANDIN == "autoinfra":
+if STANDIN in ("autoinfra", "native"):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
     import autoinfra.torch  # noqa: F401  (registers the backend)
 
+if STANDIN == "autoinfra":
     def _swap(backend):
         if backend is None:
             return None

@@ -398,6 +398,18 @@ ai_status_t ai_p2p_progress(ai_comm *comm, ai_p2p *const *reqs, int n, double ma
                             int *ndone);
 int ai_p2p_done(const ai_p2p *req);
 void ai_p2p_free(ai_p2p *req);
+/* Receive from any rank: a request like ai_irecv's whose sender is the
+ * rank of the first point-to-point message, of exactly `bytes` bytes (at
+ * least 1), that arrives at this rank unclaimed by a receive posted for
+ * its sender (ai_p2p_progress matches it; messages are not tagged).
+ * Several such receives are matched in the order they are passed to
+ * ai_p2p_progress. Once matched it is a receive from that rank, ordered
+ * after the receives already posted from it. ai_p2p_source: the sender
+ * (for ai_irecv the peer it names), -1 before the match and for sends.
+ * An unmatched one fails with AI_ERR_TIMEOUT once no message came for the
+ * communicator's timeout after its posting (the communicator failed). */
+ai_status_t ai_irecv_any(ai_comm *comm, void *buf, size_t bytes, ai_p2p **req);
+int ai_p2p_source(const ai_p2p *req);
 
 /* The algorithm `auto` would run for this call (for reporting). */
 const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes);

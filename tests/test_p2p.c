@@ -1,6 +1,6 @@
 /*
  * Point-to-point calls (ai_send, ai_recv, ai_sendrecv; nonblocking
- * ai_isend, ai_irecv, ai_p2p_progress) over shared memory and TCP, their interplay with collectives, and communicator creation
+ * ai_isend, ai_irecv, ai_irecv_any, ai_p2p_progress) over shared memory and TCP, their interplay with collectives, and communicator creation
  * through a caller's key-value store (ai_comm_create_with_store): here a
  * directory of files that forked ranks share.
  */
@@ -259,6 +259,162 @@ static void test_p2p_nonblocking_timeout(void **state)
     assert_int_equal(status[0], 0);
 }
 
+/* Receive from any rank (ai_irecv_any). Round 1: rank 0 posts two
+ * any-source receives; rank 2 sends at once, rank 1 only once rank 0
+ * tells it to, after the first receive completed: the first must name
+ * rank 2 and the second rank 1, each holding its sender's bytes. Round 2: rank 0 posts a receive from rank 1, then
+ * one from any rank; rank 1 sends two messages: the named receive takes
+ * the first, the any-source one the second. A collective follows each
+ * round (the call count stays aligned). */
+static int any_body(ai_comm *c, void *arg)
+{
+    int rank = ai_comm_rank(c), n = ai_comm_size(c), rc = 0;
+    size_t b = *(const size_t *)arg;
+    unsigned char *s = malloc(b), *r[2] = {malloc(b), malloc(b)};
+    if (!s || !r[0] || !r[1]) {
+        rc = 90;
+        goto out;
+    }
+    if (rank == 0) {
+        ai_p2p *q[2] = {0};
+        if (ai_irecv_any(c, r[0], b, &q[0]) != AI_OK || ai_irecv_any(c, r[1], b, &q[1]) != AI_OK ||
+            ai_p2p_source(q[0]) != -1) {
+            fprintf(stderr, "rank 0: posting any-source receives: %s\n", ai_last_error());
+            rc = 1;
+        }
+        /* Rank 1 sends once told to, after the first receive completed. */
+        while (!rc && !ai_p2p_done(q[0]))
+            if (ai_p2p_progress(c, q, 2, 0.05, NULL) != AI_OK) {
+                fprintf(stderr, "rank 0: any-source progress: %s\n", ai_last_error());
+                rc = 2;
+            }
+        char go = 1;
+        ai_p2p *all[3] = {q[0], q[1], NULL};
+        if (!rc && ai_isend(c, 1, &go, 1, &all[2]) != AI_OK)
+            rc = 2;
+        for (int done = 0; !rc && done < 3;)
+            if (ai_p2p_progress(c, all, 3, 0.05, &done) != AI_OK) {
+                fprintf(stderr, "rank 0: any-source progress: %s\n", ai_last_error());
+                rc = 2;
+            }
+        ai_p2p_free(all[2]);
+        if (!rc && (ai_p2p_source(q[0]) != 2 || ai_p2p_source(q[1]) != 1)) {
+            fprintf(stderr, "rank 0: sources %d and %d, want 2 (first to send) and 1\n",
+                    ai_p2p_source(q[0]), ai_p2p_source(q[1]));
+            rc = 3;
+        }
+        if (!rc)
+            rc = check_bytes(r[0], b, 2, 0, "any-source from 2") || check_bytes(r[1], b, 1, 0, "any-source from 1");
+        ai_p2p_free(q[0]);
+        ai_p2p_free(q[1]);
+    } else {
+        char go = 0;
+        if (rank == 1 && (ai_recv(c, 0, &go, 1) != AI_OK || go != 1))
+            rc = 4;
+        for (size_t i = 0; i < b; i++)
+            s[i] = pattern(rank, 0, i);
+        if (!rc && rank <= 2 && ai_send(c, 0, s, b) != AI_OK) {
+            fprintf(stderr, "rank %d: send to 0: %s\n", rank, ai_last_error());
+            rc = 4;
+        }
+    }
+    int32_t one = 1;
+    if (!rc && (ai_allreduce(c, AI_IN_PLACE, &one, 1, AI_I32, AI_SUM, NULL) != AI_OK || one != n))
+        rc = 5;
+    if (rc)
+        goto out;
+    if (rank == 0) {
+        ai_p2p *q[2] = {0};
+        if (ai_irecv(c, 1, r[0], b, &q[0]) != AI_OK || ai_irecv_any(c, r[1], b, &q[1]) != AI_OK)
+            rc = 6;
+        for (int done = 0; !rc && done < 2;)
+            if (ai_p2p_progress(c, q, 2, 0.05, &done) != AI_OK) {
+                fprintf(stderr, "rank 0: named + any-source progress: %s\n", ai_last_error());
+                rc = 7;
+            }
+        if (!rc && (ai_p2p_source(q[0]) != 1 || ai_p2p_source(q[1]) != 1)) {
+            fprintf(stderr, "rank 0: sources %d and %d, want 1 and 1\n", ai_p2p_source(q[0]),
+                    ai_p2p_source(q[1]));
+            rc = 8;
+        }
+        if (!rc)
+            rc = check_bytes(r[0], b, 1, 0, "first from 1") || check_bytes(r[1], b, 1, 1, "second from 1");
+        ai_p2p_free(q[0]);
+        ai_p2p_free(q[1]);
+    } else if (rank == 1) {
+        for (int k = 0; k < 2 && !rc; k++) {
+            for (size_t i = 0; i < b; i++)
+                s[i] = pattern(1, k, i);
+            if (ai_send(c, 0, s, b) != AI_OK)
+                rc = 9;
+        }
+    }
+    one = 1;
+    if (!rc && (ai_allreduce(c, AI_IN_PLACE, &one, 1, AI_I32, AI_SUM, NULL) != AI_OK || one != n))
+        rc = 10;
+out:
+    free(s);
+    free(r[0]);
+    free(r[1]);
+    return rc;
+}
+
+static void test_p2p_any_shm(void **state)
+{
+    size_t sizes_any[] = {8, 3 << 20};
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(ranks_run(3, NULL, any_body, &sizes_any[k]), 0);
+}
+
+static void test_p2p_any_tcp(void **state)
+{
+    ranks_opts o = {.nhosts = 3};
+    size_t sizes_any[] = {8, 3 << 20};
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(ranks_run(3, &o, any_body, &sizes_any[k]), 0);
+}
+
+/* A receive from any rank that nobody sends to fails at the timeout,
+ * about 1 s, saying so; one of 0 bytes is refused. */
+static int any_timeout_body(ai_comm *c, void *arg)
+{
+    if (ai_comm_rank(c) != 0) {
+        sleep(3);
+        return 0;
+    }
+    char b[8];
+    ai_p2p *req = NULL;
+    if (ai_irecv_any(c, b, 0, &req) != AI_ERR_INVALID || req || !strstr(ai_last_error(), "at least one byte"))
+        return 1;
+    if (ai_irecv_any(c, b, sizeof b, &req) != AI_OK)
+        return 2;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ai_status_t st = AI_OK;
+    int done = 0;
+    while (st == AI_OK && !done)
+        st = ai_p2p_progress(c, &req, 1, 0.01, &done);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ai_p2p_free(req);
+    if (st != AI_ERR_TIMEOUT || !strstr(ai_last_error(), "receive from any rank") || took < 0.9 ||
+        took > 2.5) {
+        fprintf(stderr, "rank 0: want a timeout after ~1 s of a receive from any rank, got %s "
+                "after %.2f s: %s\n", ai_strerror(st), took, ai_last_error());
+        return 3;
+    }
+    return 0;
+}
+
+static void test_p2p_any_timeout(void **state)
+{
+    ranks_opts o = {.keep_going = 1, .timeout_s = 1};
+    int status[3];
+    o.status = status;
+    ranks_run(3, &o, any_timeout_body, NULL);
+    assert_int_equal(status[0], 0);
+}
+
 static int bad_args_body(ai_comm *c, void *arg)
 {
     char b[4];
@@ -454,6 +610,9 @@ int main(void)
         cmocka_unit_test(test_p2p_nonblocking_shm),
         cmocka_unit_test(test_p2p_nonblocking_tcp),
         cmocka_unit_test(test_p2p_nonblocking_timeout),
+        cmocka_unit_test(test_p2p_any_shm),
+        cmocka_unit_test(test_p2p_any_tcp),
+        cmocka_unit_test(test_p2p_any_timeout),
         cmocka_unit_test(test_store_create_shm),
         cmocka_unit_test(test_store_create_tcp),
         cmocka_unit_test(test_store_timeout),

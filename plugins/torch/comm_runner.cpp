@@ -6,6 +6,7 @@
 
 #include <c10/util/StringUtil.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -477,13 +478,13 @@ void CommRunner::progress_p2p(double max_s) {
     for (auto& p : p2p_) (ai_p2p_done(p.post.req) ? finished : left).push_back(std::move(p));
     p2p_ = std::move(left);
     for (auto& p : finished) {
-      ai_p2p_free(p.post.req);
       std::exception_ptr e;
       try {
         if (p.post.after) p.post.after();
       } catch (...) {
         e = std::current_exception();
       }
+      ai_p2p_free(p.post.req);
       p.done(e);
     }
     if (max_s > 0) return;
@@ -523,10 +524,76 @@ void CommRunner::check(ai_status_t st, const char* what) {
 }
 
 void CommRunner::allreduce(at::Tensor& t, Op op) {
+  if (t.defined() && t.is_sparse()) {
+    allreduce_sparse(t, op);
+    return;
+  }
   Staged s(t, "allreduce");
   ai_dtype dt = reduce_dtype(t, "allreduce");
   check(ai_allreduce(comm_, AI_IN_PLACE, s.data(), t.numel(), dt, to_ai(op), nullptr), "allreduce");
   s.write_back();
+}
+
+// As gloo's sparse allreduce: every rank's coalesced indices and values
+// gathered (padded to the largest count of entries), summed by coalescing
+// their concatenation; every rank builds the same result from the same
+// bytes, so the results agree bit for bit.
+void CommRunner::allreduce_sparse(at::Tensor& t, Op op) {
+  const char* what = "allreduce (sparse)";
+  need(t.device().is_cpu(), what, "tensor on ", t.device(), "; the backend serves CPU tensors");
+  need(op == Op::Sum, what, "sparse tensors reduce with SUM only (as gloo's)");
+  at::Tensor in = t.coalesce();
+  const int64_t sdim = in.sparse_dim(), ddim = in.dense_dim(), dim = in.dim();
+  // What every rank must agree on, and its entry count.
+  constexpr int kMeta = 5;
+  std::vector<int64_t> meta = {in._nnz(), sdim, ddim, dim, static_cast<int64_t>(in.scalar_type())};
+  std::vector<int64_t> metas(static_cast<size_t>(kMeta) * size_);
+  check(ai_allgather(comm_, meta.data(), metas.data(), kMeta, AI_I64, nullptr), what);
+  std::vector<int64_t> sizes(in.sizes().begin(), in.sizes().end());
+  std::vector<int64_t> all_sizes(static_cast<size_t>(dim) * size_);
+  if (dim > 0) {
+    for (int r = 0; r < size_; r++)
+      need(metas[r * kMeta + 3] == dim, what, "rank ", r, " passed a tensor of ",
+           metas[r * kMeta + 3], " dimensions, rank ", rank_, " one of ", dim);
+    check(ai_allgather(comm_, sizes.data(), all_sizes.data(), dim, AI_I64, nullptr), what);
+  }
+  int64_t max_nnz = 0;
+  for (int r = 0; r < size_; r++) {
+    const int64_t* m = &metas[r * kMeta];
+    need(m[1] == sdim && m[2] == ddim && m[3] == dim && m[4] == meta[4], what, "rank ", r,
+         " passed a sparse tensor with ", m[1], " sparse and ", m[2], " dense dimensions of dtype ",
+         c10::toString(static_cast<at::ScalarType>(m[4])), ", rank ", rank_, " one with ", sdim,
+         " and ", ddim, " of ", c10::toString(in.scalar_type()));
+    need(std::equal(sizes.begin(), sizes.end(), all_sizes.begin() + r * dim), what, "rank ", r,
+         " passed a sparse tensor of another size than rank ", rank_, "'s ", in.sizes());
+    max_nnz = std::max(max_nnz, m[0]);
+  }
+  // Indices [sdim, nnz] and values [nnz, dense sizes...], padded to max_nnz.
+  std::vector<int64_t> vshape = {max_nnz};
+  vshape.insert(vshape.end(), sizes.begin() + sdim, sizes.end());
+  at::Tensor idx = at::zeros({sdim, max_nnz}, at::kLong);
+  at::Tensor val = at::zeros(vshape, in._values().options());
+  const int64_t nnz = meta[0];
+  if (nnz > 0) {
+    idx.narrow(1, 0, nnz).copy_(in._indices());
+    val.narrow(0, 0, nnz).copy_(in._values());
+  }
+  at::Tensor all_idx = at::empty({size_, sdim, max_nnz}, at::kLong);
+  vshape.insert(vshape.begin(), size_);
+  at::Tensor all_val = at::empty(vshape, val.options());
+  if (nbytes(idx) > 0)
+    check(ai_allgather(comm_, idx.data_ptr(), all_idx.data_ptr(), nbytes(idx), AI_U8, nullptr), what);
+  if (nbytes(val) > 0)
+    check(ai_allgather(comm_, val.data_ptr(), all_val.data_ptr(), nbytes(val), AI_U8, nullptr), what);
+  std::vector<at::Tensor> idxs, vals;
+  for (int r = 0; r < size_; r++) {
+    int64_t n = metas[r * kMeta];
+    idxs.push_back(all_idx[r].narrow(1, 0, n));
+    vals.push_back(all_val[r].narrow(0, 0, n));
+  }
+  at::Tensor out = at::sparse_coo_tensor(at::cat(idxs, 1), at::cat(vals, 0), sizes,
+                                         in.options()).coalesce();
+  t.copy_(out);
 }
 
 void CommRunner::allreduce_coalesced(std::vector<at::Tensor>& ts, Op op) {
@@ -776,6 +843,20 @@ CommRunner::P2pPost CommRunner::irecv(at::Tensor& t, int src) {
   P2pPost p;
   check(ai_irecv(comm_, src, buf.data_ptr(), nbytes(t), &p.req), "recv");
   p.after = [t, buf]() mutable {
+    if (!buf.is_same(t)) t.copy_(buf);
+  };
+  return p;
+}
+
+CommRunner::P2pPost CommRunner::irecv_any(at::Tensor& t, std::function<void(int)> source) {
+  const char* what = "recv from any source";
+  check_tensor(t, what);
+  at::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  P2pPost p;
+  check(ai_irecv_any(comm_, buf.data_ptr(), nbytes(t), &p.req), what);
+  ai_p2p* req = p.req;  // progress_p2p runs after before it frees the request
+  p.after = [t, buf, req, source = std::move(source)]() mutable {
+    source(ai_p2p_source(req));
     if (!buf.is_same(t)) t.copy_(buf);
   };
   return p;

@@ -116,7 +116,7 @@ class CommRunner {
   // waits until they are all done (its messages queue behind theirs).
   struct P2pPost {
     ai_p2p* req = nullptr;
-    std::function<void()> after;  // on completion: write back; holds the tensors
+    std::function<void()> after;  // on completion, before req is freed: write back; holds the tensors
   };
   uint64_t enqueue_p2p(std::function<P2pPost()> post, std::function<void(std::exception_ptr)> done);
   // A caller that waits for a queued call at once (dist.all_reduce of a
@@ -182,7 +182,9 @@ class CommRunner {
 
   // Collectives, run on the progress thread (they block until done and
   // throw std::runtime_error naming the peer and cause on failure).
+  // A sparse COO tensor goes to allreduce_sparse (SUM only).
   void allreduce(at::Tensor& t, Op op);
+  void allreduce_sparse(at::Tensor& t, Op op);
   void allreduce_coalesced(std::vector<at::Tensor>& ts, Op op);
   void broadcast(at::Tensor& t, int root);
   void reduce(at::Tensor& t, Op op, int root);
@@ -202,6 +204,9 @@ class CommRunner {
   // Post without waiting (enqueue_p2p).
   P2pPost isend(const at::Tensor& t, int dst);
   P2pPost irecv(at::Tensor& t, int src);
+  // A receive from whichever rank's message arrives first (ai_irecv_any);
+  // source(rank) is called with its sender when it completes.
+  P2pPost irecv_any(at::Tensor& t, std::function<void(int)> source);
   void barrier();
   // ai_comm_choice, on the progress thread (the learner is not shared).
   ai_choice choice(ai_coll coll, size_t bytes);

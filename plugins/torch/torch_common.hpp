@@ -77,6 +77,14 @@ class AutoinfraWork : public c10d::Work {
     }
   }
 
+  // The sender of a completed receive (recv's src, recvAnysource's
+  // match); torch's own error otherwise.
+  int sourceRank() const override {
+    int s = source_.load(std::memory_order_acquire);
+    return s >= 0 ? s : c10d::Work::sourceRank();
+  }
+  void set_source(int rank) { source_.store(rank, std::memory_order_release); }
+
   // Polled: the caller does not wait at once.
   bool isCompleted() override {
     note(false);
@@ -154,6 +162,7 @@ class AutoinfraWork : public c10d::Work {
   std::exception_ptr error_;                        // under future_mu_
   std::atomic<bool> done_{false};
   std::atomic<uint64_t> ticket_{0};  // 0: wait() tried it (or never queued)
+  std::atomic<int> source_{-1};      // set_source
 };
 
 // c10d::Store as the C API's key-value store. The store's exception text
@@ -331,13 +340,26 @@ class AutoinfraGroup : public Base {
   // Each request moves on its own once posted (CommRunner::enqueue_p2p).
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& ts, int dst, int) override {
     auto t = one(ts, "send");
-    return post_p2p(c10d::OpType::SEND, ts, [r = runner_.get(), t, dst]() { return r->isend(t, dst); });
+    return post_p2p(c10d::OpType::SEND, ts,
+                    [r = runner_.get(), t, dst](AutoinfraWork*) { return r->isend(t, dst); });
   }
 
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& ts, int src, int) override {
     auto t = one(ts, "recv");
-    return post_p2p(c10d::OpType::RECV, ts,
-                    [r = runner_.get(), t, src]() mutable { return r->irecv(t, src); });
+    return post_p2p(c10d::OpType::RECV, ts, [r = runner_.get(), t, src](AutoinfraWork* w) mutable {
+      w->set_source(src);
+      return r->irecv(t, src);
+    });
+  }
+
+  // dist.recv / dist.irecv without src: the first message that reaches
+  // this rank from any rank with no receive posted for it (ai_irecv_any);
+  // the Work's sourceRank() names the sender.
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& ts, int) override {
+    auto t = one(ts, "recvAnysource");
+    return post_p2p(c10d::OpType::RECVANYSOURCE, ts, [r = runner_.get(), t](AutoinfraWork* w) mutable {
+      return r->irecv_any(t, [w](int src) { w->set_source(src); });
+    });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -458,7 +480,10 @@ class AutoinfraGroup : public Base {
                                           F fn) {
     auto work = c10::make_intrusive<AutoinfraWork>(runner_.get(), this->getRank(), type,
                                                    std::move(outputs), false);
-    work->queued(runner_->enqueue_p2p(std::move(fn), [work](std::exception_ptr e) { work->complete(e); }));
+    // fn gets the Work (kept alive by the completion until after it ran).
+    AutoinfraWork* w = work.get();
+    work->queued(runner_->enqueue_p2p([fn = std::move(fn), w]() mutable { return fn(w); },
+                                      [work](std::exception_ptr e) { work->complete(e); }));
     return work;
   }
 

@@ -24,11 +24,13 @@ module):
                                      both calls
     check_backend.py p2p N           irecv posted before its isend, batch_isend_irecv, a
                                      ring of large isends before their irecvs: done at
-                                     once, equal to gloo's
+                                     once, equal to gloo's; receives from any source
+                                     (recv and irecv without src) name their senders
     check_backend.py asyncsmall 3    an async_op=True call returns before its peers
                                      arrive: a cycle through three groups that only
                                      an asynchronous small call lets finish
-    check_backend.py features N      all_gather_coalesced against gloo and a reference;
+    check_backend.py features N      all_gather_coalesced and sparse allreduce against gloo
+                                     and a reference;
                                      monitored_barrier passing and naming a missing rank;
                                      timeouts (wait(timeout), the communicator's) raise
                                      RuntimeError saying " Timed out " (CommError,
@@ -543,12 +545,57 @@ def p2p(rank, n):
         took = time.time() - t0
         same(t, torch.full((1 << 18,), float(prv)), f"{name}: ring of 1 MiB isends")
         assert took < 5, f"{name}: ring of 1 MiB isends took {took:.1f} s"
+    # Receive from any source, as torch's suite does it: each rank in turn
+    # receives 2 * (n - 1) messages with dist.recv and dist.irecv without
+    # src while every other rank sends it two; each holds its sender's
+    # rank, which recv returns and the Work's _source_rank() names, and
+    # every rank hears exactly twice from each other rank.
+    for group, name in ((None, "autoinfra"), (gloo, "gloo")):
+        heard = []
+        for dst in range(n):
+            if dst == rank:
+                for i in range(2 * (n - 1)):
+                    t = torch.full((10, 10), -1.0)
+                    if i % 2 == 0:
+                        sender = dist.recv(t, group=group)
+                    else:
+                        w = dist.irecv(t, group=group)
+                        w.wait()
+                        sender = w._source_rank()
+                    assert sender != rank and 0 <= sender < n, f"{name}: recv from any: sender {sender}"
+                    same(t, torch.full((10, 10), float(sender)), f"{name}: recv from any source")
+                    heard.append(sender)
+            else:
+                dist.send(torch.full((10, 10), float(rank)), dst, group=group)
+                dist.send(torch.full((10, 10), float(rank)), dst, group=group)
+        want = sorted(r for r in range(n) if r != rank for _ in range(2))
+        assert sorted(heard) == want, f"{name}: rank {rank} heard from {sorted(heard)}, want {want}"
+    # A receive from any source posted first matches whichever rank sends
+    # first: rank 1 sends only after rank 0 has its first message (from
+    # the last rank), so the first names the last rank and the second rank 1.
+    if n >= 3 and rank in (0, 1, n - 1):
+        if rank == 0:
+            a, b = torch.zeros(3), torch.zeros(3)
+            wa, wb = dist.irecv(a), dist.irecv(b)
+            wa.wait()
+            dist.send(torch.ones(1), 1)
+            wb.wait()
+            assert (wa._source_rank(), wb._source_rank()) == (n - 1, 1), \
+                f"any-source receives matched {wa._source_rank()}, {wb._source_rank()}"
+            same(a, torch.full((3,), float(n - 1)), "first any-source receive")
+            same(b, torch.full((3,), 1.0), "second any-source receive")
+        elif rank == 1:
+            dist.recv(torch.zeros(1), 0)
+            dist.send(torch.full((3,), 1.0), 0)
+        else:
+            dist.send(torch.full((3,), float(rank)), 0)
     # Collectives after point-to-point calls still meet theirs.
     x = torch.ones(13)
     dist.all_reduce(x)
     same(x, torch.full((13,), float(n)), "allreduce after point-to-point calls")
     if rank == 0:
-        print(f"p2p on {n} ranks: irecv before isend, batch_isend_irecv and a ring of isends done")
+        print(f"p2p on {n} ranks: irecv before isend, batch_isend_irecv, a ring of isends and "
+              "receives from any source done")
 
 
 def asyncsmall(rank, n):
@@ -624,6 +671,32 @@ def features(rank, n):
             for r in range(n):
                 same(outs[r][i], g[r][0], f"all_gather_coalesced {dt}: rank {r}'s tensor {i} "
                      "against gloo")
+    # Sparse allreduce (SUM, as gloo's): COO tensors with different
+    # entries on each rank, duplicates among them, a hybrid one with a
+    # dense dimension, and a rank with no entry; against gloo and the dense
+    # sum. Another op raises on every rank, naming SUM.
+    def sparse(r, hybrid):
+        if r == 1:
+            idx = torch.zeros((2, 0), dtype=torch.int64)
+        else:
+            idx = torch.tensor([[r % 4, 0, r % 4], [1, r % 3, 1]])
+        k = idx.shape[1]
+        shape = (k, 3) if hybrid else (k,)
+        val = torch.arange(k * (3 if hybrid else 1), dtype=torch.float64).reshape(shape) + r
+        return torch.sparse_coo_tensor(idx, val, (4, 3, 3) if hybrid else (4, 3))
+    for hybrid in (False, True):
+        mine, theirs = sparse(rank, hybrid), sparse(rank, hybrid)
+        dist.all_reduce(mine)
+        dist.all_reduce(theirs, group=gloo)
+        assert mine.is_sparse, "sparse allreduce returned a dense tensor"
+        want = sum(sparse(r, hybrid).to_dense() for r in range(n))
+        same(mine.to_dense(), want, f"sparse allreduce (hybrid {hybrid})")
+        same(mine.to_dense(), theirs.to_dense(), f"sparse allreduce against gloo (hybrid {hybrid})")
+    try:
+        dist.all_reduce(sparse(rank, False), op=dist.ReduceOp.MAX)
+        raise AssertionError("sparse allreduce with MAX returned")
+    except RuntimeError as e:
+        assert "SUM" in str(e), str(e)
     # wait(timeout) on a receive whose send comes later: " Timed out ",
     # and the receive still completes once the send comes.
     if rank < 2:

@@ -723,6 +723,74 @@ static ai_status_t wait_requests(ai_comm *c, comm_req *reqs, int n, comm_idle *w
     }
 }
 
+/* ------------------------------------------------- receive from any rank */
+
+int comm_p2p_arrived(ai_comm *c, int start)
+{
+    struct comm_transport *tp = c->tp;
+    if (!tp || c->size < 2)
+        return -1;
+    for (int i = 0; i < c->size; i++) {
+        int j = ((start % c->size) + c->size + i) % c->size;
+        comm_peer *p = &tp->peers[j];
+        unsigned char h[COMM_HDR_BYTES];
+        uint32_t magic, seq;
+        if (j == c->rank || !p->ops || p->rx_posted != p->rx_next || !p->ops->peek(p, h))
+            continue;
+        memcpy(&magic, h, 4);
+        memcpy(&seq, h + 4, 4);
+        if (magic == COMM_MSG_MAGIC && seq == COMM_SEQ_P2P)
+            return j;
+    }
+    return -1;
+}
+
+/* Liveness while waiting on no peer in particular: the notices and every
+ * peer's transport check. */
+static ai_status_t check_all_peers(ai_comm *c)
+{
+    ai_status_t st = comm_ctl_check(c);
+    for (int j = 0; j < c->size && st == AI_OK; j++) {
+        comm_peer *p = &c->tp->peers[j];
+        if (j != c->rank && p->ops && p->ops->check)
+            st = p->ops->check(c, j);
+    }
+    return st;
+}
+
+ai_status_t comm_p2p_wait_arrival(ai_comm *c, double until, double since, double *last_check)
+{
+    if (c->state != AI_OK)
+        return comm_state_error(c, "wait");
+    double start = ai_now();
+    for (;;) {
+        if (comm_p2p_arrived(c, 0) >= 0)
+            return AI_OK;
+        double now = ai_now();
+        if (now - *last_check > LIVENESS_PERIOD_S) {
+            *last_check = now;
+            ai_status_t st = check_all_peers(c);
+            if (st != AI_OK)
+                return comm_abort(c, st);
+        }
+        if (now - since > c->timeout_s)
+            return comm_abort(c, util_fail(AI_ERR_TIMEOUT,
+                                           "rank %d: receive from any rank: no message arrived "
+                                           "in %.1f s (the communicator's timeout)",
+                                           c->rank, now - since));
+        if (now >= until)
+            return AI_OK;
+        /* Scanning costs a load (shared memory) or a system call (TCP) a
+         * peer: yield the core for a millisecond, then sleep between scans. */
+        if (now - start < 1e-3) {
+            sched_yield();
+        } else {
+            run_wait_hook(c);
+            util_sleep_us(100);
+        }
+    }
+}
+
 /* ------------------------------------------------------- conveniences */
 
 ai_status_t comm_send(ai_comm *c, int peer, const void *buf, size_t bytes)

@@ -92,6 +92,19 @@ ai_status_t comm_wait(ai_comm *c, comm_req *reqs, int n);
  * last moved; the timeout counts from there, across calls (updated). */
 ai_status_t comm_wait_some(ai_comm *c, comm_req *reqs, int n, double until, double *moved_at);
 
+/* Receive from any rank (ai_irecv_any, p2p.c). comm_p2p_arrived: the
+ * first peer, scanning from `start` in rank order and wrapping, whose
+ * stream holds a whole point-to-point message header at its front that no
+ * posted receive claims (every receive posted from that peer is done);
+ * -1 if none. A collective's message at the front is not taken.
+ * comm_p2p_wait_arrival: wait until comm_p2p_arrived finds one or until
+ * (ai_now() seconds) passed, at least one scan; the communicator's
+ * liveness checks run every 50 ms (*last_check, across calls), and once
+ * `since` lies the communicator's timeout back, the wait fails with
+ * AI_ERR_TIMEOUT (the communicator failed, as for any wait). */
+int comm_p2p_arrived(ai_comm *c, int start);
+ai_status_t comm_p2p_wait_arrival(ai_comm *c, double until, double since, double *last_check);
+
 /* Fault injection for bench/chaos (engine.c): the next message header this
  * process builds gets byte (v % 16) XORed with (v >> 8) & 0xff (0: 0xff).
  * One atomic store: callable from a signal handler. */
