@@ -31,7 +31,10 @@
  * is the slowest rank's mean; per size two JSON lines come out, systems
  * "shim" (MPI_X) and "mpi" (PMPI_X), with the median over rounds as
  * time_us, the rounds in "rounds_us" and, on the "shim" line, "ratio": the
- * median over rounds of the round's shim / mpi.
+ * median over rounds of the round's shim / mpi. A round makes `iters`
+ * calls, or fewer where two probe calls of the slowest rank say they would
+ * take over 0.25 s (at least 8; "iters" in the output is what ran).
+ * The warm-up makes --warmup calls of MPI_X but at most 50 of PMPI_X.
  *
  * Built with -DMPI_BENCH_CCL and bench/ccl_bench.cpp it times oneCCL's
  * collectives instead (system "oneccl"; MPI only starts the job).
@@ -223,6 +226,13 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* --alternate: at most this many seconds per round and side, but at
+ * least this many calls (the output's iters says how many ran). */
+#define ALTERNATE_ROUND_S 0.25
+#define ALTERNATE_MIN_CALLS 8
+/* --alternate: warm-up calls of PMPI_X (MPI_X gets all of --warmup) */
+#define ALTERNATE_MPI_WARMUP 50
+
 /* --alternate: one size, MPI_X against PMPI_X; returns the wrong elements
  * of both checks (all ranks). */
 static long alternate_size(enum coll c, int rank, int size, float *in, float *out, size_t count,
@@ -238,10 +248,30 @@ static long alternate_size(enum coll c, int rank, int size, float *in, float *ou
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     fill(c, rank, size, in, count, per);
+    /* The shim's side needs its warm-up calls (its learner and its first
+     * comparison count calls); MPI's own needs a few, and where its calls
+     * take milliseconds (oversubscribed) the full count would outlast the
+     * job's timeout. */
     for (int w = 0; w < warmup; w++) {
+        run(c, in, out, count, per);
+        if (w < ALTERNATE_MPI_WARMUP)
+            run_pmpi(c, in, out, count, per);
+    }
+    /* Rounds sized to the call: the counts assume calls of microseconds,
+     * and an oversubscribed MPI (4 ranks polling on 2 busy cores) takes
+     * milliseconds per call, so that rounds x 2 sides x 1000 calls of each
+     * size outlast any job's timeout. Two calls of each side are timed and
+     * every rank takes the slowest rank's figure (PMPI, not the shim's). */
+    double p0 = MPI_Wtime(), probe, slowest = 0;
+    for (int k = 0; k < 2; k++) {
         run(c, in, out, count, per);
         run_pmpi(c, in, out, count, per);
     }
+    probe = (MPI_Wtime() - p0) / 4;
+    PMPI_Allreduce(&probe, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (slowest * iters > ALTERNATE_ROUND_S)
+        iters = slowest * ALTERNATE_MIN_CALLS > ALTERNATE_ROUND_S ? ALTERNATE_MIN_CALLS
+                                                                  : (int)(ALTERNATE_ROUND_S / slowest);
     for (int r = 0; r < rounds; r++) {
         for (int k = 0; k < 2; k++) {
             int which = (r + k) % 2; /* 0: MPI_X, 1: PMPI_X */

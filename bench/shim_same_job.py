@@ -14,12 +14,15 @@ One job per (MPI, ranks, collective, size group), on one host (mpirun
 --oversubscribe; mpiexec.mpich), the shim's knowledge base one scratch
 file per MPI and rank count for the whole run, so later groups start from
 what earlier jobs learned, as a deployed job would. Warm-up calls first
-(both sides, at least 200): the learner explores there and the shim
-compares its way with MPI's once (docs/mpi-shim.md) before the rounds
-begin. Size groups (--scale multiplies the calls):
+(both sides, at least 500): the learner explores there (the shim starts
+its comparison after at most 400 calls of a size) and the shim compares
+its way with MPI's once (96 calls; docs/mpi-shim.md) before the rounds
+begin, so that the rounds time the steady state a long job runs in.
+Size groups (--scale multiplies the calls; the rounds of mpi_bench
+--alternate are cut to 0.25 s where calls take milliseconds):
   bytes <= 8 KiB     1000 calls per round and side, 500 warm-up
   bytes <= 256 KiB    200 calls, 200 warm-up
-  larger               40 calls,  60 warm-up (200: the minimum)
+  larger               40 calls,  60 warm-up (500: the minimum)
 
 A job that fails or passes --run-timeout is reported and the run goes
 on; Ctrl-C or SIGTERM writes what ran so far. Output (--out):
@@ -39,6 +42,8 @@ import tempfile
 import time
 
 GROUPS = [(8 << 10, 1000, 500), (256 << 10, 200, 200), (1 << 62, 40, 60)]
+# the shim's SHIM_LEARN_MAX (400) plus its first comparison (96 calls)
+WARM_MIN = 500
 COLLS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
 
 
@@ -58,7 +63,7 @@ def groups(lo, hi, scale):
         while g * 2 <= min(hi, top):
             g *= 2
         # the warm-up covers the learner's exploration and the shim's first duel
-        out.append((b, g, max(1, int(iters * scale)), max(200, int(warm * scale))))
+        out.append((b, g, max(1, int(iters * scale)), max(WARM_MIN, int(warm * scale))))
         b = g * 2
     return out
 

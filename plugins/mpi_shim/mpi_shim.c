@@ -406,14 +406,18 @@ static void drive_mpi(void *arg)
  * rank), it alternates blocks of SHIM_DUEL_BLOCK calls straight to PMPI_X
  * (the program's own arguments, no conversion) and through autoinfra,
  * SHIM_DUEL_BLOCKS of each after two untimed blocks, times each block
- * whole, takes every rank's mean per call of each way, agrees on the
- * slowest rank's (one
- * PMPI_Allreduce), and sends the bucket's calls the faster way until
+ * whole, takes every rank's median block of each way (a block that a
+ * preemption hit does not decide), agrees on the slowest rank's (one
+ * PMPI_Allreduce), and sends the bucket's calls to autoinfra only where
+ * it is at least SHIM_DUEL_MARGIN faster, else to MPI (within the margin
+ * MPI is as good, and it is what the program would have had), until
  * SHIM_DUEL_EVERY calls later, when the duel runs again. Every rank makes
  * the same calls and the decisions are agreed, so every rank takes the
- * same path. AUTOINFRA_SHIM_MPI_ARM=0 leaves the arm and the duel out. */
+ * same path. A call that moves no bytes goes to MPI at once.
+ * AUTOINFRA_SHIM_MPI_ARM=0 leaves the arm and the duel out. */
 #define SHIM_DUEL_BLOCK 8
-#define SHIM_DUEL_BLOCKS 4
+#define SHIM_DUEL_BLOCKS 5
+#define SHIM_DUEL_MARGIN 0.03
 #define SHIM_DUEL_EVERY 4096
 #define SHIM_LEARN_MAX 400 /* calls after which the duel starts even unsettled */
 
@@ -434,8 +438,8 @@ typedef struct {
     unsigned long next;  /* DUEL_MPI/AI: the call that starts the next duel */
     int state;
     unsigned k;          /* DUEL_RUN: calls of this duel so far */
-    double t[2];         /* seconds summed: [0] MPI, [1] autoinfra */
-    unsigned n[2];       /* calls they cover */
+    double t[2][SHIM_DUEL_BLOCKS]; /* timed blocks' seconds: [0] MPI, [1] autoinfra */
+    unsigned n[2];       /* timed blocks so far */
     double block_t0;     /* the current timed block's start */
 } shim_duel;
 /* [collective][log2 bytes] */
@@ -527,8 +531,10 @@ static ai_status_t mpi_arm(void *arg, ai_coll coll, const void *sendbuf, void *r
 static int duel_pick(ai_coll coll, size_t bytes, double *t0)
 {
     *t0 = 0;
-    if (!g_duel_on || bytes == 0)
+    if (!g_duel_on)
         return 0;
+    if (bytes == 0)
+        return 1; /* nothing moves: MPI's own call costs least */
     shim_duel *d = &g_duel[coll][log2_floor(bytes)];
     d->calls++;
     int mpi = 0;
@@ -539,7 +545,6 @@ static int duel_pick(ai_coll coll, size_t bytes, double *t0)
             return d->state == DUEL_MPI;
         d->state = DUEL_RUN;
         d->k = 0;
-        d->t[0] = d->t[1] = 0;
         d->n[0] = d->n[1] = 0;
         /* fall through */
     case DUEL_RUN:
@@ -557,6 +562,20 @@ static int duel_pick(ai_coll coll, size_t bytes, double *t0)
     }
 }
 
+/* The median of n block times (sorted in place; n <= SHIM_DUEL_BLOCKS). */
+static double duel_median(double *v, unsigned n)
+{
+    if (n == 0)
+        return 0;
+    for (unsigned i = 1; i < n; i++)
+        for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = x;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* After it: the duel's bookkeeping and decision. */
 static void duel_done(ai_coll coll, size_t bytes, int mpi, double t0)
 {
@@ -571,23 +590,22 @@ static void duel_done(ai_coll coll, size_t bytes, int mpi, double t0)
              (ch.settled || !strcmp(ch.source, "model") || !strcmp(ch.source, "rule")))) {
             d->state = DUEL_RUN;
             d->k = 0;
-            d->t[0] = d->t[1] = 0;
             d->n[0] = d->n[1] = 0;
         }
         return;
     }
     if (d->state != DUEL_RUN)
         return;
-    if (t0 > 0 && d->k % SHIM_DUEL_BLOCK == SHIM_DUEL_BLOCK - 1) {
-        d->t[!mpi] += PMPI_Wtime() - d->block_t0;
-        d->n[!mpi] += SHIM_DUEL_BLOCK;
-    }
+    if (t0 > 0 && d->k % SHIM_DUEL_BLOCK == SHIM_DUEL_BLOCK - 1 && d->n[!mpi] < SHIM_DUEL_BLOCKS)
+        d->t[!mpi][d->n[!mpi]++] = PMPI_Wtime() - d->block_t0;
     if (++d->k < (2 + 2 * SHIM_DUEL_BLOCKS) * SHIM_DUEL_BLOCK)
         return;
-    double m[2] = {d->t[0] / d->n[0], d->t[1] / d->n[1]}, all[2] = {0, 0};
+    double m[2] = {duel_median(d->t[0], d->n[0]), duel_median(d->t[1], d->n[1])}, all[2] = {0, 0};
     if (PMPI_Allreduce(m, all, 2, MPI_DOUBLE, MPI_MAX, g_arm) != MPI_SUCCESS)
         all[0] = all[1] = 0; /* every rank alike: the rank that failed aborts */
-    d->state = all[0] <= all[1] ? DUEL_MPI : DUEL_AI;
+    all[0] /= SHIM_DUEL_BLOCK;
+    all[1] /= SHIM_DUEL_BLOCK;
+    d->state = all[1] < all[0] * (1 - SHIM_DUEL_MARGIN) ? DUEL_AI : DUEL_MPI;
     d->next = d->calls + SHIM_DUEL_EVERY;
     if (g_verbose > 1 && g_rank == 0)
         fprintf(stderr, SHIM_TAG ": %s %zu bytes: MPI %.3f us, autoinfra %.3f us per call: %s\n",

@@ -49,6 +49,7 @@ static int g_dup_through = 1; /* duplicates of the world run in autoinfra */
 static long g_failures, g_checks;
 static volatile unsigned long long *g_calls, *g_falls;
 static volatile int *g_active;
+static volatile unsigned long long *g_arm; /* autoinfra_shim_mpi_arm */
 static unsigned long long g_c0, g_f0;
 
 static void failure(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -594,10 +595,15 @@ static void t_supported(int quick)
 
     /* count 0 with NULL buffers is valid MPI */
     snap();
+    unsigned long long arm0 = g_arm ? *g_arm : 0;
     int rc = MPI_Allreduce(NULL, NULL, 0, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     path(1, "MPI_Allreduce count 0, NULL buffers");
     if (rc != MPI_SUCCESS)
         failure("MPI_Allreduce count 0, NULL buffers: returned %d", rc);
+    /* with MPI's own arm on, a call that moves nothing goes to MPI at once */
+    const char *arm_env = getenv("AUTOINFRA_SHIM_MPI_ARM");
+    if (g_expect_shim && g_arm && !(arm_env && !strcmp(arm_env, "0")) && *g_arm - arm0 != 1)
+        failure("MPI_Allreduce count 0: %llu calls of MPI's own arm, expected 1", *g_arm - arm0);
 
     /* a duplicate of the world (congruent): still autoinfra */
     MPI_Comm dup;
@@ -663,6 +669,7 @@ int main(int argc, char **argv)
     g_calls = dlsym(RTLD_DEFAULT, "autoinfra_shim_calls");
     g_falls = dlsym(RTLD_DEFAULT, "autoinfra_shim_fallbacks");
     g_active = dlsym(RTLD_DEFAULT, "autoinfra_shim_active");
+    g_arm = dlsym(RTLD_DEFAULT, "autoinfra_shim_mpi_arm");
     int loaded = g_calls && g_falls && g_active, active = loaded && *g_active;
     if (g_expect_shim && !active)
         failure("the shim is %s", loaded ? "loaded but not active" : "not loaded");

@@ -10,7 +10,10 @@
  *  reduce_bcast        binomial reduce to 0, binomial broadcast.
  *  hierarchical        reduce within each host to its leader, ring allreduce
  *                      among leaders, broadcast within each host: only the
- *                      leaders touch the (slow) network.
+ *                      leaders touch the (slow) network. Above 64 KiB on
+ *                      hosts of equal power-of-two rank counts: reduce-
+ *                      scatter within each host, one ring per local index
+ *                      on its block (rails), allgather within each host.
  *  direct              one host: every rank writes its input into a shared
  *                      slot and reduces all of them (one flag round trip,
  *                      what Open MPI's sm coll and NCCL's LL protocol do
@@ -100,12 +103,57 @@ ai_status_t comm_reduce_bcast_allreduce(ai_comm *c, const coll_args *a)
 
 /* ------------------------------------------------------ hierarchical */
 
+/* Every host has the same number of ranks, a power of two >= 2. */
+static int hosts_even_pow2(const ai_comm *c)
+{
+    int l = c->host_first[1] - c->host_first[0];
+    if (l < 2 || (l & (l - 1)))
+        return 0;
+    for (int h = 1; h < c->nhosts; h++)
+        if (c->host_first[h + 1] - c->host_first[h] != l)
+            return 0;
+    return 1;
+}
+
+/* Large vectors on hosts of L ranks each (L a power of two): every rank
+ * carries a share of the network work. Recursive halving within the host
+ * leaves local rank i with the host's sum of block i (of L); the ranks of
+ * local index i on every host (rail i) run the ring allreduce on block i,
+ * all L rails at once; recursive doubling within the host gathers the
+ * blocks. Each NIC carries what the leaders' ring carries (L rails of n/L),
+ * but the reductions are spread over L ranks per host, and the host steps
+ * move each byte about twice in all instead of a reduce to the leader
+ * followed by a broadcast. */
+static ai_status_t hierarchical_rails(ai_comm *c, const coll_args *a)
+{
+    size_t es = ai_dtype_size(a->dt);
+    comm_group local = group_host(c, c->host_of[c->rank]);
+    vlayout L = {VL_EVEN, a->count, local.n, 0};
+    ai_status_t st = comm_core_halving(c, &local, &L, local.me, a->sendbuf, a->recvbuf, a->dt,
+                                       a->op);
+    if (st != AI_OK)
+        return st;
+    /* rail: member h is the rank of local index `me` on host h */
+    comm_group rail = {c->nhosts, c->host_of[c->rank], 0, c->host_first, c->host_ranks + local.me,
+                       -1, -1};
+    size_t off = vl_off(&L, local.me), len = vl_off(&L, local.me + 1) - off;
+    if (len > 0) {
+        st = comm_core_ring_allreduce(c, &rail, BP(a->recvbuf, off * es), BP(a->recvbuf, off * es),
+                                      len, a->dt, a->op, a->chunk_bytes);
+        if (st != AI_OK)
+            return st;
+    }
+    return comm_core_doubling(c, &local, &L, local.me, a->recvbuf, es);
+}
+
 ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
 {
     /* One host (all shared memory) or one rank per host (all network):
      * there is no hierarchy to exploit, run the flat ring. */
     if (c->nhosts == 1 || c->nhosts == c->size)
         return comm_ring_allreduce(c, a);
+    if (a->count * ai_dtype_size(a->dt) > ALGO_SMALL_BYTES && hosts_even_pow2(c))
+        return hierarchical_rails(c, a);
 
     ai_status_t st = comm_core_host_reduce(c, a);
     if (st != AI_OK)
