@@ -494,9 +494,10 @@ static void test_testbed_speed(void **st)
     parse_times(outbuf, &fm, &hm);
     fprintf(stderr, "test_testbed: shaped to 0.25 mid-run: f-0 %.0f ms, h-0 %.0f ms: %.2fx\n", fm,
             hm, hm / fm);
-    /* A quarter against full speed: 4x at best (half speed gave 2.0-2.2x). */
-    if (hm / fm < 1.8 || hm / fm > 6)
-        fail_msg("h-0 shaped to speed 0.25 mid-run took %.2fx f-0's time, not 1.8-6x", hm / fm);
+    /* A quarter against full speed: 4x at best; beside two CPU hogs 4.0-5.1x
+     * (half speed gave 1.9-2.2x). */
+    if (hm / fm < 1.8 || hm / fm > 7)
+        fail_msg("h-0 shaped to speed 0.25 mid-run took %.2fx f-0's time, not 1.8-7x", hm / fm);
 
     rc = run_down();
     if (rc != 0)
