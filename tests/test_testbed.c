@@ -460,27 +460,32 @@ static void test_testbed_speed(void **st)
     if (even < 0.75 || even > 1.33)
         fail_msg("after shape h-0 speed 1 the nodes differ by %.2fx", even);
 
-    /* While the work runs: h-0 drops to a quarter 0.3 s after its work
-     * began (a marker file says when: on a loaded machine the launch
-     * alone can take longer than a fixed delay), so its work takes well
-     * over twice f-0's (3x on an idle machine). */
+    /* While the ranks run: each touches a marker and keeps a CPU busy in
+     * small pieces until h-0 has been shaped to a quarter (a second marker
+     * says so), then times the same work as above, which on h-0 takes well
+     * over twice f-0's. The timed work waits for the shape: beside two
+     * CPU-bound processes and other work, a shape 0.3 s after h-0's work
+     * began landed after that work had ended (0.81x, want 1.8-5x). */
     char mid[2048], mark[64];
     snprintf(mark, sizeof mark, "/tmp/autoinfra-testbed-mid-%d", (int)getpid());
     snprintf(mid, sizeof mid,
              "sh '%s' run --timeout 40 -- /bin/sh -c \"$RANK\" & "
              "i=0; while [ ! -e '%s.h-0' ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; "
-             "sleep 0.3; sh '%s' shape h-0 speed 0.25 >&2 || exit 9; wait $!",
-             testbed, mark, testbed);
+             "sleep 0.1; sh '%s' shape h-0 speed 0.25 >&2 || exit 9; touch '%s.shaped'; wait $!",
+             testbed, mark, testbed, mark);
     char rank_mid[1024];
-    snprintf(rank_mid, sizeof rank_mid, "touch '%s.'\"$AUTOINFRA_HOST\"; %s", mark, RANK_SCRIPT);
+    snprintf(rank_mid, sizeof rank_mid,
+             "touch '%s.'\"$AUTOINFRA_HOST\"; i=0; while [ ! -e '%s.shaped' ] && [ $i -lt 2000 ]; "
+             "do awk 'BEGIN { for (i = 0; i < 300000; i++) s += i }'; i=$((i+1)); done; %s",
+             mark, mark, RANK_SCRIPT);
     setenv("RANK", rank_mid, 1);
     char *midv[] = {"/bin/sh", "-c", mid, NULL};
     rc = run(midv, 60);
     unsetenv("RANK");
     char mark_f[80];
-    const char *hosts[] = {"f-0", "h-0"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(mark_f, sizeof mark_f, "%s.%s", mark, hosts[i]);
+    const char *marks[] = {"f-0", "h-0", "shaped"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(mark_f, sizeof mark_f, "%s.%s", mark, marks[i]);
         unlink(mark_f);
     }
     if (rc != 0)
@@ -489,8 +494,10 @@ static void test_testbed_speed(void **st)
     parse_times(outbuf, &fm, &hm);
     fprintf(stderr, "test_testbed: shaped to 0.25 mid-run: f-0 %.0f ms, h-0 %.0f ms: %.2fx\n", fm,
             hm, hm / fm);
-    if (hm / fm < 1.8 || hm / fm > 5)
-        fail_msg("h-0 shaped to speed 0.25 mid-run took %.2fx f-0's time, not 1.8-5x", hm / fm);
+    /* A quarter against full speed: 4x at best; beside two CPU hogs 4.0-5.1x
+     * (half speed gave 1.9-2.2x). */
+    if (hm / fm < 1.8 || hm / fm > 7)
+        fail_msg("h-0 shaped to speed 0.25 mid-run took %.2fx f-0's time, not 1.8-7x", hm / fm);
 
     rc = run_down();
     if (rc != 0)

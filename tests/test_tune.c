@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -568,7 +569,7 @@ static void test_drift_one_rank(void **state)
 
 /* Writer: transaction k gives every arm k samples and the bucket k
  * explored calls; a reader must never see them disagree. */
-static void writer(const char *kb)
+static void writer(const char *kb, int ready_fd)
 {
     ai_kb *h;
     if (kb_open_writer(kb, &h) != AI_OK)
@@ -597,6 +598,11 @@ static void writer(const char *kb)
         }
         if (st != AI_OK)
             _exit(4);
+        if (k == 1) { /* the first transaction is in: the parent may kill now */
+            if (write(ready_fd, "w", 1) != 1)
+                _exit(5);
+            close(ready_fd);
+        }
     }
 }
 
@@ -607,10 +613,27 @@ static void test_crash_safety(void **state)
     path_in(kb, sizeof kb, "crash.sqlite");
     long total = 0; /* measurements: one per committed transaction, all rounds */
     for (int round = 0; round < 3; round++) {
+        /* Killed a time after its first commit, not after its start: beside
+         * two CPU-bound processes and other work a writer killed 150 ms
+         * after the fork had not yet created the file. */
+        int ready[2];
+        assert_int_equal(pipe(ready), 0);
         pid_t pid = fork();
         assert_true(pid >= 0);
-        if (pid == 0)
-            writer(kb);
+        if (pid == 0) {
+            close(ready[0]);
+            writer(kb, ready[1]);
+        }
+        close(ready[1]);
+        struct pollfd pf = {.fd = ready[0], .events = POLLIN};
+        char got = 0;
+        int up = poll(&pf, 1, 60000) == 1 && read(ready[0], &got, 1) == 1 && got == 'w';
+        close(ready[0]);
+        if (!up) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            fail_msg("crash test round %d: the writer committed nothing within 60 s", round);
+        }
         usleep(150000 + 50000 * round);
         kill(pid, SIGKILL);
         int wst;

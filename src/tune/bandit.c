@@ -245,6 +245,11 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls)
  * beyond it too: a lasting change shows one window later, and then the
  * arm's location starts again from it (a median over windows from before
  * the change would hold on to the old level for half of them). */
+int bandit_settled_spike(const tune_bandit *b, int i, double y, int calls)
+{
+    return cap_at(b, i, y, calls, TUNE_SPIKE) < y && !b->high[i];
+}
+
 void bandit_observe_settled(tune_bandit *b, int i, double y, int calls)
 {
     double capped = cap_at(b, i, y, calls, TUNE_SPIKE);

@@ -186,6 +186,8 @@ double bandit_cap(const tune_bandit *b, int i, double y, int calls);
 /* A settled window into arm i: one spike counts capped, a lasting change
  * in full from its second window. */
 void bandit_observe_settled(tune_bandit *b, int i, double y, int calls);
+/* Would bandit_observe_settled take y as a spike now (count it capped)? */
+int bandit_settled_spike(const tune_bandit *b, int i, double y, int calls);
 /* Is y (log seconds, the mean of a window of arm i's calls) more than
  * `limit` (log) and 3 sd of the noise of one observation, spikes
  * included, away from what arm i measured so far? The statistical half
