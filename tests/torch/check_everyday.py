@@ -9,11 +9,13 @@ torch 2's venv (plugins/torch/torch2.cmake: torch2_everyday_N):
     objects   all_gather_object, broadcast_object_list, gather_object and
               scatter_object_list of objects of uneven pickled sizes (a
               tensor among them): equal to the objects sent and to gloo's
-    hooks     DDP with default_hooks.fp16_compress_hook, powerSGD_hook and
-              batched_powerSGD_hook (a PowerSGDState each, error feedback and
-              warm start, compression from step 2): parameters the same on
-              every rank, equal to gloo's under the same hook, and PowerSGD's
-              apart from uncompressed DDP's (the hook did run)
+    hooks     DDP with default_hooks.fp16_compress_hook and powerSGD_hook (a
+              PowerSGDState, error feedback and warm start, compression from
+              step 2): parameters the same on every rank, equal to gloo's
+              under the same hook, and PowerSGD's apart from uncompressed
+              DDP's (the hook did run). batched_powerSGD_hook is left out: on
+              both torches it fails inside torch, whatever the backend (it
+              hands a 2-D matrix to _orthogonalize, which asserts 3-D).
     nosync    gradient accumulation with DDP.no_sync: grads stay local (apart
               across ranks) inside no_sync; after the sync step they equal
               gloo's and a single process's mean over every rank's batches
@@ -208,8 +210,7 @@ def hooks(rank, n, gloo):
     plain = train_ddp(rank, gloo)
     for name, hook, mk, rtol, atol in (
             ("fp16_compress_hook", default_hooks.fp16_compress_hook, None, 1e-3, 1e-4),
-            ("powerSGD_hook", psgd.powerSGD_hook, state, 1e-4, 1e-5),
-            ("batched_powerSGD_hook", psgd.batched_powerSGD_hook, state, 1e-4, 1e-5)):
+            ("powerSGD_hook", psgd.powerSGD_hook, state, 1e-4, 1e-5)):
         mine = train_ddp(rank, None, hook, mk)
         theirs = train_ddp(rank, gloo, hook, mk)
         same_on_every_rank(mine, n, gloo, f"{name}: autoinfra's parameters")
