@@ -215,7 +215,7 @@ void CommRunner::release() {
     ai_comm_revoke(comm_);
     l.lock();
   }
-  running_ = inline_ = false;
+  running_ = inline_ = loop_owns_ = false;
   set_wait_mode();
   // The progress thread sleeps until a call is queued and exclusive() until
   // the runner is idle: wake them only if one was queued or waits, since
@@ -230,6 +230,54 @@ std::exception_ptr revoked_error(const std::string& msg) {
   return std::make_exception_ptr(CommError(AI_ERR_REVOKED, -1, msg));
 }
 }  // namespace
+
+void CommRunner::run_through(uint64_t ticket) {
+  if (!on_progress_thread()) return;
+  for (;;) {
+    Job job;
+    std::string revoked;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      // A caller that took a call (run_queued), or exclusive(), holds the
+      // communicator: wait for it (release wakes only while calls are
+      // queued, so look again every millisecond).
+      while (running_ && !loop_owns_)
+        cv_.wait_for(l, std::chrono::milliseconds(1));
+      if (queue_.empty() || queue_.front().ticket > ticket) break;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_release);
+      running_ = loop_owns_ = true;
+      revoked = revoked_;
+    }
+    // As loop() runs it.
+    if (revoked.empty() && job.p2p) {
+      try {
+        p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
+      } catch (...) {
+        if (p2p_.empty()) release();
+        job.done(std::current_exception());
+      }
+      continue;
+    }
+    if (revoked.empty() && !p2p_.empty()) {
+      progress_p2p(0);
+      std::lock_guard<std::mutex> l(mu_);
+      revoked = revoked_;
+    }
+    if (revoked.empty()) {
+      job.done(owned(job.fn));
+    } else {
+      release();
+      job.done(revoked_error(revoked));
+    }
+  }
+  // A request posted here completes only when moved: move them all.
+  if (!p2p_.empty()) {
+    progress_p2p(0);
+    if (p2p_.empty()) release();
+  }
+}
 
 void CommRunner::revoke(const std::string& reason) {
   std::deque<Job> drained;
@@ -403,7 +451,7 @@ void CommRunner::loop() {
         job = std::move(queue_.front());
         queue_.pop_front();
         queued_.fetch_sub(1, std::memory_order_release);
-        running_ = true;
+        running_ = loop_owns_ = true;
       }
       revoked = revoked_;
       stopping = stop_;

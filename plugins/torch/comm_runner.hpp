@@ -124,6 +124,17 @@ class CommRunner {
   // the progress thread has not taken it yet: the hand-off to that thread
   // and the wake-up back each wait for a core. Returns false otherwise.
   bool run_queued(uint64_t ticket);
+  // Whether the calling thread is the progress thread: a future's callback
+  // (DDP's comm hooks chain on futures) runs there, when the call before
+  // completes.
+  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // On the progress thread only: run every queued call up to and including
+  // ticket's, in queue order, here and now (a point-to-point request is
+  // posted, then every pending request moved until done). A callback that
+  // issues a call and waits for its future (PowerSGD's hooks do, each
+  // allreduce in the callback of the one before) would otherwise wait for
+  // the very thread it holds.
+  void run_through(uint64_t ticket);
   // The streak of kWaitStreak's comment. large_posted: a call above
   // kInlineBytes was posted; large_waited: one was waited for, at once or
   // not; large_async: its future was asked for or it was polled.
@@ -286,6 +297,7 @@ class CommRunner {
   bool comm_revoked_ = false;  // ai_comm_revoke was called
   bool running_ = false;  // a call runs (progress thread, run_queued) or requests are pending
   bool inline_ = false;   // the running call runs on its caller's thread (run_queued)
+  bool loop_owns_ = false;  // the progress thread set running_ (loop, run_through)
   int waiters_ = 0;       // threads in wait_begin..wait_end
   std::atomic<int> streak_{0};           // large calls in a row waited for at once
   std::atomic<bool> last_waited_{true};  // the last large call was waited for

@@ -91,6 +91,9 @@ foreach(t "collectives 2" "collectives 3" "collectives 4" "ddp 2" "ddp 3" "kill 
   ai_torch2_test(torch2 check_backend.py "${t}" test-kb-torch2.sqlite 180)
 endforeach()
 
+# check_everyday.py as for torch 1.13.
+ai_torch2_test(torch2_everyday check_everyday.py 2 test-kb-torch2.sqlite 180)
+
 # check_elastic.py: the joiner starts only after the kill, and its imports
 # of torch 2 and what DDP pulls in took over 40 s on the loaded 2-core
 # machine: the run's limit is 150 s instead of 50.

@@ -50,6 +50,10 @@ class AutoinfraWork : public c10d::Work {
     note(true);
     if (done_.load(std::memory_order_acquire)) return c10d::Work::wait(timeout);
     uint64_t ticket = ticket_.exchange(0, std::memory_order_relaxed);
+    if (ticket && runner_->on_progress_thread()) {  // a future's callback (run_through)
+      runner_->run_through(ticket);
+      return c10d::Work::wait(timeout);
+    }
     if (ticket && runner_->run_queued(ticket)) return c10d::Work::wait(timeout);
     runner_->expedite();  // it is behind another call, or that one runs
     runner_->wait_begin();
@@ -93,6 +97,12 @@ class AutoinfraWork : public c10d::Work {
 
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
     note(false);
+    // Asked for in a future's callback on the progress thread, to be waited
+    // for (PowerSGD's hooks): the call runs now (run_through), since that
+    // thread could not run it while the callback waits.
+    uint64_t ticket = ticket_.load(std::memory_order_relaxed);
+    if (ticket && !done_.load(std::memory_order_acquire) && runner_->on_progress_thread())
+      runner_->run_through(ticket);
     std::lock_guard<std::mutex> l(future_mu_);
     if (!future_) {
       future_ = c10::make_intrusive<c10::ivalue::Future>(list_type());
