@@ -250,27 +250,7 @@ void CommRunner::run_through(uint64_t ticket) {
       running_ = loop_owns_ = true;
       revoked = revoked_;
     }
-    // As loop() runs it.
-    if (revoked.empty() && job.p2p) {
-      try {
-        p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
-      } catch (...) {
-        if (p2p_.empty()) release();
-        job.done(std::current_exception());
-      }
-      continue;
-    }
-    if (revoked.empty() && !p2p_.empty()) {
-      progress_p2p(0);
-      std::lock_guard<std::mutex> l(mu_);
-      revoked = revoked_;
-    }
-    if (revoked.empty()) {
-      job.done(owned(job.fn));
-    } else {
-      release();
-      job.done(revoked_error(revoked));
-    }
+    run_job(job, std::move(revoked));  // as loop() runs it
   }
   // A request posted here completes only when moved: move them all.
   if (!p2p_.empty()) {
@@ -469,27 +449,31 @@ void CommRunner::loop() {
       if (p2p_.empty()) release();
       continue;
     }
-    if (revoked.empty() && job.p2p) {
-      // Post it and go on: it moves beside the others from now on.
-      try {
-        p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
-      } catch (...) {
-        if (p2p_.empty()) release();
-        job.done(std::current_exception());
-      }
-      continue;
+    run_job(job, std::move(revoked));
+  }
+}
+
+void CommRunner::run_job(Job& job, std::string revoked) {
+  if (revoked.empty() && job.p2p) {
+    // Post it and go on: it moves beside the others from now on.
+    try {
+      p2p_.push_back(Pending{job.p2p(), std::move(job.done)});
+    } catch (...) {
+      if (p2p_.empty()) release();
+      job.done(std::current_exception());
     }
-    if (revoked.empty() && !p2p_.empty()) {
-      progress_p2p(0);  // the call's messages queue behind the requests'
-      std::lock_guard<std::mutex> l(mu_);
-      revoked = revoked_;
-    }
-    if (revoked.empty()) {
-      job.done(owned(job.fn));
-    } else {
-      release();
-      job.done(revoked_error(revoked));
-    }
+    return;
+  }
+  if (revoked.empty() && !p2p_.empty()) {
+    progress_p2p(0);  // the call's messages queue behind the requests'
+    std::lock_guard<std::mutex> l(mu_);
+    revoked = revoked_;
+  }
+  if (revoked.empty()) {
+    job.done(owned(job.fn));
+  } else {
+    release();
+    job.done(revoked_error(revoked));
   }
 }
 

@@ -276,6 +276,10 @@ class CommRunner {
     double not_before;  // ai_now() before which the progress thread leaves it (deferred)
     std::function<P2pPost()> p2p;  // set: a point-to-point request to post (fn empty)
   };
+  // Run one job taken from the queue on this thread (loop, run_through):
+  // a send/recv is posted beside the pending ones, a call runs unless the
+  // communicator was revoked.
+  void run_job(Job& job, std::string revoked);
   struct Pending {
     P2pPost post;
     std::function<void(std::exception_ptr)> done;
