@@ -41,12 +41,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-for cand in (os.path.join(HERE, "..", "examples", "train"),
-             os.path.join(HERE, "..", "python", "autoinfra", "train")):
-    if os.path.isfile(os.path.join(cand, "train.py")):
-        sys.path.insert(0, cand)
-        break
-import train as job  # noqa: E402  (the training job's model and data)
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+from autoinfra.train import job  # noqa: E402  (the training job's model and data)
 
 from torchft import DistributedDataParallel, Manager, ProcessGroupGloo  # noqa: E402
 from torchft.optim import OptimizerWrapper  # noqa: E402

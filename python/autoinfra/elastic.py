@@ -18,10 +18,11 @@ shrinks it to the survivors (autoinfra.torch.shrink), agrees on the
 last completed step (the state of a survivor that completed it is broadcast
 to the others when they differ), rebuilds DDP on the new group and redoes
 the interrupted step: at most that step's work is lost, and no checkpoint
-is read. At every step's end one small allreduce gives the global mean loss,
-and every member admits the processes waiting in join()
-(autoinfra.torch.admit: the library's ai_comm_admit, which C and MPI
-users of the runtime call alike); when some came, rank 0 broadcasts the
+is read. At every step's end one small allreduce gives the global mean loss and,
+in the same call, rank 0's count of the processes waiting in join()
+(autoinfra.torch.pending_joiners); when some wait, every member grows the
+group by that many (autoinfra.torch.grow, as the library's ai_comm_admit
+does, without a second collective per step), rank 0 broadcasts the
 optimizer state and the step counter (DDP's construction broadcasts the
 parameters), and the next step runs on the larger group.
 
@@ -77,11 +78,12 @@ class Trainer:
         if join is not None:
             t0 = time.time()
             self.group = at.join(join, timeout=self.timeout)
+            t_in = time.time()
             self._sync_state(receive=True)
             self._build()
             self.events.append({"kind": "joined", "step": self.step, "at": t0,
-                                "ready_at": time.time(), "world_size": self.size,
-                                "rank": self.rank})
+                                "admitted_at": t_in, "ready_at": time.time(),
+                                "world_size": self.size, "rank": self.rank})
         else:
             self.group = group if group is not None else dist.distributed_c10d._get_default_group()
             self._build()
@@ -187,16 +189,16 @@ class Trainer:
         self.log("elastic: step %d: %s; %d -> %d ranks in %.2f s" % (
             self.step + 1, ev["error"], old_size, self.size, ev["ready_at"] - t_fail))
 
-    def _admit(self):
-        """The processes waiting in join() come in (autoinfra.torch.admit,
-        the library's side of joining: every member calls it at each step's
-        end); rank 0 hands them the optimizer state and the step counter."""
+    def _admit(self, joiners):
+        """joiners processes waiting in join() (rank 0's count, which every
+        member learnt in the step end's allreduce) come in
+        (autoinfra.torch.grow); rank 0 hands them the optimizer state and
+        the step counter."""
         t0 = time.time()
         old, old_size = self.group, self.size
         try:
-            joined, new = at.admit(old, timeout=self.timeout)
-            if new is None:
-                return
+            new = at.grow(old, joiners, timeout=self.timeout)
+            joined = joiners
             self._drop_ddp()
             self.group = new
             self._sync_state(receive=False)
@@ -255,11 +257,17 @@ class Trainer:
             self._recover(error)
         self.step += 1
         done_at = time.time()
-        # The step's end: the global mean loss, then the joiners come in.
+        # The step's end: one allreduce gives the global mean loss and rank
+        # 0's count of newcomers at the join door (a count, not a second
+        # collective: a member that died fails it before anyone grows).
+        joiners = 0
         try:
-            t = torch.tensor([local * (hi - lo) / self.global_batch], dtype=torch.float64)
+            waiting = at.pending_joiners(self.group) if self.rank == 0 else 0
+            t = torch.tensor([local * (hi - lo) / self.global_batch, float(waiting)],
+                             dtype=torch.float64)
             self._allreduce(t)
             mean = float(t[0])
+            joiners = int(round(float(t[1])))
         except RuntimeError as e:
             error = self._failure(e)
             if error is None:
@@ -269,6 +277,6 @@ class Trainer:
             self._recover(error)
         rec = {"step": self.step, "loss": mean, "world_size": size, "done_at": done_at,
                "redone": redone}
-        if error is None:
-            self._admit()
+        if error is None and joiners > 0:
+            self._admit(joiners)
         return rec

@@ -581,6 +581,18 @@ def setup(a):
     return data, Windows(data, a.ctx)
 
 
+def process_started_at():
+    """time.time() of this process's start (Linux: /proc/self/stat), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            up = float(f.read().split()[0])
+        return time.time() - up + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time()
+
+
 def elastic_main(a):
     """--elastic, --join: the steps through autoinfra.elastic."""
     if a.join:
@@ -600,7 +612,11 @@ def elastic_main(a):
     if a.join:
         el = elastic.Trainer(model, opt, gb, join=a.join, timeout=a.timeout,
                              ddp_kwargs=ddp_kwargs, log=say)
-        say("train: joined at step %d as rank %d of %d" % (el.step, el.rank, el.size))
+        ev = el.events[-1]
+        say("train: joined at step %d as rank %d of %d: %.2f s from the process's start to "
+            "the join door, %.2f s there, %.2f s for the state and DDP"
+            % (el.step, el.rank, el.size, ev["at"] - process_started_at(), ev["admitted_at"] - ev["at"],
+               ev["ready_at"] - ev["admitted_at"]))
     else:
         dist.init_process_group(a.backend, init_method="env://", rank=rank, world_size=world,
                                 timeout=datetime.timedelta(seconds=a.timeout))
