@@ -222,6 +222,22 @@ static void test_p2p_nonblocking_tcp(void **state)
 /* A receive nobody sends to, moved in 10 ms slices: the timeout counts
  * across the calls and fails it, naming the peer, within about the
  * communicator's timeout. */
+/* Moves one request until it completes or fails; *took: the seconds it
+ * took. Frees the request. */
+static ai_status_t progress_until_done(ai_comm *c, ai_p2p *req, double *took)
+{
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ai_status_t st = AI_OK;
+    int done = 0;
+    while (st == AI_OK && !done)
+        st = ai_p2p_progress(c, &req, 1, 0.01, &done);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    *took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    ai_p2p_free(req);
+    return st;
+}
+
 static int nb_timeout_body(ai_comm *c, void *arg)
 {
     if (ai_comm_rank(c) == 1) {
@@ -232,15 +248,8 @@ static int nb_timeout_body(ai_comm *c, void *arg)
     ai_p2p *req = NULL;
     if (ai_irecv(c, 1, b, sizeof b, &req) != AI_OK)
         return 1;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    ai_status_t st = AI_OK;
-    int done = 0;
-    while (st == AI_OK && !done)
-        st = ai_p2p_progress(c, &req, 1, 0.01, &done);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    ai_p2p_free(req);
+    double took;
+    ai_status_t st = progress_until_done(c, req, &took);
     if (st != AI_ERR_TIMEOUT || !strstr(ai_last_error(), "irecv from rank 1") || took < 0.9 ||
         took > 2.5) {
         fprintf(stderr, "rank 0: want a timeout after ~1 s naming irecv from rank 1, got %s after "
@@ -388,15 +397,8 @@ static int any_timeout_body(ai_comm *c, void *arg)
         return 1;
     if (ai_irecv_any(c, b, sizeof b, &req) != AI_OK)
         return 2;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    ai_status_t st = AI_OK;
-    int done = 0;
-    while (st == AI_OK && !done)
-        st = ai_p2p_progress(c, &req, 1, 0.01, &done);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    ai_p2p_free(req);
+    double took;
+    ai_status_t st = progress_until_done(c, req, &took);
     if (st != AI_ERR_TIMEOUT || !strstr(ai_last_error(), "receive from any rank") || took < 0.9 ||
         took > 2.5) {
         fprintf(stderr, "rank 0: want a timeout after ~1 s of a receive from any rank, got %s "

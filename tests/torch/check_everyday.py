@@ -35,34 +35,18 @@ fails if any rank fails or the whole run exceeds its limit.
 """
 import datetime
 import os
-import socket
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+sys.path.insert(0, HERE)
+from check_shares import run_ranks  # noqa: E402 (the same local ranks)
 PARTS = ("objects", "hooks", "nosync", "zero", "join")
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parent(n, parts, limit_s=150):
-    env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(n)] + parts,
-                              env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
-    end = time.time() + limit_s
-    while any(p.poll() is None for p in procs) and time.time() < end:
-        time.sleep(0.05)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-    codes = [p.wait() for p in procs]
+    codes = run_ranks(n, [sys.executable, __file__, str(n)] + parts, limit_s)
     if codes != [0] * n:
         print(f"everyday {' '.join(parts)} on {n} ranks: exit codes {codes}", file=sys.stderr)
         return 1
