@@ -363,6 +363,9 @@ ai_status_t comm_shm_peer_read(ai_comm *c, int rank, void *dst, const void *src,
                 continue;
             *denied = err == EPERM || err == ENOSYS || err == EACCES;
             c->tp->blame = rank;
+            if (err == ESRCH || comm_proc_is_dead(p->pid)) /* as comm_shm_check_local */
+                return util_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", rank,
+                                 (int)p->pid);
             return util_fail(AI_ERR_IO, "reading %zu bytes of rank %d's memory (pid %d on this "
                              "host, process_vm_readv): %s", len, rank, (int)p->pid,
                              n < 0 ? strerror(err) : "nothing read");
