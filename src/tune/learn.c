@@ -82,11 +82,11 @@
 #define TUNE_TURN_RISE 0.095 /* log: more load makes each turn on a CPU
                               * wait at least 1.1x longer (a drift left it
                               * 0.73-1.3x under a load of 20-30) */
-#define TUNE_LOAD_PART 0.3   /* the CPU wait's change matches at least this
-                              * part of the call's */
 #define TUNE_SHARE_HIGH 0.7 /* ... and asked only where the CPU wait's share
                              * of a call is this high: below, a drift
                              * lowers the share (0.75-0.8 to 0.1-0.55) */
+#define TUNE_LOAD_PART 0.3   /* the CPU wait's change matches at least this
+                              * part of the call's */
 #define TUNE_SHARE_TOL 0.1    /* the CPU wait's share of a call is this noisy
                                * (0.75-0.84 under a steady load) */
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
@@ -425,8 +425,8 @@ static double window_load(tune_bucket *b, double mine, double *turn)
 /* A settled window off the arm's posterior by a drift's margin, but
  * with at least 0.3 of that change matched by a change in the slowest
  * rank's CPU wait from its average, and the wait's share of the call and
- * its wait per turn moved the same way: the machine's load moved, not the
- * cluster. Share and turn tell a drift under load apart. A rank waiting for a slowed peer
+ * (where that share is high) its wait per turn moved the same way: the
+ * machine's load moved, not the cluster. Share and turn tell a drift under load apart. A rank waiting for a slowed peer
  * sleeps, and every wake-up waits for a CPU on a loaded machine: its wait
  * per call grows with the longer call (by 0.1-0.4 of the extra time with
  * 4 CPU-bound processes beside test_tune's 2 ranks on 2 cores, at times
