@@ -14,15 +14,17 @@ One job per (MPI, ranks, collective, size group), on one host (mpirun
 --oversubscribe; mpiexec.mpich), the shim's knowledge base one scratch
 file per MPI and rank count for the whole run, so later groups start from
 what earlier jobs learned, as a deployed job would. Warm-up calls first
-(both sides, at least 500): the learner explores there (the shim starts
+(both sides, at least 1200): the learner explores there (the shim starts
 its comparison after at most 400 calls of a size) and the shim compares
-its way with MPI's once (96 calls; docs/mpi-shim.md) before the rounds
+its way with MPI's once (768 calls below 1 MiB, 96 from 1 MiB;
+docs/mpi-shim.md) before the rounds
 begin, so that the rounds time the steady state a long job runs in.
 Size groups (--scale multiplies the calls; the rounds of mpi_bench
 --alternate are cut to 0.25 s where calls take milliseconds):
-  bytes <= 8 KiB     1000 calls per round and side, 500 warm-up
-  bytes <= 256 KiB    200 calls, 200 warm-up
-  larger               40 calls,  60 warm-up (500: the minimum)
+  bytes <= 8 KiB     10000 calls per round and side (OSU's count)
+  bytes <= 256 KiB    1000 calls
+  larger               100 calls
+and 1200 warm-up calls in every group
 
 A job that fails or passes --run-timeout is reported and the run goes
 on; Ctrl-C or SIGTERM writes what ran so far. Output (--out):
@@ -41,9 +43,12 @@ import sys
 import tempfile
 import time
 
-GROUPS = [(8 << 10, 1000, 500), (256 << 10, 200, 200), (1 << 62, 40, 60)]
-# the shim's SHIM_LEARN_MAX (400) plus its first comparison (96 calls)
-WARM_MIN = 500
+# OSU's counts (osu_util.h: 10000 iterations up to 8 KiB, 1000 above;
+# 100 above 256 KiB here, where a call takes 0.1-1 ms on 2 cores)
+GROUPS = [(8 << 10, 10000), (256 << 10, 1000), (1 << 62, 100)]
+# the shim's SHIM_LEARN_MAX (400) plus its first comparison (768 calls
+# below 1 MiB: 12 blocks of 64)
+WARM_MIN = 1200
 COLLS = ["allreduce", "allgather", "reduce_scatter", "broadcast", "alltoall"]
 
 
@@ -56,14 +61,14 @@ def parse_size(s):
 def groups(lo, hi, scale):
     out, b = [], lo
     while b <= hi:
-        for top, iters, warm in GROUPS:
+        for top, iters in GROUPS:
             if b <= top:
                 break
         g = b
         while g * 2 <= min(hi, top):
             g *= 2
         # the warm-up covers the learner's exploration and the shim's first duel
-        out.append((b, g, max(1, int(iters * scale)), max(WARM_MIN, int(warm * scale))))
+        out.append((b, g, max(1, int(iters * scale)), WARM_MIN))
         b = g * 2
     return out
 
@@ -73,8 +78,41 @@ def load():
         return " ".join(f.read().split()[:3])
 
 
+def summary(dirs, goal):
+    """Several runs' same-job.json side by side: per point the median ratio
+    over the runs, and per run how many points met the goal."""
+    runs = []
+    for d in dirs:
+        with open(os.path.join(d, "same-job.json")) as f:
+            runs.append(json.load(f))
+    by = {}
+    for run in runs:
+        for r in run["rows"]:
+            by.setdefault((r["mpi"], r["ranks"], r["coll"], r["bytes"]), []).append(r["ratio"])
+    lines = [f"# {len(runs)} runs: " + "; ".join(f"{d} (commit {r['meta']['commit']}, load {r['meta']['load_before']})"
+                                                  for d, r in zip(dirs, runs)),
+             "# per point the median over the runs of each run's ratio (shim / MPI)",
+             f"{'mpi':<6} {'ranks':>5} {'coll':<15} {'bytes':>9} {'median':>7}  runs"]
+    for (mpi, ranks, coll, b), v in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1], COLLS.index(kv[0][2]),
+                                                                       kv[0][3])):
+        m = statistics.median(v)
+        lines.append(f"{mpi:<6} {ranks:>5} {coll:<15} {b:>9} {m:>7.3f}  " + " ".join(f"{x:.3f}" for x in v) +
+                     ("" if m <= goal else "  >goal"))
+    per_run = [sum(r["ratio"] <= goal for r in run["rows"]) for run in runs]
+    small = [statistics.median(v) for k, v in by.items() if k[3] <= 2048]
+    large = [statistics.median(v) for k, v in by.items() if k[3] > 2048]
+    lines.append(f"# medians at most {goal}x MPI's time at {sum(statistics.median(v) <= goal for v in by.values())} "
+                 f"of {len(by)} points (8 B-2 KiB: {sum(x <= goal for x in small)} of {len(small)}, median "
+                 f"{statistics.median(small) if small else float('nan'):.3f}; from 4 KiB: {sum(x <= goal for x in large)} "
+                 f"of {len(large)}, median {statistics.median(large) if large else float('nan'):.3f}); each run alone: "
+                 + ", ".join(f"{n} of {len(run['rows'])}" for n, run in zip(per_run, runs)))
+    sys.stdout.write("\n".join(lines) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--summary", nargs="+", metavar="DIR",
+                    help="run nothing: the median per point of earlier runs' DIR/same-job.json")
     ap.add_argument("--build", default="build", help="CMake build folder with plugins/mpi_shim (default build)")
     ap.add_argument("--mpi", default="ompi,mpich", help="ompi (Open MPI), mpich, comma separated (default both)")
     ap.add_argument("--np", default="2,4", help="rank counts (default 2,4)")
@@ -88,6 +126,9 @@ def main():
                     help="seconds one job may take; then it is killed and reported (default 1200)")
     ap.add_argument("--env", action="append", default=[], help="VAR=VALUE for the shim (repeatable)")
     a = ap.parse_args()
+    if a.summary:
+        summary(a.summary, a.goal)
+        return
     lo, _, hi = a.bytes.partition(":")
     lo, hi = parse_size(lo), parse_size(hi or lo)
     colls = a.coll.split(",")

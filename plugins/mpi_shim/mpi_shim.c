@@ -63,16 +63,20 @@
 #define BOOT_LEN 256 /* the rendezvous message rank 0 broadcasts */
 #define HOST_ID_MAX 64
 
-/* Counters a program (or tests/test_mpi_shim.c through mpi_shim_check) can
- * read with dlsym(RTLD_DEFAULT, ...): intercepted collectives autoinfra ran,
- * and intercepted collectives passed to MPI while autoinfra was active. */
-SHIM_EXPORT unsigned long long autoinfra_shim_calls;
-SHIM_EXPORT unsigned long long autoinfra_shim_fallbacks;
-/* 1 while autoinfra serves MPI_COMM_WORLD. */
+/* 1 while autoinfra serves MPI_COMM_WORLD; the counters are read with
+ * autoinfra_shim_counts (below). A program (or tests/test_mpi_shim.c
+ * through mpi_shim_check) finds both with dlsym(RTLD_DEFAULT, ...). */
 SHIM_EXPORT int autoinfra_shim_active;
-/* Of autoinfra_shim_calls, those the learner handed to MPI's own
- * collective (its host-MPI arm, below). */
-SHIM_EXPORT unsigned long long autoinfra_shim_mpi_arm;
+/* The intercepted collectives so far: those autoinfra served (calls), of
+ * those the ones it handed to MPI's own collective (mpi_arm), and those it
+ * passed to MPI unserved (fallbacks: arguments or a communicator it does
+ * not take). Any pointer may be NULL. */
+SHIM_EXPORT void autoinfra_shim_counts(unsigned long long *calls, unsigned long long *fallbacks,
+                                       unsigned long long *mpi_arm);
+/* Intercepted collectives passed to MPI while autoinfra was active; those
+ * autoinfra served; of those, the ones it handed to MPI's own collective
+ * (its host-MPI arm, below; the learner's or the duel's choice). */
+static unsigned long long g_fallbacks, g_calls, g_mpi_arm;
 
 static ai_comm *g_comm;
 static int g_rank, g_size, g_verbose, g_world_only;
@@ -410,15 +414,37 @@ static void drive_mpi(void *arg)
  * preemption hit does not decide), agrees on the slowest rank's (one
  * PMPI_Allreduce), and sends the bucket's calls to autoinfra only where
  * it is at least SHIM_DUEL_MARGIN faster, else to MPI (within the margin
- * MPI is as good, and it is what the program would have had), until
- * SHIM_DUEL_EVERY calls later, when the duel runs again. Every rank makes
- * the same calls and the decisions are agreed, so every rank takes the
- * same path. A call that moves no bytes goes to MPI at once.
- * AUTOINFRA_SHIM_MPI_ARM=0 leaves the arm and the duel out. */
-#define SHIM_DUEL_BLOCK 8
+ * MPI is as good, and it is what the program would have had), until the
+ * duel runs again.
+ *
+ * A block is 64 calls (8 from SHIM_DUEL_LARGE bytes, where a call takes
+ * 0.1-50 ms). Blocks of 8 misjudged: the learner agrees on its times once
+ * per window of up to 32 calls, a microsecond or more that a median of
+ * 8-call blocks leaves out (allreduce, 1 KiB, 2 ranks: autoinfra 0.40 us
+ * per call in the duel against MPI's 0.48, 2.7 us once chosen), and the
+ * switch between the two ways weighs on 8 calls (alltoall, 128 KiB blocks:
+ * autoinfra 6% faster in the duel, 13% slower in runs of 1000 calls).
+ *
+ * The next duel is SHIM_DUEL_EVERY calls later, or more where the loser
+ * was far slower: a duel runs 1 + SHIM_DUEL_BLOCKS blocks the loser's way,
+ * and the calls until the next are as many as keep that within
+ * SHIM_DUEL_COST of their time (at most SHIM_DUEL_EVERY_MAX). Every 4096
+ * calls, an 8-byte allreduce on 2 ranks (MPI 0.25 us, autoinfra 2.5-19 us)
+ * paid 5-10% of its time for duels. No duel runs where the learner settled
+ * on MPI's own collective: autoinfra's way is then MPI's call with the
+ * learner's bookkeeping added.
+ *
+ * Every rank makes the same calls and the decisions are agreed, so every
+ * rank takes the same path. A call that moves no bytes goes to MPI at
+ * once. AUTOINFRA_SHIM_MPI_ARM=0 leaves the arm and the duel out. */
+#define SHIM_DUEL_BLOCK 64
+#define SHIM_DUEL_BLOCK_LARGE 8
+#define SHIM_DUEL_LARGE (1u << 20)
 #define SHIM_DUEL_BLOCKS 5
 #define SHIM_DUEL_MARGIN 0.03
 #define SHIM_DUEL_EVERY 4096
+#define SHIM_DUEL_EVERY_MAX (1ul << 22)
+#define SHIM_DUEL_COST 0.005
 #define SHIM_LEARN_MAX 400 /* calls after which the duel starts even unsettled */
 
 #if defined(OPEN_MPI)
@@ -438,6 +464,7 @@ typedef struct {
     unsigned long next;  /* DUEL_MPI/AI: the call that starts the next duel */
     int state;
     unsigned k;          /* DUEL_RUN: calls of this duel so far */
+    unsigned block;      /* DUEL_RUN: calls per block */
     double t[2][SHIM_DUEL_BLOCKS]; /* timed blocks' seconds: [0] MPI, [1] autoinfra */
     unsigned n[2];       /* timed blocks so far */
     double block_t0;     /* the current timed block's start */
@@ -522,8 +549,28 @@ static ai_status_t mpi_arm(void *arg, ai_coll coll, const void *sendbuf, void *r
     }
     if (rc != MPI_SUCCESS)
         return AI_ERR_IO;
-    __atomic_fetch_add(&autoinfra_shim_mpi_arm, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g_mpi_arm, 1, __ATOMIC_RELAXED);
     return AI_OK;
+}
+
+/* A duel starts, unless the learner settled on MPI's own collective (the
+ * same on every rank): then the bucket goes to MPI straight. */
+static void duel_start(shim_duel *d, ai_coll coll, size_t bytes)
+{
+    ai_choice ch;
+    if (ai_comm_choice(g_comm, coll, bytes, &ch) == AI_OK && ch.settled &&
+        !strcmp(ch.algo, SHIM_ARM_NAME)) {
+        d->state = DUEL_MPI;
+        d->next = d->calls + SHIM_DUEL_EVERY_MAX;
+        if (g_verbose > 1 && g_rank == 0)
+            fprintf(stderr, SHIM_TAG ": %s %zu bytes: the learner settled on MPI's own: MPI\n",
+                    ai_coll_name(coll), bytes);
+        return;
+    }
+    d->state = DUEL_RUN;
+    d->block = bytes < SHIM_DUEL_LARGE ? SHIM_DUEL_BLOCK : SHIM_DUEL_BLOCK_LARGE;
+    d->k = 0;
+    d->n[0] = d->n[1] = 0;
 }
 
 /* Before a call the shim would serve: 1 to pass it straight to MPI, 0
@@ -543,19 +590,19 @@ static int duel_pick(ai_coll coll, size_t bytes, double *t0)
     case DUEL_AI:
         if (d->calls < d->next)
             return d->state == DUEL_MPI;
-        d->state = DUEL_RUN;
-        d->k = 0;
-        d->n[0] = d->n[1] = 0;
+        duel_start(d, coll, bytes);
+        if (d->state == DUEL_MPI)
+            return 1;
         /* fall through */
     case DUEL_RUN:
         /* A block is timed from its first call's start to its last call's
          * end: what a run of calls costs, queueing and pipelining
          * included (one call of a broadcast returns at the root before
          * the data moved, and would make MPI look cheap). */
-        mpi = (d->k / SHIM_DUEL_BLOCK) % 2 == 0;
-        if (d->k >= 2 * SHIM_DUEL_BLOCK && d->k % SHIM_DUEL_BLOCK == 0)
+        mpi = (d->k / d->block) % 2 == 0;
+        if (d->k >= 2 * d->block && d->k % d->block == 0)
             d->block_t0 = PMPI_Wtime();
-        *t0 = d->k >= 2 * SHIM_DUEL_BLOCK;
+        *t0 = d->k >= 2 * d->block;
         return mpi;
     default:
         return 0;
@@ -587,30 +634,36 @@ static void duel_done(ai_coll coll, size_t bytes, int mpi, double t0)
         /* Settled, or no learner (the model's or the rule's choice). */
         if (d->calls >= SHIM_LEARN_MAX ||
             (ai_comm_choice(g_comm, coll, bytes, &ch) == AI_OK &&
-             (ch.settled || !strcmp(ch.source, "model") || !strcmp(ch.source, "rule")))) {
-            d->state = DUEL_RUN;
-            d->k = 0;
-            d->n[0] = d->n[1] = 0;
-        }
+             (ch.settled || !strcmp(ch.source, "model") || !strcmp(ch.source, "rule"))))
+            duel_start(d, coll, bytes);
         return;
     }
     if (d->state != DUEL_RUN)
         return;
-    if (t0 > 0 && d->k % SHIM_DUEL_BLOCK == SHIM_DUEL_BLOCK - 1 && d->n[!mpi] < SHIM_DUEL_BLOCKS)
+    if (t0 > 0 && d->k % d->block == d->block - 1 && d->n[!mpi] < SHIM_DUEL_BLOCKS)
         d->t[!mpi][d->n[!mpi]++] = PMPI_Wtime() - d->block_t0;
-    if (++d->k < (2 + 2 * SHIM_DUEL_BLOCKS) * SHIM_DUEL_BLOCK)
+    if (++d->k < (2 + 2 * SHIM_DUEL_BLOCKS) * d->block)
         return;
     double m[2] = {duel_median(d->t[0], d->n[0]), duel_median(d->t[1], d->n[1])}, all[2] = {0, 0};
     if (PMPI_Allreduce(m, all, 2, MPI_DOUBLE, MPI_MAX, g_arm) != MPI_SUCCESS)
         all[0] = all[1] = 0; /* every rank alike: the rank that failed aborts */
-    all[0] /= SHIM_DUEL_BLOCK;
-    all[1] /= SHIM_DUEL_BLOCK;
+    all[0] /= d->block;
+    all[1] /= d->block;
     d->state = all[1] < all[0] * (1 - SHIM_DUEL_MARGIN) ? DUEL_AI : DUEL_MPI;
-    d->next = d->calls + SHIM_DUEL_EVERY;
+    int ai = d->state == DUEL_AI;
+    double win = all[ai], lose = all[!ai];
+    double every = SHIM_DUEL_EVERY;
+    if (win > 0 && lose > win) {
+        double need = (1 + SHIM_DUEL_BLOCKS) * d->block * (lose - win) / (SHIM_DUEL_COST * win);
+        every = need < every ? every : need < SHIM_DUEL_EVERY_MAX ? need : SHIM_DUEL_EVERY_MAX;
+    }
+    d->next = d->calls + (unsigned long)every;
     if (g_verbose > 1 && g_rank == 0)
-        fprintf(stderr, SHIM_TAG ": %s %zu bytes: MPI %.3f us, autoinfra %.3f us per call: %s\n",
+        fprintf(stderr,
+                SHIM_TAG ": %s %zu bytes: MPI %.3f us, autoinfra %.3f us per call: %s for %lu "
+                         "calls\n",
                 ai_coll_name(coll), bytes, all[0] * 1e6, all[1] * 1e6,
-                d->state == DUEL_MPI ? "MPI" : "autoinfra");
+                d->state == DUEL_MPI ? "MPI" : "autoinfra", (unsigned long)every);
 }
 
 /* Counted without a locked add: on the path to MPI a locked add costs as
@@ -626,8 +679,8 @@ static inline void bump(unsigned long long *c)
 /* A call the duel sent to MPI: counted as the shim's. */
 static int mpi_direct_done(ai_coll coll, size_t bytes, double t0, int rc)
 {
-    bump(&autoinfra_shim_calls);
-    bump(&autoinfra_shim_mpi_arm);
+    bump(&g_calls);
+    bump(&g_mpi_arm);
     duel_done(coll, bytes, 1, t0);
     return rc;
 }
@@ -637,37 +690,74 @@ static int mpi_direct_done(ai_coll coll, size_t bytes, double t0, int rc)
  * root falls in the same bucket and goes to MPI at once, before the
  * shim's checks and conversions (a call they would have refused goes to
  * the same PMPI_X with the same arguments). Only the world: a freed
- * communicator's handle may come back for other ranks. */
+ * communicator's handle may come back for other ranks.
+ *
+ * Its path is the whole cost the shim adds to such a call (at 8-256 bytes
+ * on 2 ranks MPI's call takes 0.1-0.3 us), so it compares the arguments
+ * and counts down the calls left before the bucket's next duel, nothing
+ * more: the calls it took are added to the bucket's and to the counters
+ * when the collective's next call takes the long path (memo_fold) or when
+ * the counters are read (autoinfra_shim_counts). */
 typedef struct {
-    shim_duel *d; /* NULL: none */
+    shim_duel *d;     /* NULL: none */
+    long left, start; /* calls it may still take; left when it was set */
     int count, count2, root;
     MPI_Datatype t, t2;
     MPI_Op op;
 } shim_memo;
 static shim_memo g_memo[AI_COLL_COUNT];
+/* The bucket of calls that move nothing: MPI's, always. */
+static shim_duel g_duel_zero = {.state = DUEL_MPI};
+
+/* A collective's call takes the long path: its memo's calls counted, and
+ * the memo dropped (the call may change its bucket's state). */
+static void memo_fold(ai_coll coll)
+{
+    shim_memo *m = &g_memo[coll];
+    if (!m->d)
+        return;
+    unsigned long long took = (unsigned long long)(m->start - m->left);
+    m->d->calls += took;
+    g_calls += took;
+    g_mpi_arm += took;
+    *m = (shim_memo){0};
+}
 
 static void memo_set(ai_coll coll, size_t bytes, MPI_Comm comm, int count, MPI_Datatype t,
                      int count2, MPI_Datatype t2, MPI_Op op, int root)
 {
-    shim_duel *d = &g_duel[coll][log2_floor(bytes)];
-    if (comm != MPI_COMM_WORLD || d->state != DUEL_MPI)
+    shim_duel *d = bytes ? &g_duel[coll][log2_floor(bytes)] : &g_duel_zero;
+    if (comm != MPI_COMM_WORLD || d->state != DUEL_MPI || (bytes && d->calls + 1 >= d->next))
         return;
-    g_memo[coll] = (shim_memo){d, count, count2, root, t, t2, op};
+    /* Taken while d->calls + 1 < d->next, as duel_pick would send them. */
+    long left = bytes ? (long)(d->next - d->calls - 1) : LONG_MAX;
+    g_memo[coll] = (shim_memo){d, left, left, count, count2, root, t, t2, op};
 }
 
 static inline int memo_hit(ai_coll coll, MPI_Comm comm, int count, MPI_Datatype t, int count2,
                            MPI_Datatype t2, MPI_Op op, int root)
 {
     shim_memo *m = &g_memo[coll];
-    shim_duel *d = m->d;
-    if (!d || comm != MPI_COMM_WORLD || m->count != count || m->t != t || m->count2 != count2 ||
-        m->t2 != t2 || m->op != op || m->root != root || d->state != DUEL_MPI ||
-        d->calls + 1 >= d->next)
+    if (m->left <= 0 || comm != MPI_COMM_WORLD || m->count != count || m->t != t ||
+        m->count2 != count2 || m->t2 != t2 || m->op != op || m->root != root)
         return 0;
-    d->calls++;
-    bump(&autoinfra_shim_calls);
-    bump(&autoinfra_shim_mpi_arm);
+    m->left--;
     return 1;
+}
+
+SHIM_EXPORT void autoinfra_shim_counts(unsigned long long *calls, unsigned long long *fallbacks,
+                                       unsigned long long *mpi_arm)
+{
+    unsigned long long took = 0;
+    for (int k = 0; k < AI_COLL_COUNT; k++)
+        if (g_memo[k].d)
+            took += (unsigned long long)(g_memo[k].start - g_memo[k].left);
+    if (calls)
+        *calls = __atomic_load_n(&g_calls, __ATOMIC_RELAXED) + took;
+    if (fallbacks)
+        *fallbacks = __atomic_load_n(&g_fallbacks, __ATOMIC_RELAXED);
+    if (mpi_arm)
+        *mpi_arm = __atomic_load_n(&g_mpi_arm, __ATOMIC_RELAXED) + took;
 }
 
 /* ------------------------------------------------------------- results */
@@ -678,7 +768,7 @@ static void count_call(unsigned long long *c)
 }
 
 /* Pass the call to MPI, counted. */
-#define FALLBACK(call) (count_call(&autoinfra_shim_fallbacks), (call))
+#define FALLBACK(call) (count_call(&g_fallbacks), (call))
 
 /* A call failed on this rank: say why and abort the job (see the top). */
 static int fail_call(const char *fn, size_t count, const char *what, const char *why)
@@ -696,7 +786,7 @@ static int fail_call(const char *fn, size_t count, const char *what, const char 
 static int finish(ai_status_t st, const char *fn, size_t count, const char *what)
 {
     if (st == AI_OK) {
-        count_call(&autoinfra_shim_calls);
+        count_call(&g_calls);
         return MPI_SUCCESS;
     }
     char why[600];
@@ -721,14 +811,19 @@ static int finish_data(ai_status_t st, int moved, shim_data *a, shim_data *b, co
 
 /* ---------------------------------------------------------- collectives */
 
-SHIM_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count,
-                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+/* Each MPI_X below is the memo's short path in front of MPI's call (a
+ * leaf that saves no register), and x_served the rest, out of line:
+ * inlined, the rest's frame was set up on every call, the memo's
+ * included. */
+#define SHIM_OUT_OF_LINE __attribute__((noinline))
+
+static SHIM_OUT_OF_LINE int allreduce_served(ai_comm *c, const void *sendbuf, void *recvbuf,
+                                             int count, MPI_Datatype datatype, MPI_Op op,
+                                             MPI_Comm comm)
 {
+    memo_fold(AI_ALLREDUCE);
     ai_dtype dt;
     ai_op aop;
-    ai_comm *c = g_comm;
-    if (!c || memo_hit(AI_ALLREDUCE, comm, count, datatype, 0, MPI_DATATYPE_NULL, op, 0))
-        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
     if (count < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
         recvbuf == MPI_IN_PLACE ||
         (count > 0 && (!sendbuf || !recvbuf || sendbuf == recvbuf)))
@@ -747,14 +842,22 @@ SHIM_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count,
     return rc;
 }
 
-SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
-                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+SHIM_EXPORT int MPI_Allreduce(const void *sendbuf, void *recvbuf, int count,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
 {
+    ai_comm *c = g_comm;
+    if (!c || memo_hit(AI_ALLREDUCE, comm, count, datatype, 0, MPI_DATATYPE_NULL, op, 0))
+        return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+    return allreduce_served(c, sendbuf, recvbuf, count, datatype, op, comm);
+}
+
+static SHIM_OUT_OF_LINE int reduce_scatter_served(ai_comm *c, const void *sendbuf,
+                                                  void *recvbuf, int recvcount,
+                                                  MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    memo_fold(AI_REDUCE_SCATTER);
     ai_dtype dt;
     ai_op aop;
-    ai_comm *c = g_comm;
-    if (!c || memo_hit(AI_REDUCE_SCATTER, comm, recvcount, datatype, 0, MPI_DATATYPE_NULL, op, 0))
-        return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
     if (recvcount < 0 || !comm_ok(comm) || !reduction_ok(datatype, op, &dt, &aop) ||
         recvbuf == MPI_IN_PLACE ||
         (recvcount > 0 && (!sendbuf || !recvbuf || sendbuf == recvbuf)))
@@ -784,6 +887,15 @@ SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int
     return rc;
 }
 
+SHIM_EXPORT int MPI_Reduce_scatter_block(const void *sendbuf, void *recvbuf, int recvcount,
+                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    if (!c || memo_hit(AI_REDUCE_SCATTER, comm, recvcount, datatype, 0, MPI_DATATYPE_NULL, op, 0))
+        return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+    return reduce_scatter_served(c, sendbuf, recvbuf, recvcount, datatype, op, comm);
+}
+
 /* Invalid arguments (MPI reports them), decided as the other rules on
  * what every rank of a correct call passes alike. A NULL buffer is invalid
  * unless the datatype holds absolute addresses (MPI_BOTTOM). */
@@ -796,9 +908,11 @@ static int data_bad(const shim_data *d, const void *buf)
  * ranks; in place, the input is in the receive buffer. Equal send and
  * receive buffers alias, unless both are MPI_BOTTOM: then the datatypes
  * say where the data are. */
-static int gather_or_a2a(int a2a, const void *sendbuf, int sendcount, MPI_Datatype sendtype,
-                         void *recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm)
+static SHIM_OUT_OF_LINE int gather_or_a2a(int a2a, const void *sendbuf, int sendcount,
+                                          MPI_Datatype sendtype, void *recvbuf, int recvcount,
+                                          MPI_Datatype recvtype, MPI_Comm comm)
 {
+    memo_fold(a2a ? AI_ALLTOALL : AI_ALLGATHER);
     ai_comm *c = g_comm;
     shim_data s, r;
     int in_place = sendbuf == MPI_IN_PLACE;
@@ -865,12 +979,11 @@ SHIM_EXPORT int MPI_Alltoall(const void *sendbuf, int sendcount, MPI_Datatype se
     return gather_or_a2a(1, sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
 }
 
-SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+static SHIM_OUT_OF_LINE int bcast_served(ai_comm *c, void *buffer, int count,
+                                         MPI_Datatype datatype, int root, MPI_Comm comm)
 {
-    ai_comm *c = g_comm;
+    memo_fold(AI_BROADCAST);
     shim_data d;
-    if (!c || memo_hit(AI_BROADCAST, comm, count, datatype, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, root))
-        return PMPI_Bcast(buffer, count, datatype, root, comm);
     if (!comm_ok(comm) || !data_init(&d, buffer, count, datatype) || data_bad(&d, buffer) ||
         root < 0 || root >= g_size)
         return FALLBACK(PMPI_Bcast(buffer, count, datatype, root, comm));
@@ -892,6 +1005,14 @@ SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int ro
     int rc = finish_data(st, moved, &d, NULL, "MPI_Bcast", bytes);
     duel_done(AI_BROADCAST, bytes, 0, t0);
     return rc;
+}
+
+SHIM_EXPORT int MPI_Bcast(void *buffer, int count, MPI_Datatype datatype, int root, MPI_Comm comm)
+{
+    ai_comm *c = g_comm;
+    if (!c || memo_hit(AI_BROADCAST, comm, count, datatype, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, root))
+        return PMPI_Bcast(buffer, count, datatype, root, comm);
+    return bcast_served(c, buffer, count, datatype, root, comm);
 }
 
 /* --------------------------------------------------------------- set-up */
@@ -1194,11 +1315,13 @@ SHIM_EXPORT int MPI_Finalize(void)
         /* Nobody tears down its connections while a peer may still be
          * reading the last collective's data from them. */
         PMPI_Barrier(MPI_COMM_WORLD);
+        unsigned long long calls, falls, arm;
+        autoinfra_shim_counts(&calls, &falls, &arm);
         if (g_verbose && g_rank == 0)
             fprintf(stderr,
                     SHIM_TAG ": rank 0: %llu collectives ran in autoinfra, %llu in MPI (of "
                              "autoinfra's, %llu in MPI's own collective, the learner's choice)\n",
-                    autoinfra_shim_calls, autoinfra_shim_fallbacks, autoinfra_shim_mpi_arm);
+                    calls, falls, arm);
         ai_comm *c = g_comm;
         g_comm = NULL;
         autoinfra_shim_active = 0;
