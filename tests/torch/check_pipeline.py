@@ -241,6 +241,7 @@ def job():
             (["--pipeline", "2,x"], "--pipeline takes the blocks"),
             (["--pipeline", "1,1,1", "--shares", "3,3"], "--shares goes with data parallelism"),
             (["--micro-batches", "2"], "--micro-batches M is a pipeline's"),
+            (["--first-bucket-mb", "0"], "--first-bucket-mb, --timeout and --lr must be positive"),
             (bad_plan(pipe_micro_batches=2), "pipeline.micro_batches is 2"),
             (bad_plan(shares=[3, 3]), "shares[1] is 3 but rank 1 is not in the first stage"),
             (bad_plan(pipe_stages=[{"ranks": [0], "layers": 2}, {"ranks": [0], "layers": 1}]),

@@ -195,6 +195,9 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--bucket-cap-mb", type=float, help="DDP's gradient buckets (default 25, or the plan's)")
+    p.add_argument("--first-bucket-mb", type=float,
+                   help="DDP's first bucket, the one reduced first under the backward "
+                        "(torch.distributed._DEFAULT_FIRST_BUCKET_BYTES; default torch's 1 MiB)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank (default 1)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds a collective may wait for a peer (init_process_group timeout, default 60)")
@@ -245,8 +248,9 @@ def parse_args(argv):
         p.error("--dim (%d) must be a multiple of --heads (%d)" % (a.dim, a.heads))
     if a.steps and (a.warmup < 0 or a.warmup >= a.steps):
         p.error("--warmup must be in 0..steps-1")
-    if (a.bucket_cap_mb is not None and a.bucket_cap_mb <= 0) or a.timeout <= 0 or a.lr <= 0:
-        p.error("--bucket-cap-mb, --timeout and --lr must be positive")
+    if (a.bucket_cap_mb is not None and a.bucket_cap_mb <= 0) or \
+            (a.first_bucket_mb is not None and a.first_bucket_mb <= 0) or a.timeout <= 0 or a.lr <= 0:
+        p.error("--bucket-cap-mb, --first-bucket-mb, --timeout and --lr must be positive")
     if a.global_batch is not None and a.global_batch < 1:
         p.error("--global-batch must be at least 1")
     if a.micro_batch is not None and a.micro_batch < 1:
@@ -682,6 +686,8 @@ def elastic_main(a):
 
 def main(argv):
     a = parse_args(argv)
+    if a.first_bucket_mb:  # read by every DDP constructor and bucket rebuild after this
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(a.first_bucket_mb * 2**20)
     if a.elastic:
         return elastic_main(a)
     if a.pipe_layers is not None:
