@@ -182,14 +182,15 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
  * operations). Longer vectors go through in COMM_SLOT_BYTES pieces, one
  * exchange each.
  *
- * Two slot sets alternate: exchange k writes set k % 2, last used by
- * exchange k-2. A rank starts exchange k only after it saw every flag at
- * k-1, and a rank publishes k-1 only after it has read all of exchange
- * k-2's slots, so nobody still reads the set being overwritten. Each rank
- * also describes the call it wrote into a set (collective sequence number,
- * piece, and the call's comm_call_sig): a rank that finds another's
- * description different has ranks issuing different collectives, and
- * fails instead of reducing garbage. */
+ * The exchanges take the board's S >= 2 sets in turn (engine.h): exchange
+ * k writes set k % S, last used by exchange k-S <= k-2. A rank starts
+ * exchange k only after it saw every flag at k-1, and a rank publishes k-1
+ * only after it has read all of exchange k-2's slots, so nobody still
+ * reads the set being overwritten. Each rank also describes the call it
+ * wrote (collective sequence number, piece, and the call's comm_call_sig)
+ * per parity of the exchange: a rank that finds another's description
+ * different has ranks issuing different collectives, and fails instead of
+ * reducing garbage. */
 
 typedef struct slot_wait {
     int rank; /* the rank waited for */
@@ -227,7 +228,7 @@ static ai_status_t slot_exchange(ai_comm *c, const comm_slot_board *b, const voi
 {
     int n = b->n, me = b->me;
     uint32_t call = ++*b->calls;
-    unsigned char *set = b->slots + (size_t)(call & 1) * (size_t)n * COMM_SLOT_BYTES;
+    unsigned char *set = b->slots + (size_t)(call % (uint32_t)b->nsets) * (size_t)n * COMM_SLOT_BYTES;
     if (len)
         memcpy(set + (size_t)me * COMM_SLOT_BYTES, payload, len);
     shm_flag *mine = &b->flags[me];
@@ -281,9 +282,18 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
     ai_status_t st = slot_exchange(c, b, in, count * ai_dtype_size(dt), piece, &set);
     if (st != AI_OK)
         return st;
-    comm_reduce_local(out, set, set + COMM_SLOT_BYTES, count, dt, op);
+    /* This rank's own term from its input rather than its slot (the same
+     * bytes: the same bits in the same order), which the copy may have
+     * left outside this core's cache: reading it back cost as much as the
+     * exchange (docs/runtime.md). Not where out, written from the first
+     * step on, is the input and this rank's term comes after it. */
+    const unsigned char *src[2] = {set, set + COMM_SLOT_BYTES};
+    if (b->me < 2)
+        src[b->me] = in;
+    comm_reduce_local(out, src[0], src[1], count, dt, op);
     for (int k = 2; k < b->n; k++)
-        comm_reduce_local(out, out, set + (size_t)k * COMM_SLOT_BYTES, count, dt, op);
+        comm_reduce_local(out, out, k == b->me && in != out ? in : set + (size_t)k * COMM_SLOT_BYTES,
+                          count, dt, op);
     return AI_OK;
 }
 

@@ -168,12 +168,33 @@ typedef struct shm_bell {
 
 /* The host's slot board (in the shared-memory segment, shm.c), on which
  * an algorithm exchanges through shared memory without messages
- * (algo/allreduce.c, direct): two sets (calls alternate between them) of
- * one COMM_SLOT_BYTES slot per local rank, and per rank a flag: the number
- * of the last call whose contribution it has written, and per set the
- * description of what it wrote there (comm_shm_peek_slots compares them
- * while any wait runs). */
+ * (algo/allreduce.c, direct): sets of one COMM_SLOT_BYTES slot per local
+ * rank, which the exchanges take in turn, and per rank a flag: the number
+ * of the last exchange whose contribution it has written, and per parity
+ * of the exchange the description of what it wrote (comm_shm_peek_slots
+ * compares them while any wait runs).
+ *
+ * On a host whose ranks are all of the communicator the sets hold
+ * COMM_SLOT_POOL_BYTES together (comm_slot_sets), so a set is written again
+ * only after that many bytes of other exchanges: by then its lines have
+ * left every core's private cache, a rank's copy into its slot takes no
+ * line back from the cores that read it last, and the readers find the
+ * lines in the shared cache. With two sets every copy took its lines back
+ * from the readers' caches first: a 64 KiB allreduce on 2 ranks took
+ * 11 us, against 4 us through a 4 MiB pool (docs/runtime.md). */
 #define COMM_SLOT_BYTES ((size_t)16 << 10)
+#define COMM_SLOT_POOL_BYTES ((size_t)4 << 20)
+/* The board's sets for nlocal ranks: as many as fit COMM_SLOT_POOL_BYTES
+ * when they are the whole communicator (pool), else 2; at least 2, and a
+ * power of two, so that the exchange counter's wrap keeps the turn. */
+static inline int comm_slot_sets(int nlocal, int pool)
+{
+    size_t fit = pool ? COMM_SLOT_POOL_BYTES / ((size_t)nlocal * COMM_SLOT_BYTES) : 2;
+    int s = 2;
+    while ((size_t)s * 2 <= fit)
+        s *= 2;
+    return s;
+}
 typedef struct shm_slot_call {
     uint32_t call_seq;  /* the collective call (ai_comm.call_seq) */
     uint32_t piece;     /* which COMM_SLOT_BYTES piece of it */
@@ -182,7 +203,7 @@ typedef struct shm_slot_call {
 typedef struct shm_flag {
     _Atomic uint32_t posted;
     uint32_t pad0;
-    shm_slot_call what[2]; /* per slot set: the call last written there */
+    shm_slot_call what[2]; /* per parity of the exchange: the call written */
     char pad[8];
 } shm_flag;
 
@@ -192,7 +213,8 @@ typedef struct shm_flag {
  * protocol increments it). */
 typedef struct comm_slot_board {
     int n, me;              /* local ranks; my local index */
-    unsigned char *slots;   /* [2][n][COMM_SLOT_BYTES] */
+    unsigned char *slots;   /* [nsets][n][COMM_SLOT_BYTES] */
+    int nsets;
     shm_flag *flags;        /* [n] */
     shm_bell *bells;        /* [n] */
     uint32_t *calls;

@@ -8,7 +8,8 @@
  * has mapped it, so nothing is left in /dev/shm after a crash.
  *
  * Layout: header (4 KiB) | bells [nlocal] | flags [nlocal] (rounded up to
- * 4 KiB) | slots [2][nlocal][COMM_SLOT_BYTES] | rings [nlocal][nlocal].
+ * 4 KiB) | slots [sets][nlocal][COMM_SLOT_BYTES] (comm_slot_sets) | rings
+ * [nlocal][nlocal].
  */
 #include "comm/transport/transport.h"
 
@@ -33,7 +34,10 @@ static size_t lines_bytes(int nlocal)
     return (b + 4095) & ~(size_t)4095;
 }
 
-static size_t slots_bytes(int nlocal) { return 2 * (size_t)nlocal * COMM_SLOT_BYTES; }
+static size_t slots_bytes(int nsets, int nlocal)
+{
+    return (size_t)nsets * (size_t)nlocal * COMM_SLOT_BYTES;
+}
 
 static void shm_name(const ai_comm *c, char *name, size_t n)
 {
@@ -62,11 +66,14 @@ static ai_status_t map_create(ai_comm *c, const char *name, size_t bytes, uint64
     }
     if (fd < 0)
         return util_fail(AI_ERR_IO, "shm_open %s: %s", name, strerror(errno));
-    if (ftruncate(fd, (off_t)bytes) != 0) {
-        int err = errno;
+    /* The space reserved now (a full /dev/shm fails here, with a message,
+     * not later with SIGBUS at a page's first touch). */
+    int err = posix_fallocate(fd, 0, (off_t)bytes);
+    if (err != 0) {
         close(fd);
         shm_unlink(name);
-        return util_fail(AI_ERR_IO, "sizing shared memory %s to %zu bytes: %s", name, bytes, strerror(err));
+        return util_fail(AI_ERR_IO, "reserving %zu bytes of shared memory %s: %s", bytes, name,
+                         strerror(err));
     }
     void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -133,7 +140,8 @@ static ai_status_t shm_setup(ai_comm *c)
     ai_status_t st = ring_size(&rb);
     if (st != AI_OK)
         return st;
-    size_t bytes = SHM_HEADER_BYTES + lines_bytes(nlocal) + slots_bytes(nlocal) +
+    int nsets = comm_slot_sets(nlocal, nlocal == c->size);
+    size_t bytes = SHM_HEADER_BYTES + lines_bytes(nlocal) + slots_bytes(nsets, nlocal) +
                    (size_t)nlocal * (size_t)nlocal * ring_stride(rb);
     char name[64];
     shm_name(c, name, sizeof name);
@@ -145,10 +153,11 @@ static ai_status_t shm_setup(ai_comm *c)
     c->tp->bells = (shm_bell *)base;
     c->tp->flags = (shm_flag *)(base + (size_t)nlocal * sizeof(shm_bell));
     c->tp->slots = base + lines_bytes(nlocal);
+    c->tp->slot_sets = nsets;
     c->tp->slot_calls = 0;
     c->tp->cma = 0;
     /* Rings are indexed by ordered pair of local indices (from, to). */
-    unsigned char *rings = c->tp->slots + slots_bytes(nlocal);
+    unsigned char *rings = c->tp->slots + slots_bytes(nsets, nlocal);
     const int *local = &c->host_ranks[c->host_first[host]];
     for (int b = 0; b < nlocal; b++) {
         comm_peer *p = &c->tp->peers[local[b]];
@@ -319,6 +328,7 @@ int comm_slot_board_get(const ai_comm *c, comm_slot_board *b)
     b->n = c->local_size;
     b->me = c->local_rank;
     b->slots = tp->slots;
+    b->nsets = tp->slot_sets;
     b->flags = tp->flags;
     b->bells = tp->bells;
     b->calls = &tp->slot_calls;

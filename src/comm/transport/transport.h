@@ -120,7 +120,8 @@ struct comm_transport {
     _Atomic int block_waits;
     shm_bell *bells;        /* [local_size] in the segment; bells[local_rank] is mine */
     shm_flag *flags;        /* [local_size] */
-    unsigned char *slots;   /* [2][local_size][COMM_SLOT_BYTES] */
+    unsigned char *slots;   /* [slot_sets][local_size][COMM_SLOT_BYTES] */
+    int slot_sets;          /* comm_slot_sets */
     uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
     int cma;                /* comm_slot_board.cma */
     int listen_fd;          /* data-plane listener, closed after setup */
