@@ -114,7 +114,9 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
     const size_t K = 1024, M = 1024 * 1024;
     switch (coll) {
     case AI_ALLREDUCE:
-        if (bytes <= 8 * K && comm && comm_shm_direct_ok(comm))
+        /* direct reads (p - 1) x bytes: on 2 ranks it is the fastest up to
+         * 64 KiB (docs/runtime.md) */
+        if ((bytes <= 8 * K || (size_t)(p - 1) * bytes <= 64 * K) && comm && comm_shm_direct_ok(comm))
             return "direct";
         if (bytes <= 16 * K)
             return "recursive_doubling";

@@ -95,8 +95,9 @@
 #define TUNE_KB_OPEN_MS 20    /* at the job's first call, a KB locked against
                                * reading is waited for this long; then its
                                * opening is retried at each save */
-#define TUNE_DIRECT_MAX ((size_t)64 << 10) /* direct's reads grow with ranks x bytes:
-                                            * 2x ring's time at 256 KiB on 4 ranks */
+#define TUNE_DIRECT_READS ((size_t)1 << 20) /* direct's reads per rank, (ranks - 1) x
+                                             * bytes, up to which it is an arm: on 2
+                                             * ranks it is the fastest up to 1 MiB */
 #define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
                                                  * and kernel calls outweigh its saved
                                                  * copy below this */
@@ -298,7 +299,8 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
         const coll_algo *al = comm_algo_at(coll, i);
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
             (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
-            (!strcmp(al->name, "direct") && (!comm_shm_direct_ok(c) || bytes > TUNE_DIRECT_MAX)) ||
+            (!strcmp(al->name, "direct") &&
+             (!comm_shm_direct_ok(c) || (size_t)(c->size - 1) * bytes > TUNE_DIRECT_READS)) ||
             (!strcmp(al->name, "single_copy") &&
              (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)))
             continue;
