@@ -183,7 +183,8 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
  * exchange each.
  *
  * The exchanges take the board's S >= 2 sets in turn (engine.h): exchange
- * k writes set k % S, last used by exchange k-S <= k-2. A rank starts
+ * k writes set k % S (under COMM_SLOT_SMALL bytes k % 2); S is even, so
+ * the exchange that used that set last was k-2 or earlier. A rank starts
  * exchange k only after it saw every flag at k-1, and a rank publishes k-1
  * only after it has read all of exchange k-2's slots, so nobody still
  * reads the set being overwritten. Each rank also describes the call it
@@ -228,7 +229,12 @@ static ai_status_t slot_exchange(ai_comm *c, const comm_slot_board *b, const voi
 {
     int n = b->n, me = b->me;
     uint32_t call = ++*b->calls;
-    unsigned char *set = b->slots + (size_t)(call % (uint32_t)b->nsets) * (size_t)n * COMM_SLOT_BYTES;
+    /* Under COMM_SLOT_SMALL a line in another core's cache is nearer than
+     * a fresh one: the first two sets. Set k's exchanges all have k's
+     * parity (nsets is even), so a set is still rewritten 2 or more
+     * exchanges later. */
+    uint32_t s = len < COMM_SLOT_SMALL ? call & 1 : call % (uint32_t)b->nsets;
+    unsigned char *set = b->slots + (size_t)s * (size_t)n * COMM_SLOT_BYTES;
     if (len)
         memcpy(set + (size_t)me * COMM_SLOT_BYTES, payload, len);
     shm_flag *mine = &b->flags[me];
