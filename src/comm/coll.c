@@ -114,8 +114,8 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
     const size_t K = 1024, M = 1024 * 1024;
     switch (coll) {
     case AI_ALLREDUCE:
-        /* direct reads (p - 1) x bytes: on 2 ranks it is the fastest up to
-         * 64 KiB (docs/runtime.md) */
+        /* direct reads (p - 1) x bytes: on 2 ranks the fastest of ours up
+         * to 64 KiB (docs/runtime.md, "The slot pool") */
         if ((bytes <= 8 * K || (size_t)(p - 1) * bytes <= 64 * K) && comm && comm_shm_direct_ok(comm))
             return "direct";
         if (bytes <= 16 * K)

@@ -97,7 +97,7 @@
                                * opening is retried at each save */
 #define TUNE_DIRECT_READS ((size_t)1 << 20) /* direct's reads per rank, (ranks - 1) x
                                              * bytes, up to which it is an arm: on 2
-                                             * ranks it is the fastest up to 1 MiB */
+                                             * ranks the fastest of ours up to 1 MiB */
 #define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
                                                  * and kernel calls outweigh its saved
                                                  * copy below this */

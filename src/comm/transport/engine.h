@@ -181,7 +181,8 @@ typedef struct shm_bell {
  * line back from the cores that read it last, and the readers find the
  * lines in the shared cache. With two sets every copy took its lines back
  * from the readers' caches first: a 64 KiB allreduce on 2 ranks took
- * 11 us, against 4 us through a 4 MiB pool (docs/runtime.md). */
+ * 12.2 us, against 4.8-5.5 us through a 4 MiB pool (docs/runtime.md,
+ * "The slot pool"; bench/xcore.c). */
 #define COMM_SLOT_BYTES ((size_t)16 << 10)
 #define COMM_SLOT_POOL_BYTES ((size_t)4 << 20)
 /* Exchanges of fewer bytes per rank keep to the first two sets: a line the
