@@ -74,9 +74,6 @@ static int setup(void **state)
         return -1;
     setenv("AUTOINFRA_TUNE_MIN", "16K", 1);
     setenv("AUTOINFRA_TUNE_BUDGET", "8", 1);
-    /* Short jobs: one untimed call after a switch, as across hosts or
-     * with pauses between calls (test_switch_warms sets its own). */
-    setenv("AUTOINFRA_TUNE_WARM", "1", 1);
     return 0;
 }
 
@@ -171,7 +168,6 @@ typedef struct {
     int calls;
     int expect_warm;
     size_t bytes;
-    int pause_ms; /* between calls (the job's other work) */
 } warm_arg;
 
 static int run_bucket(ai_comm *c, void *arg)
@@ -187,8 +183,6 @@ static int run_bucket(ai_comm *c, void *arg)
             free(buf);
             return 1;
         }
-        if (w->pause_ms > 0)
-            nanosleep(&(struct timespec){0, w->pause_ms * 1000000L}, NULL);
         ai_choice ch;
         if (w->expect_warm && ai_comm_rank(c) == 0 &&
             (ai_comm_choice(c, AI_ALLREDUCE, n * sizeof(float), &ch) != AI_OK ||
@@ -225,7 +219,7 @@ static void test_warm_start(void **state)
     path_in(kb, sizeof kb, "warm.sqlite");
     setenv("AUTOINFRA_KB", kb, 1);
     ranks_opts o = {.deadline_s = 120};
-    warm_arg cold = {40, 0, 64 << 10, 0}, warm = {12, 1, 64 << 10, 0};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     long explore = count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'");
     long settled = count_rows(kb, "SELECT count(*) FROM buckets WHERE settled = 1");
@@ -240,71 +234,6 @@ static void test_warm_start(void **state)
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
 }
 
-/* An arm's first calls after another arm's are not timed on one host
- * (switch_warms): the other arm's traces in the shared caches are not its
- * time, and back to back an arm is timed once the ranks wrote the slot
- * pool (4 MiB) once. Across hosts every call is timed. */
-static void test_warm_calls(void **state)
-{
-    (void)state;
-    assert_int_equal(tune_warm_calls(2, 1, 128 << 10, 0, 32), 16);
-    assert_int_equal(tune_warm_calls(4, 1, 1 << 20, 0, 32), 1);
-    assert_int_equal(tune_warm_calls(2, 1, 1 << 20, 0, 32), 2);
-    assert_int_equal(tune_warm_calls(2, 1, 8 << 20, 0, 32), 1);
-    assert_int_equal(tune_warm_calls(2, 1, 16 << 10, 0, 32), 32); /* at most */
-    assert_int_equal(tune_warm_calls(2, 1, 128 << 10, 1, 32), 1);  /* calls with pauses */
-    assert_int_equal(tune_warm_calls(2, 2, 128 << 10, 0, 32), 0);
-    assert_int_equal(tune_warm_calls(8, 4, 0, 1, 32), 0);
-    assert_int_equal(tune_warm_calls(2, 1, 16 << 10, 0, 8), 8); /* AUTOINFRA_TUNE_WARM */
-    assert_int_equal(tune_warm_calls(2, 1, 128 << 10, 1, 0), 0);
-}
-
-/* A cold job's calls in a bucket, exploring all along: the bucket's
- * first (untimed), one per window (1 call each while exploring), and
- * after each switch between windows `lo` to `hi` untimed calls (the last
- * switch's may end the job with no window after it). */
-static void account_calls(const char *name, const ranks_opts *o, const warm_arg *w, int lo,
-                          int hi)
-{
-    char kb[300];
-    path_in(kb, sizeof kb, name);
-    setenv("AUTOINFRA_KB", kb, 1);
-    setenv("AUTOINFRA_TUNE_BUDGET", "1000", 1); /* explore through every call */
-    setenv("AUTOINFRA_TUNE_REFINE", "0", 1);
-    int rc = ranks_run(2, o, run_bucket, (void *)w);
-    setenv("AUTOINFRA_TUNE_BUDGET", "8", 1);
-    unsetenv("AUTOINFRA_TUNE_REFINE");
-    assert_int_equal(rc, 0);
-    long windows = count_rows(kb, "SELECT count(*) FROM measurements");
-    long switches = count_rows(kb, "SELECT count(*) FROM (SELECT algo || chunk || '/' || channels"
-                                   " AS a, lag(algo || chunk || '/' || channels) OVER"
-                                   " (ORDER BY rowid) AS p FROM measurements) WHERE a <> p");
-    long explore = count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'explore'");
-    long untimed = w->calls - 1 - windows;
-    fprintf(stderr, "%s: %d calls, %ld windows (%ld exploring), %ld switches, %ld untimed\n",
-            name, w->calls, windows, explore, switches, untimed);
-    assert_int_equal(explore, windows);
-    assert_true(switches >= 1);
-    assert_true(untimed >= lo * switches && untimed <= hi * (switches + 1));
-}
-
-static void test_switch_warms(void **state)
-{
-    (void)state;
-    ranks_opts one = {.deadline_s = 60}, two = {.nhosts = 2, .deadline_s = 60};
-    setenv("AUTOINFRA_TUNE_WARM", "32", 1); /* the default */
-    /* With the job's work between calls, one untimed call per switch. */
-    warm_arg paused = {10, 0, 64 << 10, 20};
-    account_calls("warms-paused.sqlite", &one, &paused, 1, 1);
-    /* Back to back at 1 MiB, two (one where a rank's call came late). */
-    warm_arg b2b = {16, 0, 1 << 20, 0};
-    account_calls("warms-b2b.sqlite", &one, &b2b, 1, 2);
-    /* Across hosts, none. */
-    warm_arg hosts = {8, 0, 64 << 10, 0};
-    account_calls("warms-two-hosts.sqlite", &two, &hosts, 0, 0);
-    setenv("AUTOINFRA_TUNE_WARM", "1", 1);
-}
-
 /* ai_comm_config.kb_path (the CLI's --kb) is the KB the learner writes,
  * over AUTOINFRA_KB; the environment's file is not even created. */
 static void test_config_kb_path(void **state)
@@ -317,7 +246,7 @@ static void test_config_kb_path(void **state)
     unlink(env);
     setenv("AUTOINFRA_KB", env, 1);
     ranks_opts o = {.deadline_s = 120, .kb_path = given};
-    warm_arg cold = {40, 0, 64 << 10, 0};
+    warm_arg cold = {40, 0, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     assert_true(count_rows(given, "SELECT count(*) FROM measurements") > 0);
     assert_int_equal(access(env, F_OK), -1);
@@ -428,7 +357,7 @@ typedef struct {
 static int run_then_count(ai_comm *c, void *arg)
 {
     const batch_arg *a = arg;
-    warm_arg w = {40, 0, 64 << 10, 0};
+    warm_arg w = {40, 0, 64 << 10};
     if (run_bucket(c, &w))
         return 1;
     int bad = 0;
@@ -1056,7 +985,7 @@ static void test_busy_kb(void **state)
     setenv("AUTOINFRA_KB", kbp, 1);
     setenv("AUTOINFRA_TUNE_SAVE_S", "0", 1);
     ranks_opts o = {.timeout_s = 2, .deadline_s = 60};
-    warm_arg w = {40, 0, 64 << 10, 0};
+    warm_arg w = {40, 0, 64 << 10};
     double t0 = now_s();
     int rc = ranks_run(2, &o, run_bucket_fast, &w);
     double took = now_s() - t0;
@@ -1111,7 +1040,7 @@ static void test_busy_open(void **state)
     setenv("AUTOINFRA_KB", kbp, 1);
     setenv("AUTOINFRA_TUNE_SAVE_S", "0", 1);
     ranks_opts o = {.timeout_s = 2, .deadline_s = 60};
-    warm_arg w = {40, 0, 64 << 10, 0};
+    warm_arg w = {40, 0, 64 << 10};
     int rc = ranks_run(2, &o, run_bucket_fast, &w);
     unsetenv("AUTOINFRA_TUNE_SAVE_S");
     int hs = -1;
@@ -1155,7 +1084,7 @@ static int run_on_full_disk(const char *kb, const char *log)
         return 2;
     setenv("AUTOINFRA_KB", copy, 1);
     ranks_opts o = {.deadline_s = 120};
-    warm_arg warm = {12, 1, 64 << 10, 0};
+    warm_arg warm = {12, 1, 64 << 10};
     int rc = ranks_run(2, &o, run_bucket, &warm) == 0 ? 0 : 1;
     /* A writer through the API gets it read-only too, and a write names
      * why it is refused. */
@@ -1187,7 +1116,7 @@ static void test_full_disk_kb(void **state)
     path_in(log, sizeof log, "fulldisk.log");
     setenv("AUTOINFRA_KB", kbp, 1);
     ranks_opts o = {.deadline_s = 120};
-    warm_arg cold = {40, 0, 64 << 10, 0};
+    warm_arg cold = {40, 0, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     fflush(stderr);
     pid_t pid = fork();
@@ -1221,7 +1150,7 @@ static void test_choices_logged(void **state)
     path_in(kbp, sizeof kbp, "choices.sqlite");
     setenv("AUTOINFRA_KB", kbp, 1);
     ranks_opts o = {.deadline_s = 120};
-    warm_arg cold = {40, 0, 64 << 10, 0}, warm = {12, 1, 64 << 10, 0};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     /* One, or more if a drift made it learn again within the 40 calls. */
     long settled = count_rows(kbp, "SELECT count(*) FROM choices WHERE reason = 'settled'");
@@ -1385,7 +1314,7 @@ static void test_readonly_kb(void **state)
     snprintf(kbp, sizeof kbp, "%s/kb.sqlite", sub);
     setenv("AUTOINFRA_KB", kbp, 1);
     ranks_opts o = {.deadline_s = 120, .no_shm = 1};
-    warm_arg cold = {40, 0, 64 << 10, 0}, warm = {12, 1, 64 << 10, 0};
+    warm_arg cold = {40, 0, 64 << 10}, warm = {12, 1, 64 << 10};
     assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
     assert_int_equal(chmod(kbp, 0444), 0);
     assert_int_equal(chmod(dir, 0755), 0);
@@ -1525,8 +1454,6 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_decisions),
         cmocka_unit_test(test_warm_start),
-        cmocka_unit_test(test_warm_calls),
-        cmocka_unit_test(test_switch_warms),
         cmocka_unit_test(test_warm_from_last),
         cmocka_unit_test(test_warm_keeps_unrun),
         cmocka_unit_test(test_drift_relearns),

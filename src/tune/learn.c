@@ -11,19 +11,17 @@
  *
  * Agreement: a collective deadlocks if ranks disagree on the algorithm, so
  * rank 0 alone decides and every rank follows. At the end of each window
- * of calls all ranks run one 72-byte MAX allreduce carrying each rank's
+ * of calls all ranks run one 64-byte MAX allreduce carrying each rank's
  * mean time over the window (the max is the slowest rank's, the time that
  * counts), each rank's vote for a short next window (its own time looks
- * like a drift strike), each rank's wait for a CPU (window_load), whether
- * its calls came with pauses between them (switch_warms), and rank 0's
- * orders: the arm for the next calls,
+ * like a drift strike), each rank's wait for a CPU (window_load), and
+ * rank 0's orders: the arm for the next calls,
  * the incumbent (the arm a settled bucket exploits), what the agreement
  * costs against a call, and whether to re-measure the links.
  * Rank 0 decides the next arm from what it knows plus its own time of this
  * window (the agreed time arrives with the same message).
  *
- * Windows: 1 call while exploring, after untimed ones where the arm
- * changed on one host (switch_warms). Once settled, long enough for the
+ * Windows: 1 call while exploring. Once settled, long enough for the
  * agreement to cost at most TUNE_AGREE_SHARE of the window, a share halved
  * after every quiet window (no drift strike) down to an eighth; when any
  * rank's own time looks like a strike, the next window is the shortest. On T1 at
@@ -52,7 +50,6 @@
 #include "comm/algo_registry.h"
 #include "comm/select/probe.h"
 #include "comm/select/select.h"
-#include "comm/transport/engine.h"
 #include "tune/tune.h"
 
 #include <fcntl.h>
@@ -104,7 +101,6 @@
 #define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
                                                  * and kernel calls outweigh its saved
                                                  * copy below this */
-#define TUNE_MSG 9 /* doubles in the agreement message (tune_observe) */
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
@@ -123,9 +119,6 @@ typedef struct tune_bucket {
     double explore_s;
     long refined;   /* rank 0: ... of which settled ones, refining */
     int win_len;    /* calls per window, same on every rank */
-    int warmup;     /* untimed calls before the window's (switch_warms) */
-    double last_end; /* when the bucket's last call ended (ai_now) */
-    int spaced;      /* a call of this window came after a pause longer than itself */
     int win_calls;
     double win_sum;
     int settled;    /* exploiting */
@@ -183,7 +176,6 @@ typedef struct tuner {
     size_t min_bytes;
     int budget;
     int refine;      /* refining calls per bucket, at most (0: none) */
-    int warm_max;    /* untimed calls after a switch on one host, at most */
     double bound;
     double save_s;   /* rank 0 writes the KB at most this often (seconds) */
     double agree_s;  /* rank 0: what the job's last agreement took */
@@ -870,7 +862,7 @@ static ai_status_t tune_choose(void *ctx, ai_comm *c, ai_coll coll, size_t bytes
 /* One finished window as the ranks agree on it: what ran, for how many
  * calls, the state it ran in, and the agreement message (the slowest
  * rank's time; rank 0's next arm, cost share, order and incumbent; the
- * strike vote; the CPU wait and its turn; the pause between calls). */
+ * strike vote; the CPU wait and its turn). */
 typedef struct obs_window {
     int bi;
     int ran, calls;
@@ -878,7 +870,7 @@ typedef struct obs_window {
     int refining;         /* rank 0: this window ran a rival */
     int next_explores;
     double mine;          /* this rank's mean time a call */
-    double msg[TUNE_MSG];
+    double msg[8];
 } obs_window;
 
 /* Rank 0 decides the next window on a copy of the bucket that includes
@@ -946,18 +938,18 @@ static void decide_next(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, obs_
 /* Every rank takes the maximum of the messages (times, votes, rank 0's
  * orders, the others sending -TUNE_BIG) and checks what came back: a rank
  * that sent nonsense stops the learner with what it sent. */
-static ai_status_t agree_window(tuner *t, ai_comm *c, tune_bucket *b, double msg[TUNE_MSG])
+static ai_status_t agree_window(tuner *t, ai_comm *c, tune_bucket *b, double msg[8])
 {
     ai_algo_opts o = {.algo = "recursive_doubling"};
     double t0 = ai_now();
-    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, TUNE_MSG, AI_F64, AI_MAX, &o);
+    ai_status_t st = ai_allreduce(c, AI_IN_PLACE, msg, 8, AI_F64, AI_MAX, &o);
     if (st != AI_OK)
         return st;
     b->agree_s = t->agree_s = ai_now() - t0;
     if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
           msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
           (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
-          msg[7] <= TUNE_BIG_RATIO && (msg[8] == 0 || msg[8] == 1)))
+          msg[7] <= TUNE_BIG_RATIO))
         return util_fail(AI_ERR_PROTO,
                          "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
                          "vote %g)",
@@ -1052,41 +1044,6 @@ static void learn_agreed(ai_comm *c, tune_bucket *b, const obs_window *w, double
     b->load_known = 1;
 }
 
-/* How many untimed calls open the next window? On one host, where the
- * ranks share the caches, an arm's first calls after another arm's are
- * not its own time: the other arm left its lines in the other core's
- * cache or took them out of the shared one, and `direct`'s slot pool
- * (COMM_SLOT_POOL_BYTES) is warm only once the arm has written all of it.
- * On 2 ranks (AMD EPYC) at 128 KiB `direct` took 29 us on its second
- * call after a switch and 10 us back to back, `ring` 9.6 us right after
- * one and 14-15 us settled; on an Intel Xeon, timed so, the learner
- * settled on `ring` or `rabenseifner` from 256 KiB to 2 MiB, where
- * `single_copy` is 1.1-1.2x faster back to back. So the arm runs
- * untimed until the ranks have written the pool once (at most
- * AUTOINFRA_TUNE_WARM calls), unless the last window's calls came with other work
- * between them on some rank (a pause longer than the call, agreed with
- * the window): then every call finds the caches as cold as the next, and
- * one untimed call leaves out the other arm's traces. Every rank knows
- * both arms and the agreed pause, so all agree on the count. Across hosts a
- * switch's cost (TCP's slow start on an idle channel) is the network's,
- * and a call there costs milliseconds: it stays timed. */
-int tune_warm_calls(int nranks, int nhosts, size_t bytes, int spaced, int max)
-{
-    if (nhosts != 1 || max < 1)
-        return 0;
-    if (spaced)
-        return 1;
-    size_t call = (size_t)nranks * AI_MAX(bytes, (size_t)1);
-    return (int)AI_MIN((COMM_SLOT_POOL_BYTES + call - 1) / call, (size_t)max);
-}
-
-static int switch_warms(const tuner *t, const ai_comm *c, const tune_bucket *b, int ran, int bi,
-                        int spaced)
-{
-    return b->cur == ran ? 0
-                         : tune_warm_calls(c->size, c->nhosts, (size_t)1 << bi, spaced, t->warm_max);
-}
-
 /* The next window as agreed: its arm, incumbent and length, an order to
  * measure the links again, and on rank 0 the knowledge base's notes. */
 static void start_next_window(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, const obs_window *w)
@@ -1098,8 +1055,6 @@ static void start_next_window(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b
     b->exploring = w->next_explores;
     b->settled = b->info.settled = msg[2] >= 0;
     b->win_len = !b->settled ? 1 : msg[5] > 0 ? TUNE_WINDOW : window(msg[2]);
-    b->warmup = switch_warms(t, c, b, w->ran, w->bi, msg[8] > 0);
-    b->spaced = 0;
     b->win_calls = 0;
     b->win_sum = 0;
     if (msg[3] == CMD_REPROBE) {
@@ -1120,18 +1075,10 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     int bi = bucket_of(bytes);
     tune_bucket *b = t->b[coll][bi];
     /* A bucket's first call pays for first touches of the buffers (page
-     * faults, scratch growth): it teaches nothing about the arm. Nor do a
-     * window's untimed calls (switch_warms), which the horizon does not
-     * count either. */
-    double now = ai_now();
-    if (b->last_end > 0 && now - seconds - b->last_end > seconds)
-        b->spaced = 1;
-    b->last_end = now;
-    if (b->warmup > 0 || b->calls++ == 0) {
+     * faults, scratch growth): it teaches nothing about the arm. */
+    if (b->calls++ == 0) {
         double turn;
-        if (b->warmup > 0)
-            b->warmup--;
-        (void)window_load(b, 0, &turn); /* the window's CPU wait counts from here */
+        (void)window_load(b, 0, &turn); /* the first window's CPU wait counts from here */
         return AI_OK;
     }
     /* Times scale to the bucket's edge (calls in a bucket differ by < 2x). */
@@ -1151,8 +1098,8 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * and the order to measure the links stay with rank 0, whose
      * posteriors hold the KB's knowledge. */
     double my_turn, my_load = window_load(b, w.mine, &my_turn);
-    double msg[TUNE_MSG] = {w.mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
-                            strikes_out(c, b, w.ran, log(w.mine)), my_load, my_turn, b->spaced};
+    double msg[8] = {w.mine, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG, -TUNE_BIG,
+                     strikes_out(c, b, w.ran, log(w.mine)), my_load, my_turn};
     memcpy(w.msg, msg, sizeof msg);
     if (c->rank == 0)
         decide_next(t, c, coll, b, &w);
@@ -1205,7 +1152,6 @@ ai_status_t tune_learner_attach(ai_comm *c, const char *path)
     t->min_bytes = min;
     if ((st = util_param_int(UTIL_PARAM_TUNE_BUDGET, &t->budget)) != AI_OK ||
         (st = util_param_int(UTIL_PARAM_TUNE_REFINE, &t->refine)) != AI_OK ||
-        (st = util_param_int(UTIL_PARAM_TUNE_WARM, &t->warm_max)) != AI_OK ||
         (st = util_param_double(UTIL_PARAM_TUNE_BOUND, &bound)) != AI_OK ||
         (st = util_param_double(UTIL_PARAM_TUNE_SAVE_S, &t->save_s)) != AI_OK)
         goto err_tuner;

@@ -43,13 +43,6 @@ typedef struct tune_bucket_info {
 ai_status_t tune_learner_attach(ai_comm *c, const char *kb_path);
 /* The KB path a communicator's learner settled on; NULL: none. */
 const char *tune_kb_path(const ai_comm *c);
-/* Untimed calls that open a window after an arm switch (learn.c,
- * switch_warms), for `nranks` ranks on `nhosts` hosts calling with `bytes`
- * each: on one host, enough for the ranks to write the shared-memory slot
- * pool once (at most `max`: AUTOINFRA_TUNE_WARM), or 1 where the calls
- * came with pauses longer than themselves between them (`spaced`); across
- * hosts, or with max 0, none. */
-int tune_warm_calls(int nranks, int nhosts, size_t bytes, int spaced, int max);
 /* A public communicator from comm's (api/communicator.c): when st is
  * AI_OK, the learner attached to c and c into *out; c destroyed if that
  * fails. On a failed st, st (c is not looked at). */

@@ -91,9 +91,6 @@ static const util_param_info table[UTIL_PARAM_COUNT] = {
     [UTIL_PARAM_TUNE_REFINE] = {"AUTOINFRA_TUNE_REFINE", UTIL_PARAM_T_INT, "32", 0, 1e6, 0, NULL,
                                 0, "calls per bucket that may test a rival of the settled "
                                 "arm (0: none)"},
-    [UTIL_PARAM_TUNE_WARM] = {"AUTOINFRA_TUNE_WARM", UTIL_PARAM_T_INT, "32", 0, 1e6, 0, NULL, 0,
-                              "untimed calls after a switch of arms on one host, at most "
-                              "(0: none)"},
     [UTIL_PARAM_TUNE_BOUND] = {"AUTOINFRA_TUNE_BOUND", UTIL_PARAM_T_DOUBLE, "1.5", 1, 1000, 0,
                                NULL, 0, "arms predicted slower than this many times the "
                                "best are not tried"},
