@@ -80,10 +80,12 @@ const char *ai_coll_algo_name(ai_coll coll, int index)
  * some of which hold more than one rank (shared memory inside, network
  * between).
  *
- *  allreduce       bytes <= 8K, one host, all in shared memory: direct (one
- *                  flag round trip; recursive_doubling's log p exchanges
- *                  cost 1.3-2x more up to 8K on 2 and 4 ranks, less from
- *                  16K, where every rank reading p slots costs more);
+ *  allreduce       one host, all in shared memory: direct on 2 ranks, and
+ *                  on more while each reads at most 64K of the others'
+ *                  ((p - 1) x bytes) or bytes <= 8K (one flag round trip
+ *                  a piece; recursive_doubling's log p exchanges cost
+ *                  1.3-2x more up to 8K on 2 and 4 ranks, less from 16K
+ *                  on 4, where every rank reading p slots costs more);
  *                  bytes <= 16K: recursive_doubling (log p latency wins);
  *                  mixed: hierarchical (only leaders use the network);
  *                  p a power of two and bytes <= 4M: rabenseifner (2 log p
@@ -114,9 +116,11 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
     const size_t K = 1024, M = 1024 * 1024;
     switch (coll) {
     case AI_ALLREDUCE:
-        /* direct reads (p - 1) x bytes: on 2 ranks the fastest of ours up
-         * to 64 KiB (docs/runtime.md, "The slot pool") */
-        if ((bytes <= 8 * K || (size_t)(p - 1) * bytes <= 64 * K) && comm && comm_shm_direct_ok(comm))
+        /* direct reads (p - 1) x bytes: on 2 ranks the fastest of ours at
+         * every size from 1 KiB to 64 MiB, on 4 up to 64 KiB
+         * (docs/runtime.md, "The slot pool") */
+        if ((p == 2 || bytes <= 8 * K || (size_t)(p - 1) * bytes <= 64 * K) && comm &&
+            comm_shm_direct_ok(comm))
             return "direct";
         if (bytes <= 16 * K)
             return "recursive_doubling";

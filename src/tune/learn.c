@@ -96,8 +96,9 @@
                                * reading is waited for this long; then its
                                * opening is retried at each save */
 #define TUNE_DIRECT_READS ((size_t)1 << 20) /* direct's reads per rank, (ranks - 1) x
-                                             * bytes, up to which it is an arm: on 2
-                                             * ranks the fastest of ours up to 1 MiB */
+                                             * bytes, up to which it is an arm on more
+                                             * than 2 ranks (on 2, the fastest of ours
+                                             * up to 64 MiB, at every size) */
 #define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
                                                  * and kernel calls outweigh its saved
                                                  * copy below this */
@@ -300,7 +301,8 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
         if ((!strcmp(al->name, "hierarchical") && (c->nhosts == 1 || c->nhosts == c->size)) ||
             (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
             (!strcmp(al->name, "direct") &&
-             (!comm_shm_direct_ok(c) || (size_t)(c->size - 1) * bytes > TUNE_DIRECT_READS)) ||
+             (!comm_shm_direct_ok(c) ||
+              (c->size > 2 && (size_t)(c->size - 1) * bytes > TUNE_DIRECT_READS))) ||
             (!strcmp(al->name, "single_copy") &&
              (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)))
             continue;

@@ -179,15 +179,19 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
  * every local rank's flag shows the call, and reduces all the slots
  * itself, in rank order: one flag round trip instead of log2(p) message
  * exchanges, and every rank computes the same bits (the same order of
- * operations). Longer vectors go through in COMM_SLOT_BYTES pieces, one
- * exchange each.
+ * operations). Longer vectors go through in pieces of up to
+ * COMM_SLOT_PIECE bytes (slot_piece_max), one exchange each.
  *
- * The exchanges take the board's S >= 2 sets in turn (engine.h): exchange
- * k writes set k % S (under COMM_SLOT_SMALL bytes k % 2); S is even, so
- * the exchange that used that set last was k-2 or earlier. A rank starts
+ * Where an exchange writes (slot_place): under COMM_SLOT_SMALL bytes per
+ * rank, set k % 2 of the board's first two (engine.h); larger ones the
+ * next n x len bytes of the rest of the pool, from a cursor that every
+ * rank moves alike (each runs the same exchanges), starting over at the
+ * rest's beginning where the exchange would not fit. A rank starts
  * exchange k only after it saw every flag at k-1, and a rank publishes k-1
- * only after it has read all of exchange k-2's slots, so nobody still
- * reads the set being overwritten. Each rank also describes the call it
+ * only after it has read all of exchange k-2's slots, so exchange k must
+ * only miss k-1's bytes: the parity does that for the first two sets, and
+ * for the rest a piece of at most a third of it per rank x n (a wrapped
+ * k then ends before k-1 began). Each rank also describes the call it
  * wrote (collective sequence number, piece, and the call's comm_call_sig)
  * per parity of the exchange: a rank that finds another's description
  * different has ranks issuing different collectives, and fails instead of
@@ -219,24 +223,63 @@ int comm_shm_direct_ok(const ai_comm *c)
     return comm_slot_board_get(c, &b);
 }
 
+/* The slots of one exchange: rank k's at at + k * stride. */
+typedef struct slot_set {
+    unsigned char *at;
+    size_t stride;
+} slot_set;
+
+static const unsigned char *slot_of(slot_set s, int k)
+{
+    return s.at + (size_t)k * s.stride;
+}
+
+/* The pool beyond the first two sets, which exchanges of COMM_SLOT_SMALL
+ * bytes or more take in turn. */
+static size_t slot_rest(const comm_slot_board *b)
+{
+    return (size_t)(b->nsets - 2) * (size_t)b->n * COMM_SLOT_BYTES;
+}
+
+/* The most bytes per rank one exchange carries: COMM_SLOT_PIECE, or a
+ * third of the rest of the pool over n (see above), or where even that
+ * is under COMM_SLOT_BYTES (a pool of few sets) a slot of the first two
+ * sets. A multiple of 64. */
+static size_t slot_piece_max(const comm_slot_board *b)
+{
+    size_t fit = slot_rest(b) / (3 * (size_t)b->n) & ~(size_t)63;
+    return fit < COMM_SLOT_BYTES ? COMM_SLOT_BYTES : AI_MIN(fit, COMM_SLOT_PIECE);
+}
+
+/* Where exchange `call` of `len` bytes per rank goes (len at most
+ * slot_piece_max; the same on every rank). Under COMM_SLOT_SMALL a line
+ * in another core's cache is nearer than a fresh one: the first two sets,
+ * by parity. */
+static slot_set slot_place(const comm_slot_board *b, uint32_t call, size_t len)
+{
+    size_t n = (size_t)b->n, stride = (len + 63) & ~(size_t)63, first = 2 * n * COMM_SLOT_BYTES;
+    if (len < COMM_SLOT_SMALL || slot_rest(b) < 3 * n * stride)
+        return (slot_set){b->slots + (size_t)(call & 1) * n * COMM_SLOT_BYTES, COMM_SLOT_BYTES};
+    if (*b->cursor < first || *b->cursor + n * stride > first + slot_rest(b))
+        *b->cursor = first;
+    slot_set s = {b->slots + *b->cursor, stride};
+    *b->cursor += n * stride;
+    return s;
+}
+
 /* One exchange on the board: this rank's `len` bytes of payload into its
- * slot of the next set, its flag posted, then every local rank's flag
+ * slot (slot_place), its flag posted, then every local rank's flag
  * waited for and its description of the call compared with this rank's.
- * *set: the set, whose slots hold every rank's payload until the
- * exchange after next. */
+ * *set_out: the slots, which hold every rank's payload until the exchange
+ * after next. */
 static ai_status_t slot_exchange(ai_comm *c, const comm_slot_board *b, const void *payload,
-                                 size_t len, uint32_t piece, unsigned char **set_out)
+                                 size_t len, uint32_t piece, slot_set *set_out)
 {
     int n = b->n, me = b->me;
     uint32_t call = ++*b->calls;
-    /* Under COMM_SLOT_SMALL a line in another core's cache is nearer than
-     * a fresh one: the first two sets. Set k's exchanges all have k's
-     * parity (nsets is even), so a set is still rewritten 2 or more
-     * exchanges later. */
-    uint32_t s = len < COMM_SLOT_SMALL ? call & 1 : call % (uint32_t)b->nsets;
-    unsigned char *set = b->slots + (size_t)s * (size_t)n * COMM_SLOT_BYTES;
+    slot_set set = slot_place(b, call, len);
     if (len)
-        memcpy(set + (size_t)me * COMM_SLOT_BYTES, payload, len);
+        memcpy(set.at + (size_t)me * set.stride, payload, len);
     shm_flag *mine = &b->flags[me];
     shm_slot_call *what = &mine->what[call & 1];
     what->call_seq = c->call_seq;
@@ -284,7 +327,7 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
                               unsigned char *out, size_t count, ai_dtype dt, ai_op op,
                               uint32_t piece)
 {
-    unsigned char *set;
+    slot_set set = {0};
     ai_status_t st = slot_exchange(c, b, in, count * ai_dtype_size(dt), piece, &set);
     if (st != AI_OK)
         return st;
@@ -293,13 +336,12 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
      * left outside this core's cache: reading it back cost as much as the
      * exchange (docs/runtime.md). Not where out, written from the first
      * step on, is the input and this rank's term comes after it. */
-    const unsigned char *src[2] = {set, set + COMM_SLOT_BYTES};
+    const unsigned char *src[2] = {slot_of(set, 0), slot_of(set, 1)};
     if (b->me < 2)
         src[b->me] = in;
     comm_reduce_local(out, src[0], src[1], count, dt, op);
     for (int k = 2; k < b->n; k++)
-        comm_reduce_local(out, out, k == b->me && in != out ? in : set + (size_t)k * COMM_SLOT_BYTES,
-                          count, dt, op);
+        comm_reduce_local(out, out, k == b->me && in != out ? in : slot_of(set, k), count, dt, op);
     return AI_OK;
 }
 
@@ -308,7 +350,7 @@ ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a)
     comm_slot_board b;
     if (!comm_slot_board_get(c, &b))
         return comm_recursive_doubling_allreduce(c, a);
-    size_t es = ai_dtype_size(a->dt), per = COMM_SLOT_BYTES / es;
+    size_t es = ai_dtype_size(a->dt), per = slot_piece_max(&b) / es;
     for (size_t base = 0; base < a->count; base += per) {
         ai_status_t st = slot_piece(c, &b, (const unsigned char *)a->sendbuf + base * es,
                                     (unsigned char *)a->recvbuf + base * es,
@@ -369,7 +411,7 @@ static size_t sc_lo(size_t count, int n, int k)
 
 static ai_status_t sc_probe(ai_comm *c, const comm_slot_board *b, const sc_post *posts)
 {
-    unsigned char *set;
+    slot_set set = {0};
     sc_post me = {0, 0, 1, 0};
     for (int k = 0; k < b->n && me.ok; k++) {
         unsigned char byte;
@@ -385,7 +427,7 @@ static ai_status_t sc_probe(ai_comm *c, const comm_slot_board *b, const sc_post 
         return st;
     int all = 1;
     for (int k = 0; k < b->n; k++)
-        all &= ((const sc_post *)(set + (size_t)k * COMM_SLOT_BYTES))->ok == 1;
+        all &= ((const sc_post *)slot_of(set, k))->ok == 1;
     *b->cma = all ? 1 : -1;
     util_clear_error();
     return AI_OK;
@@ -399,7 +441,8 @@ ai_status_t comm_single_copy_allreduce(ai_comm *c, const coll_args *a)
     int n = b.n, me = b.me;
     size_t es = ai_dtype_size(a->dt);
     const unsigned char *send = a->sendbuf;
-    unsigned char *recv = a->recvbuf, *set, *tmp;
+    unsigned char *recv = a->recvbuf, *tmp;
+    slot_set set = {0};
     sc_post mine = {(uint64_t)(uintptr_t)send, (uint64_t)(uintptr_t)recv, 1, 0}, *posts;
     ai_status_t st;
     if ((st = comm_scratch(c, ALGO_SLOT_AUX2, (size_t)n * sizeof *posts, (void **)&posts)) != AI_OK ||
@@ -408,7 +451,7 @@ ai_status_t comm_single_copy_allreduce(ai_comm *c, const coll_args *a)
     if ((st = slot_exchange(c, &b, &mine, sizeof mine, SC_PIECE | 0, &set)) != AI_OK)
         return st;
     for (int k = 0; k < n; k++)
-        memcpy(&posts[k], set + (size_t)k * COMM_SLOT_BYTES, sizeof *posts);
+        memcpy(&posts[k], slot_of(set, k), sizeof *posts);
     if (*b.cma == 0) {
         if ((st = sc_probe(c, &b, posts)) != AI_OK)
             return st;

@@ -187,8 +187,13 @@ typedef struct shm_bell {
 #define COMM_SLOT_POOL_BYTES ((size_t)4 << 20)
 /* Exchanges of fewer bytes per rank keep to the first two sets: a line the
  * other core holds is nearer than a fresh one (2 ranks: 0.16-0.18 against
- * 0.17-0.23 us at 8-256 B; from 1 KiB the pool is faster). */
+ * 0.17-0.23 us at 8-256 B; from 1 KiB the pool is faster). Larger ones
+ * take the rest of the pool in turn, each as many bytes per rank as it
+ * has (rounded up to a cache line), up to COMM_SLOT_PIECE: a 1 MiB
+ * allreduce on 2 ranks took 70 us in 64 KiB pieces, 75 in 32 KiB and 81
+ * in 16 KiB (docs/runtime.md, "The slot pool"). */
 #define COMM_SLOT_SMALL ((size_t)1 << 10)
+#define COMM_SLOT_PIECE ((size_t)64 << 10)
 /* The board's sets for nlocal ranks: as many as fit COMM_SLOT_POOL_BYTES
  * when they are the whole communicator (pool), else 2; at least 2, and a
  * power of two, so that the exchange counter's wrap keeps the turn. */
@@ -223,6 +228,8 @@ typedef struct comm_slot_board {
     shm_flag *flags;        /* [n] */
     shm_bell *bells;        /* [n] */
     uint32_t *calls;
+    size_t *cursor;         /* where the next exchange of the pool's rest
+                             * starts (algo/allreduce.c, slot_place) */
     int *cma;               /* single-copy reads between the local ranks:
                              * 0 not tried yet, 1 they work, -1 they do not */
 } comm_slot_board;

@@ -168,6 +168,7 @@ static ai_status_t shm_setup(ai_comm *c)
     c->tp->slot_sets = nsets;
     populate(c->tp->slots, slots_bytes(nsets, nlocal));
     c->tp->slot_calls = 0;
+    c->tp->slot_cursor = 0;
     c->tp->cma = 0;
     /* Rings are indexed by ordered pair of local indices (from, to). */
     unsigned char *rings = c->tp->slots + slots_bytes(nsets, nlocal);
@@ -345,6 +346,7 @@ int comm_slot_board_get(const ai_comm *c, comm_slot_board *b)
     b->flags = tp->flags;
     b->bells = tp->bells;
     b->calls = &tp->slot_calls;
+    b->cursor = &tp->slot_cursor;
     b->cma = &tp->cma;
     return 1;
 }

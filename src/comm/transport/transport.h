@@ -123,6 +123,7 @@ struct comm_transport {
     unsigned char *slots;   /* [slot_sets][local_size][COMM_SLOT_BYTES] */
     int slot_sets;          /* comm_slot_sets */
     uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
+    size_t slot_cursor;     /* comm_slot_board.cursor */
     int cma;                /* comm_slot_board.cma */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
