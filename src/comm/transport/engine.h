@@ -191,7 +191,8 @@ typedef struct shm_bell {
  * take the rest of the pool in turn, each as many bytes per rank as it
  * has (rounded up to a cache line), up to COMM_SLOT_PIECE: a 1 MiB
  * allreduce on 2 ranks took 70 us in 64 KiB pieces, 75 in 32 KiB and 81
- * in 16 KiB (docs/runtime.md, "The slot pool"). */
+ * in 16 KiB (fixed slots of each size; docs/runtime.md, "Messages and
+ * progress"). */
 #define COMM_SLOT_SMALL ((size_t)1 << 10)
 #define COMM_SLOT_PIECE ((size_t)64 << 10)
 /* The board's sets for nlocal ranks: as many as fit COMM_SLOT_POOL_BYTES
