@@ -27,6 +27,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_shares import run_ranks  # noqa: E402 (the same local ranks)
 
 
+# torch 2.13's gloo run of this job aborts at interpreter exit now and then
+# ("terminate called without an active exception", SIGABRT after
+# destroy_process_group, no Python frame): in 1-5 of 30 runs on the 2-core
+# test machine, also with autoinfra's extension never loaded. The gloo
+# reference is run again, at most GLOO_TRIES times, when that is all that
+# went wrong; the autoinfra run never is.
+GLOO_TRIES = 3
+SIGABRT = 6
+
+
 def run(backend, world, out, limit=200):
     argv = [sys.executable, "-W", "ignore::UserWarning", "-m", "autoinfra.train", "--fsdp",
             "--backend", backend, "--model", "tiny", "--ctx", "32", "--batch", "4",
@@ -41,7 +51,12 @@ def main(argv):
         res = {}
         for backend in ("gloo", "autoinfra"):
             out = os.path.join(d, backend + ".json")
-            codes = run(backend, world, out)
+            for attempt in range(GLOO_TRIES if backend == "gloo" else 1):
+                codes = run(backend, world, out)
+                if codes == [0] * world or not set(codes) <= {0, -SIGABRT}:
+                    break
+                print("fsdp: %s: rank exit codes %s (SIGABRT at exit), run %d of at most %d"
+                      % (backend, codes, attempt + 1, GLOO_TRIES), file=sys.stderr)
             if codes != [0] * world or not os.path.exists(out):
                 print("fsdp: %s: rank exit codes %s" % (backend, codes), file=sys.stderr)
                 return 1
