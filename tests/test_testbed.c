@@ -446,10 +446,16 @@ static void test_testbed_speed(void **st)
     if (rc == 0 || !strstr(errbuf, "no node 'x-9'"))
         fail_msg("shape x-9 speed 0.5 should be refused (%d):\n%s", rc, errbuf);
 
-    double half = median_ratio(3);
+    /* Half the quota against full: 2x at best. The half-speed node's
+     * time spreads more than the other's (2.4-2.7 s in most runs, 3.0-3.7
+     * s in some, beside f-0's steady 1.2-1.5 s: 1.66-3.15x each),
+     * and a median of three once came out at 2.70x on an otherwise idle
+     * machine: five runs, and up to 3x (a speed applied twice would be 4x,
+     * none at all 1x). */
+    double half = median_ratio(5);
     fprintf(stderr, "test_testbed: speed 0.5 vs 1: median %.2fx as long\n", half);
-    if (half < 1.6 || half > 2.6)
-        fail_msg("the half-speed node took %.2fx as long as the full-speed one, not 1.6-2.6x", half);
+    if (half < 1.6 || half > 3.0)
+        fail_msg("the half-speed node took %.2fx as long as the full-speed one, not 1.6-3x", half);
 
     char *same[] = {"/bin/sh", testbed, "shape", "h-0", "speed", "1", NULL};
     rc = run(same, 10);
