@@ -30,10 +30,19 @@ typedef struct {
     int rank, size;
     long runs;
     int unsupported;
+    const float *sum; /* the known result, N floats */
 } host_ctx;
 
 /* The input pattern every rank uses, and its sum. */
 static float in_of(int rank, size_t i) { return (float)((rank + (int)(i % 13)) % 5); }
+
+static float sum_of(int size, size_t i)
+{
+    float e = 0;
+    for (int r = 0; r < size; r++)
+        e += in_of(r, i);
+    return e;
+}
 
 static ai_status_t fast_allreduce(void *arg, ai_coll coll, const void *sendbuf, void *recvbuf,
                                   size_t count, ai_dtype dt, ai_op op, int root)
@@ -46,13 +55,9 @@ static ai_status_t fast_allreduce(void *arg, ai_coll coll, const void *sendbuf, 
         return AI_ERR_UNSUPPORTED;
     if (coll != AI_ALLREDUCE || dt != AI_F32 || op != AI_SUM)
         return AI_ERR_INVALID;
-    float *out = recvbuf;
-    for (size_t i = 0; i < count; i++) {
-        float e = 0;
-        for (int r = 0; r < h->size; r++)
-            e += in_of(r, i);
-        out[i] = e;
-    }
+    if (count != N)
+        return AI_ERR_INVALID;
+    memcpy(recvbuf, h->sum, N * sizeof(float)); /* one copy: faster than any exchange */
     return AI_OK;
 }
 
@@ -69,9 +74,7 @@ static int check_calls(ai_comm *c, float *in, float *out, int calls)
             return 1;
         }
         for (size_t i = 0; i < N; i++) {
-            float e = 0;
-            for (int r = 0; r < size; r++)
-                e += in_of(r, i);
+            float e = sum_of(size, i);
             if (out[i] != e) {
                 fprintf(stderr, "rank %d: call %d element %zu is %g, expected %g\n", rank, k, i,
                         (double)out[i], (double)e);
@@ -84,7 +87,10 @@ static int check_calls(ai_comm *c, float *in, float *out, int calls)
 
 static int body_wins(ai_comm *c, void *arg)
 {
-    host_ctx h = {ai_comm_rank(c), ai_comm_size(c), 0, *(int *)arg};
+    static float sum[N];
+    host_ctx h = {ai_comm_rank(c), ai_comm_size(c), 0, *(int *)arg, sum};
+    for (size_t i = 0; i < N; i++)
+        sum[i] = sum_of(h.size, i);
     if (ai_comm_set_host_coll(c, AI_ALLREDUCE, "host_fast", fast_allreduce, &h) != AI_OK) {
         fprintf(stderr, "rank %d: register: %s\n", h.rank, ai_last_error());
         return 3;

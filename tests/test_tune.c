@@ -336,7 +336,7 @@ static void test_warm_keeps_unrun(void **state)
     path_in(kb, sizeof kb, "unrun.sqlite");
     setenv("AUTOINFRA_KB", kb, 1);
     ranks_opts o = {.deadline_s = 60};
-    const last_arg warm = {0.1, 0, 5}; /* the first call, then one window */
+    const last_arg warm = {0.1, 0, 7}; /* the first 3 calls, then one window */
     assert_int_equal(ranks_run(2, &o, run_from_last, (void *)&warm), 0);
     assert_int_equal(count_rows(kb, "SELECT count(*) FROM arms"), 2);
     /* The arm it ran: more samples; the other: the row rank 0 wrote. */

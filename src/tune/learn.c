@@ -92,6 +92,7 @@
 #define TUNE_SAVE_WINDOWS 1024 /* rank 0 writes the KB when this many
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
+#define TUNE_FIRST_CALLS 3    /* a bucket's first calls, not learned from */
 #define TUNE_KB_OPEN_MS 20    /* at the job's first call, a KB locked against
                                * reading is waited for this long; then its
                                * opening is retried at each save */
@@ -125,6 +126,7 @@ typedef struct tune_bucket {
     int settled;    /* exploiting */
     int warm;       /* started from the knowledge base */
     long calls;
+    unsigned char used[TUNE_MAX_ARMS]; /* arms that ran a call in this bucket */
     int strikes;    /* settled windows in a row that looked like drift */
     double strike_s; /* ... and the seconds of calls they cover */
     int held_arm, held_calls; /* strike windows not learned yet (teaches) */
@@ -1076,9 +1078,17 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
     tuner *t = ctx;
     int bi = bucket_of(bytes);
     tune_bucket *b = t->b[coll][bi];
-    /* A bucket's first call pays for first touches of the buffers (page
-     * faults, scratch growth): it teaches nothing about the arm. */
-    if (b->calls++ == 0) {
+    /* A bucket's first TUNE_FIRST_CALLS calls, and each arm's first call
+     * in it, teach nothing: they pay for first use (page faults in the
+     * buffers and scratch, single_copy's first reads) and for a new
+     * process's slow start. On 2 ranks in a new process, an arm's first
+     * call at 256 KiB took 1.5-8x its later ones (recursive_doubling
+     * 62-64 us against 24, single_copy 122-152 against 38), and direct's
+     * second and third calls at 1 MiB 1.2-2.2x; one such sample put an
+     * arm past the bound (1.5x the best), never to be tried again. Every
+     * rank runs the same arm, so every rank skips the same calls. */
+    if (b->calls++ < TUNE_FIRST_CALLS || !b->used[b->cur]) {
+        b->used[b->cur] = 1;
         double turn;
         (void)window_load(b, 0, &turn); /* the first window's CPU wait counts from here */
         return AI_OK;
