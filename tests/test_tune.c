@@ -234,6 +234,27 @@ static void test_warm_start(void **state)
     assert_true(count_rows(kb, "SELECT count(*) FROM measurements WHERE phase = 'exploit'") > 0);
 }
 
+/* A bucket's first 3 calls and each arm's first call teach nothing: a
+ * cold job of 6 calls learns from its 4th call (the first arm's), and
+ * from the 6th, or the 5th and 6th when the first arm runs again; every
+ * learned window is one measurement row. Learning from every call but the
+ * first would leave 5. */
+static void test_first_calls_unlearned(void **state)
+{
+    (void)state;
+    char kb[300];
+    path_in(kb, sizeof kb, "first-calls.sqlite");
+    unlink(kb);
+    setenv("AUTOINFRA_KB", kb, 1);
+    ranks_opts o = {.deadline_s = 120};
+    warm_arg cold = {6, 0, 64 << 10};
+    assert_int_equal(ranks_run(2, &o, run_bucket, &cold), 0);
+    long rows = count_rows(kb, "SELECT count(*) FROM measurements");
+    if (rows < 2 || rows > 3)
+        fprintf(stderr, "%ld windows learned from 6 calls, want 2 or 3\n", rows);
+    assert_true(rows >= 2 && rows <= 3);
+}
+
 /* ai_comm_config.kb_path (the CLI's --kb) is the KB the learner writes,
  * over AUTOINFRA_KB; the environment's file is not even created. */
 static void test_config_kb_path(void **state)
@@ -1454,6 +1475,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_decisions),
         cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_first_calls_unlearned),
         cmocka_unit_test(test_warm_from_last),
         cmocka_unit_test(test_warm_keeps_unrun),
         cmocka_unit_test(test_drift_relearns),
