@@ -1082,7 +1082,7 @@ static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t byte
      * in it, teach nothing: they pay for first use (page faults in the
      * buffers and scratch, single_copy's first reads) and for a new
      * process's slow start. On 2 ranks in a new process, an arm's first
-     * call at 256 KiB took 1.5-8x its later ones (recursive_doubling
+     * call at 256 KiB took up to 4x its later ones (recursive_doubling
      * 62-64 us against 24, single_copy 122-152 against 38), and direct's
      * second and third calls at 1 MiB 1.2-2.2x; one such sample put an
      * arm past the bound (1.5x the best), never to be tried again. Every
