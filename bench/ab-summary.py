@@ -11,7 +11,10 @@ DIR/L-K/. Two kinds of runs are summarised:
   coll, bytes, time_us): per collective, algorithm and size, each variant's
   median time over its runs, and the median over rounds of the per-round
   ratio b / a (below 1: b faster). Rounds pair the two variants' runs of
-  the same K, which bench/ab ran next to each other.
+  the same K, which bench/ab ran next to each other. Where a run times
+  several algorithms at one size, a second table gives each algorithm's
+  time over the fastest other's in the same run, median over each
+  variant's runs.
 - drift runs of bench/learn-eval (DIR/L-K/learn-NAME-drift.jsonl): per
   variant and size, the runs back within 10% of the new oracle within 64
   calls and the median of recovered_after (-1, never, counts as 64).
@@ -97,6 +100,28 @@ def main():
                       and times[labels[0]][k][key] > 0]
             print("%-14s %-22s %10d %3d/%-2d %12.2f %12.2f %8.3f" % (
                 key[0], key[1], key[2], len(ta), len(tb), median(ta), median(tb), median(ratios)))
+
+    # Runs that time several algorithms at one size: each against the
+    # fastest of the others in the same run (the same job's neighbours, so
+    # the machine's state between rounds cancels), median over the runs.
+    groups = {}
+    for key in keys:
+        groups.setdefault((key[0], key[2]), []).append(key[1])
+    if any(len(algos) > 1 for algos in groups.values()):
+        print("\nwithin a run: each algorithm's time / the fastest other algorithm's "
+              "in the same run, median over runs")
+        print("%-14s %-22s %10s %10s %10s" % ("coll", "algo", "bytes", "a", "b"))
+        for key in keys:
+            others = [o for o in groups[(key[0], key[2])] if o != key[1]]
+            if not others:
+                continue
+            cols = []
+            for L in labels:
+                rs = [run[key] / min(run[(key[0], o, key[2])] for o in others)
+                      for run in times[L].values()
+                      if key in run and all((key[0], o, key[2]) in run for o in others)]
+                cols.append(median(rs))
+            print("%-14s %-22s %10d %10.3f %10.3f" % (key[0], key[1], key[2], cols[0], cols[-1]))
 
     # learn-eval drift runs
     drift = {}
