@@ -588,7 +588,9 @@ static void test_auto_rule(void **s)
     assert_non_null(ai_coll_auto_algo(NULL, AI_BROADCAST, 100));
     /* every rank on one host with its slot board: direct on 2 ranks, on
      * more while it reads at most 64 KiB per rank ((p - 1) x bytes), and
-     * always up to 8 KiB */
+     * always up to 8 KiB; as a reduce-scatter from 8 MiB, and on 8 or more
+     * ranks up to 64 KiB, where the pool has room for its pieces (up to
+     * 64 ranks) */
     struct comm_transport tp;
     memset(&tp, 0, sizeof tp);
     tp.slots = (unsigned char *)&tp; /* only tested for NULL */
@@ -596,9 +598,16 @@ static void test_auto_rule(void **s)
     static const struct {
         int p;
         size_t direct, not_direct;
-    } rule[] = {{2, (size_t)64 << 20, 0}, {4, 16 << 10, 32 << 10}, {16, 8 << 10, 16 << 10}};
+    } rule[] = {{2, (size_t)64 << 20, 0},
+                {4, 16 << 10, 32 << 10},
+                {4, (size_t)8 << 20, (size_t)4 << 20},
+                {16, 64 << 10, 128 << 10},
+                {16, (size_t)8 << 20, (size_t)4 << 20},
+                {128, 8 << 10, 16 << 10},
+                {128, 8 << 10, (size_t)8 << 20}};
     for (size_t i = 0; i < AI_ARRAY_LEN(rule); i++) {
         fake.size = fake.local_size = rule[i].p;
+        tp.slot_sets = comm_slot_sets(rule[i].p, 1);
         assert_string_equal(ai_coll_auto_algo(&fake, AI_ALLREDUCE, rule[i].direct), "direct");
         if (rule[i].not_direct)
             assert_string_not_equal(ai_coll_auto_algo(&fake, AI_ALLREDUCE, rule[i].not_direct),
@@ -684,6 +693,67 @@ static void test_validation(void **s)
     assert_int_equal(ranks_run(1, NULL, validation_body, NULL), 0);
 }
 
+/* ------------------------------------ direct: the rank-order bits */
+
+/* f32 values whose sums round: the order of the additions shows in the
+ * bits. */
+static float odd_val(int r, size_t i)
+{
+    return (float)((double)(r + 1) * 0.1 + (double)(i % 977) * 1e-3 + 1.0 / (double)(i + 3));
+}
+
+/* The shared-slot allreduce gives every rank the bits of the left fold
+ * in rank order, ((x0 + x1) + x2) + ..., whether every rank reduces
+ * every slot (8 and 16 KiB) or the ranks reduce a segment each and copy
+ * the others' (160 KB: one piece; 1.2 MB: several, a count that splits
+ * unevenly), in place or not. */
+static int direct_bits_body(ai_comm *c, void *arg)
+{
+    (void)arg;
+    static const size_t counts[] = {2048, 4099, 40000, 300007};
+    int p = ai_comm_size(c), me = ai_comm_rank(c), rc = 0;
+    ai_algo_opts o = {.algo = "direct"};
+    float *in = malloc(300007 * sizeof *in), *out = malloc(300007 * sizeof *out);
+    if (!in || !out) {
+        rc = 2;
+        goto out;
+    }
+    for (size_t ci = 0; ci < AI_ARRAY_LEN(counts) && !rc; ci++) {
+        for (int inplace = 0; inplace < 2 && !rc; inplace++) {
+            size_t n = counts[ci];
+            for (size_t i = 0; i < n; i++)
+                (inplace ? out : in)[i] = odd_val(me, i);
+            if (ai_allreduce(c, inplace ? AI_IN_PLACE : in, out, n, AI_F32, AI_SUM, &o) != AI_OK) {
+                fprintf(stderr, "direct, %zu floats: %s\n", n, ai_last_error());
+                rc = 3;
+                break;
+            }
+            for (size_t i = 0; i < n; i++) {
+                float want = odd_val(0, i);
+                for (int r = 1; r < p; r++)
+                    want += odd_val(r, i);
+                if (memcmp(&want, &out[i], sizeof want)) {
+                    fprintf(stderr, "direct p=%d rank %d, %zu floats%s: [%zu] %.9g, want %.9g\n", p,
+                            me, n, inplace ? " in place" : "", i, out[i], want);
+                    rc = 4;
+                    break;
+                }
+            }
+        }
+    }
+out:
+    free(in);
+    free(out);
+    return rc;
+}
+
+static void test_direct_bits(void **s)
+{
+    (void)s;
+    for (int p = 3; p <= 5; p++)
+        assert_int_equal(ranks_run(p, NULL, direct_bits_body, NULL), 0);
+}
+
 /* ------------------------------------------------------- harness */
 
 static int hook_mark = -1;
@@ -747,6 +817,7 @@ int main(void)
         cmocka_unit_test(test_shm_6),
         cmocka_unit_test(test_shm_7),
         cmocka_unit_test(test_shm_8),
+        cmocka_unit_test(test_direct_bits),
         cmocka_unit_test(test_tcp_2x2),
         cmocka_unit_test(test_tcp_3x3),
         cmocka_unit_test(test_mixed_4_rr),

@@ -21,6 +21,11 @@ const coll_algo *comm_algo_find(ai_coll coll, const char *name);
  * one host, every rank on it, shared memory (elsewhere it runs
  * recursive_doubling). */
 int comm_shm_direct_ok(const ai_comm *c);
+/* The bytes each rank reads from the other ranks' slots in a direct
+ * allreduce of `bytes`: (p - 1) x bytes where every rank reduces every
+ * slot (2 ranks, or under 96 KiB of such reads), 2 (p - 1) / p x bytes
+ * where it runs as a reduce-scatter. */
+size_t comm_direct_reads(const ai_comm *c, size_t bytes);
 
 /* The segment a pipelined algorithm (binary_tree, chain, weighted) uses
  * when chunk_bytes is 0. Its value and reason: comm/algo/core.h. */

@@ -86,6 +86,8 @@ const char *ai_coll_algo_name(ai_coll coll, int index)
  *                  a piece; recursive_doubling's log p exchanges cost
  *                  1.3-2x more up to 8K on 2 and 4 ranks, less from 16K
  *                  on 4, where every rank reading p slots costs more);
+ *                  where direct runs as a reduce-scatter, from 8M, and
+ *                  on 8 or more ranks up to 64K;
  *                  bytes <= 16K: recursive_doubling (log p latency wins);
  *                  mixed: hierarchical (only leaders use the network);
  *                  p a power of two and bytes <= 4M: rabenseifner (2 log p
@@ -121,6 +123,13 @@ const char *ai_coll_auto_algo(const ai_comm *comm, ai_coll coll, size_t bytes)
          * (docs/runtime.md, "The slot pool") */
         if ((p == 2 || bytes <= 8 * K || (size_t)(p - 1) * bytes <= 64 * K) && comm &&
             comm_shm_direct_ok(comm))
+            return "direct";
+        /* as a reduce-scatter (comm_direct_reads at most 2 x bytes), on 2
+         * cores: 0.72-0.93x the better of rabenseifner and ring at 8-16 MiB
+         * on 4 and 8 ranks, 0.51-0.71x at 16-64 KiB on 8; 1.1-1.4x at
+         * 32 KiB-4 MiB on 4 (docs/runtime.md, "Messages and progress") */
+        if ((bytes >= 8 * M || (p >= 8 && bytes <= 64 * K)) && comm && comm_shm_direct_ok(comm) &&
+            comm_direct_reads(comm, bytes) <= 2 * bytes)
             return "direct";
         if (bytes <= 16 * K)
             return "recursive_doubling";

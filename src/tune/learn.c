@@ -96,10 +96,10 @@
 #define TUNE_KB_OPEN_MS 20    /* at the job's first call, a KB locked against
                                * reading is waited for this long; then its
                                * opening is retried at each save */
-#define TUNE_DIRECT_READS ((size_t)1 << 20) /* direct's reads per rank, (ranks - 1) x
-                                             * bytes, up to which it is an arm on more
-                                             * than 2 ranks (on 2, the fastest of ours
-                                             * up to 64 MiB, at every size) */
+#define TUNE_DIRECT_READS ((size_t)1 << 20) /* direct's reads per rank from the others'
+                                             * slots (comm_direct_reads) up to which it
+                                             * is an arm; beyond, while they are at most
+                                             * 2 x bytes (2 ranks, or a reduce-scatter) */
 #define TUNE_SINGLE_COPY_MIN ((size_t)32 << 10) /* single_copy's three board exchanges
                                                  * and kernel calls outweigh its saved
                                                  * copy below this */
@@ -304,7 +304,7 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
             (!strcmp(al->name, "weighted") && c->nhosts == 1) ||
             (!strcmp(al->name, "direct") &&
              (!comm_shm_direct_ok(c) ||
-              (c->size > 2 && (size_t)(c->size - 1) * bytes > TUNE_DIRECT_READS))) ||
+              comm_direct_reads(c, bytes) > AI_MAX(TUNE_DIRECT_READS, 2 * bytes))) ||
             (!strcmp(al->name, "single_copy") &&
              (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)))
             continue;

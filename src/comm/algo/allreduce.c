@@ -361,15 +361,122 @@ static ai_status_t slot_piece(ai_comm *c, const comm_slot_board *b, const unsign
     return AI_OK;
 }
 
+/* Segment k of a piece of `count` elements split over n ranks: whole
+ * cache lines, so that no two ranks write one line. */
+static size_t rs_lo(size_t count, size_t es, int n, int k)
+{
+    size_t line = es < 64 ? 64 / es : 1, q = (count + (size_t)n - 1) / (size_t)n;
+    q = (q + line - 1) / line * line;
+    return AI_MIN((size_t)k * q, count);
+}
+
+#define RS_DONE 0x40000000u /* a piece's second exchange: every segment reduced */
+/* Every rank reducing every slot reads (p - 1) x the vector; from this
+ * many such reads direct runs as a reduce-scatter instead (48 KiB on 3
+ * ranks, 32 KiB on 4, 16 KiB on 8). On the 2-core machine the reduce-
+ * scatter took 0.95x the time at 64 KiB on 3 ranks (1.08x at 32 KiB),
+ * 0.85x at 32 KiB on 4 (1.03x at 16 KiB) and 0.74x at 16 KiB on 8 (0.91x
+ * at 8 KiB), and 0.37-0.80x at 64-128 KiB (docs/runtime.md, "Messages and
+ * progress"). */
+#define DIRECT_RS_READS ((size_t)96 << 10)
+
+/* One piece as a reduce-scatter on the board (direct on 3 or more ranks,
+ * from DIRECT_RS_READS): every rank's payload into its slot (one
+ * exchange); rank r reduces segment r of every slot, in rank order, into
+ * segment r of its own slot, which no other rank reads before the second
+ * exchange; then every rank copies each segment from the slot of the rank
+ * that reduced it. Every segment is reduced once, so every rank ends with
+ * the same bits, the bits slot_piece gives. The rank copies out of the
+ * set after the second exchange, so a rank may already write the next
+ * piece while it reads: the set must be in the pool's rest (never one of
+ * the first two sets, which the exchange after next takes again), and
+ * the next exchange of the rest must not reach it (a piece of at most a
+ * third of the rest, as slot_piece_max). */
+static ai_status_t slot_piece_rs(ai_comm *c, const comm_slot_board *b, const unsigned char *in,
+                                 unsigned char *out, size_t count, ai_dtype dt, ai_op op,
+                                 uint32_t piece)
+{
+    size_t es = ai_dtype_size(dt);
+    int n = b->n, me = b->me;
+    slot_set set = {0}, done = {0};
+    ai_status_t st = slot_exchange(c, b, in, count * es, piece, &set);
+    if (st != AI_OK)
+        return st;
+    size_t lo = rs_lo(count, es, n, me), m = rs_lo(count, es, n, me + 1) - lo;
+    if (m) {
+        /* this rank's own term from its input, as in slot_piece */
+        unsigned char *acc = (unsigned char *)slot_of(set, me) + lo * es;
+        const unsigned char *src[2] = {slot_of(set, 0) + lo * es, slot_of(set, 1) + lo * es};
+        if (me < 2)
+            src[me] = in + lo * es;
+        comm_reduce_local(acc, src[0], src[1], m, dt, op);
+        for (int k = 2; k < n; k++)
+            comm_reduce_local(acc, acc, k == me ? in + lo * es : slot_of(set, k) + lo * es, m, dt,
+                              op);
+    }
+    if ((st = slot_exchange(c, b, NULL, 0, RS_DONE | piece, &done)) != AI_OK)
+        return st;
+    for (int k = 0; k < n; k++) {
+        size_t klo = rs_lo(count, es, n, k), klen = rs_lo(count, es, n, k + 1) - klo;
+        if (klen)
+            memcpy(out + klo * es, slot_of(set, k) + klo * es, klen * es);
+    }
+    return AI_OK;
+}
+
+/* The largest piece, in bytes per rank, of the reduce-scatter pieces:
+ * a third of the rest over n (as slot_piece_max, without its cap of
+ * COMM_SLOT_PIECE: each piece costs two exchanges, and on 4 ranks of 2
+ * cores 330 KiB pieces took a 1 MiB allreduce in 312-330 us against
+ * 540 us in 64 KiB ones), or 0 where that is under 2 x COMM_SLOT_SMALL:
+ * the even split must keep every piece in the pool's rest. */
+static size_t rs_piece_max(const comm_slot_board *b)
+{
+    size_t fit = slot_rest(b) / (3 * (size_t)b->n) & ~(size_t)63;
+    return fit < 2 * COMM_SLOT_SMALL ? 0 : fit;
+}
+
+/* Whether a direct allreduce of `bytes` runs as a reduce-scatter. */
+static int direct_rs(const comm_slot_board *b, size_t bytes)
+{
+    return b->n >= 3 && (size_t)(b->n - 1) * bytes >= DIRECT_RS_READS && rs_piece_max(b) > 0;
+}
+
+size_t comm_direct_reads(const ai_comm *c, size_t bytes)
+{
+    comm_slot_board b;
+    if (!comm_slot_board_get(c, &b))
+        return 0;
+    size_t n = (size_t)b.n;
+    return direct_rs(&b, bytes) ? 2 * (n - 1) * (bytes / n) : (n - 1) * bytes;
+}
+
 ai_status_t comm_direct_allreduce(ai_comm *c, const coll_args *a)
 {
     comm_slot_board b;
     if (!comm_slot_board_get(c, &b))
         return comm_recursive_doubling_allreduce(c, a);
-    size_t es = ai_dtype_size(a->dt), per = slot_piece_max(&b) / es;
+    size_t es = ai_dtype_size(a->dt), bytes = a->count * es;
+    const unsigned char *in = a->sendbuf;
+    unsigned char *out = a->recvbuf;
+    if (direct_rs(&b, bytes)) {
+        /* pieces of equal size (within an element): each at least half a
+         * largest piece, or the whole vector, so none under COMM_SLOT_SMALL */
+        size_t per = rs_piece_max(&b) / es, pieces = (a->count + per - 1) / per;
+        size_t q = a->count / pieces, r = a->count % pieces, base = 0;
+        for (size_t i = 0; i < pieces; i++) {
+            size_t m = q + (i < r);
+            ai_status_t st = slot_piece_rs(c, &b, in + base * es, out + base * es, m, a->dt,
+                                           a->op, (uint32_t)i);
+            if (st != AI_OK)
+                return st;
+            base += m;
+        }
+        return AI_OK;
+    }
+    size_t per = slot_piece_max(&b) / es;
     for (size_t base = 0; base < a->count; base += per) {
-        ai_status_t st = slot_piece(c, &b, (const unsigned char *)a->sendbuf + base * es,
-                                    (unsigned char *)a->recvbuf + base * es,
+        ai_status_t st = slot_piece(c, &b, in + base * es, out + base * es,
                                     AI_MIN(per, a->count - base), a->dt, a->op,
                                     (uint32_t)(base / per));
         if (st != AI_OK)
