@@ -517,6 +517,9 @@ static void test_tcp_2x2(void **s) { (void)s; run_sweep(2, 2, 0, 2); }
 static void test_mixed_4_rr(void **s) { (void)s; run_sweep(4, 2, 1, 1); }
 static void test_mixed_5_rr(void **s) { (void)s; run_sweep(5, 2, 1, 0); }
 static void test_mixed_7_3hosts(void **s) { (void)s; run_sweep(7, 3, 0, 0); }
+/* Two ranks on each of three hosts: the streamed hierarchical allreduce
+ * (core_ring.c) with a ring of three hosts. */
+static void test_mixed_6_3hosts_rr(void **s) { (void)s; run_sweep(6, 3, 1, 0); }
 static void test_tcp_3x3(void **s) { (void)s; run_sweep(3, 3, 0, 0); }
 
 /* ------------------------------------------------ API without ranks */
@@ -823,6 +826,7 @@ int main(void)
         cmocka_unit_test(test_mixed_4_rr),
         cmocka_unit_test(test_mixed_5_rr),
         cmocka_unit_test(test_mixed_7_3hosts),
+        cmocka_unit_test(test_mixed_6_3hosts_rr),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     munmap((void *)shared_counter, sizeof *shared_counter);

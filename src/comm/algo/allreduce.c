@@ -128,14 +128,17 @@ static ai_status_t hierarchical_rails(ai_comm *c, const coll_args *a)
 {
     size_t es = ai_dtype_size(a->dt);
     comm_group local = group_host(c, c->host_of[c->rank]);
+    /* rail: member h is the rank of local index `me` on host h */
+    comm_group rail = {c->nhosts, c->host_of[c->rank], 0, c->host_first, c->host_ranks + local.me,
+                       -1, -1};
+    if (local.n == 2 && a->chunk_bytes == 0)
+        return comm_core_rails2_allreduce(c, &local, &rail, a->sendbuf, a->recvbuf, a->count,
+                                          a->dt, a->op);
     vlayout L = {VL_EVEN, a->count, local.n, 0};
     ai_status_t st = comm_core_halving(c, &local, &L, local.me, a->sendbuf, a->recvbuf, a->dt,
                                        a->op);
     if (st != AI_OK)
         return st;
-    /* rail: member h is the rank of local index `me` on host h */
-    comm_group rail = {c->nhosts, c->host_of[c->rank], 0, c->host_first, c->host_ranks + local.me,
-                       -1, -1};
     size_t off = vl_off(&L, local.me), len = vl_off(&L, local.me + 1) - off;
     if (len > 0) {
         st = comm_core_ring_allreduce(c, &rail, BP(a->recvbuf, off * es), BP(a->recvbuf, off * es),

@@ -267,6 +267,34 @@ ai_status_t comm_core_fold_allreduce_in(ai_comm *c, const comm_group *g, const c
 
 /* Allreduce: ring reduce-scatter + ring allgather. in may equal out.
  * chunk_bytes > 0 runs the ring over slices of n * chunk_bytes. */
+/* A flow: requests posted as others complete, in lanes. Each lane's
+ * operations are posted in order (FIFO matching: one lane per peer and
+ * direction), an operation once its dep (an index into ops, -1: none)
+ * is done; comm_core_flow returns when every operation is done. The
+ * streamed ring and the streamed hierarchical allreduce (core_ring.c)
+ * are flows. Lane l is ops[lane_first[l], lane_first[l + 1]). Uses
+ * scratch slot ALGO_SLOT_AUX2; the callers keep ops in ALGO_SLOT_AUX. */
+typedef struct comm_flow_op {
+    comm_req_kind kind;
+    int peer;
+    int dep;
+    const void *sbuf;  /* send */
+    void *rbuf;        /* receive, or the reduction's destination */
+    const void *src;   /* the reduction's other operand */
+    size_t bytes;
+    int posted;        /* comm_core_flow's */
+} comm_flow_op;
+
+ai_status_t comm_core_flow(ai_comm *c, comm_flow_op *ops, int nops, const int *lane_first,
+                           int nlanes, ai_dtype dt, ai_op op);
+
+/* Allreduce over hosts of two ranks each (local: this host's two ranks;
+ * rail: local rank local->me of every host), the host step, the ring
+ * across hosts and the gather streamed together (core_ring.c). */
+ai_status_t comm_core_rails2_allreduce(ai_comm *c, const comm_group *local, const comm_group *rail,
+                                       const void *in, void *out, size_t count, ai_dtype dt,
+                                       ai_op op);
+
 ai_status_t comm_core_ring_allreduce(ai_comm *c, const comm_group *g, const void *in, void *out,
                                      size_t count, ai_dtype dt, ai_op op, size_t chunk_bytes);
 
