@@ -226,6 +226,12 @@ ai_status_t comm_shm_check_local(ai_comm *c)
     for (int b = 0; b < c->local_size; b++) {
         comm_peer *p = &tp->peers[local[b]];
         if (local[b] != c->rank && p->kind == CHAN_SHM && comm_proc_is_dead(p->pid)) {
+            /* A peer that died after it heard of a failure left the notice
+             * before it went: read the notices again, or a rank that lost
+             * its core between the two checks names the messenger, not the
+             * cause. */
+            if ((st = comm_ctl_check(c)) != AI_OK)
+                return st;
             tp->blame = local[b]; /* the origin this rank's abort notice names */
             return util_fail(AI_ERR_PEER, "rank %d (pid %d on this host) died", local[b], (int)p->pid);
         }
@@ -309,6 +315,9 @@ static ai_status_t shm_check(ai_comm *c, int peer)
     comm_peer *p = &c->tp->peers[peer];
     if (!comm_proc_is_dead(p->pid))
         return AI_OK;
+    ai_status_t st = comm_ctl_check(c); /* a notice it left first, as comm_shm_check_local */
+    if (st != AI_OK)
+        return st;
     c->tp->blame = peer;
     return util_fail(AI_ERR_PEER, "rank %d (host %s, pid %d on this host) died", peer, p->host,
                      (int)p->pid);
