@@ -757,6 +757,55 @@ static void test_direct_bits(void **s)
         assert_int_equal(ranks_run(p, NULL, direct_bits_body, NULL), 0);
 }
 
+/* The streamed ring across hosts and the streamed hierarchical allreduce
+ * (core_ring.c) give the bits of the lock-step versions: the same blocks,
+ * the same chain of reductions. A chunk size as large as a block keeps
+ * the lock-step ring, in one pass; on the hierarchical allreduce any
+ * chunk size keeps the halving, ring and doubling one after another. */
+static int stream_bits_body(ai_comm *c, void *arg)
+{
+    const char *algo = arg;
+    static const size_t counts[] = {70001, 1000003};
+    int me = ai_comm_rank(c), rc = 0;
+    float *in = malloc(1000003 * sizeof *in), *out[2] = {malloc(1000003 * sizeof(float)),
+                                                          malloc(1000003 * sizeof(float))};
+    if (!in || !out[0] || !out[1]) {
+        rc = 2;
+        goto out;
+    }
+    for (size_t ci = 0; ci < AI_ARRAY_LEN(counts) && !rc; ci++) {
+        size_t n = counts[ci];
+        for (size_t i = 0; i < n; i++)
+            in[i] = odd_val(me, i);
+        for (int lock = 0; lock < 2 && !rc; lock++) {
+            ai_algo_opts o = {.algo = algo, .chunk_bytes = lock ? n * sizeof(float) : 0};
+            if (ai_allreduce(c, in, out[lock], n, AI_F32, AI_SUM, &o) != AI_OK) {
+                fprintf(stderr, "%s, %zu floats: %s\n", algo, n, ai_last_error());
+                rc = 3;
+            }
+        }
+        for (size_t i = 0; i < n && !rc; i++)
+            if (memcmp(&out[0][i], &out[1][i], sizeof(float))) {
+                fprintf(stderr, "%s rank %d, %zu floats: [%zu] streamed %.9g, lock-step %.9g\n",
+                        algo, me, n, i, out[0][i], out[1][i]);
+                rc = 4;
+            }
+    }
+out:
+    free(in);
+    free(out[0]);
+    free(out[1]);
+    return rc;
+}
+
+static void test_stream_bits(void **s)
+{
+    (void)s;
+    ranks_opts three = {.nhosts = 3}, pairs = {.nhosts = 3, .round_robin = 1};
+    assert_int_equal(ranks_run(3, &three, stream_bits_body, "ring"), 0);
+    assert_int_equal(ranks_run(6, &pairs, stream_bits_body, "hierarchical"), 0);
+}
+
 /* ------------------------------------------------------- harness */
 
 static int hook_mark = -1;
@@ -821,6 +870,7 @@ int main(void)
         cmocka_unit_test(test_shm_7),
         cmocka_unit_test(test_shm_8),
         cmocka_unit_test(test_direct_bits),
+        cmocka_unit_test(test_stream_bits),
         cmocka_unit_test(test_tcp_2x2),
         cmocka_unit_test(test_tcp_3x3),
         cmocka_unit_test(test_mixed_4_rr),
