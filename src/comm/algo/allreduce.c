@@ -123,7 +123,9 @@ static int hosts_even_pow2(const ai_comm *c)
  * blocks. Each NIC carries what the leaders' ring carries (L rails of n/L),
  * but the reductions are spread over L ranks per host, and the host steps
  * move each byte about twice in all instead of a reduce to the leader
- * followed by a broadcast. */
+ * followed by a broadcast. On hosts of two ranks the three steps overlap
+ * (comm_core_rails2_allreduce, core_ring.c), unless a chunk size was
+ * asked for. */
 static ai_status_t hierarchical_rails(ai_comm *c, const coll_args *a)
 {
     size_t es = ai_dtype_size(a->dt);

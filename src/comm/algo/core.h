@@ -265,8 +265,6 @@ ai_status_t comm_core_fold_allreduce_in(ai_comm *c, const comm_group *g, const c
  * All run on group g (me >= 0) with the root at index 0 where rooted.
  * Counts are elements of dt; es = ai_dtype_size(dt). */
 
-/* Allreduce: ring reduce-scatter + ring allgather. in may equal out.
- * chunk_bytes > 0 runs the ring over slices of n * chunk_bytes. */
 /* A flow: requests posted as others complete, in lanes. Each lane's
  * operations are posted in order (FIFO matching: one lane per peer and
  * direction), an operation once its dep (an index into ops, -1: none)
@@ -295,6 +293,9 @@ ai_status_t comm_core_rails2_allreduce(ai_comm *c, const comm_group *local, cons
                                        const void *in, void *out, size_t count, ai_dtype dt,
                                        ai_op op);
 
+/* Allreduce: ring reduce-scatter + ring allgather. in may equal out.
+ * chunk_bytes > 0 runs the ring over slices of n * chunk_bytes, lock-step;
+ * chunk_bytes 0 streams a ring across hosts in pieces (a flow). */
 ai_status_t comm_core_ring_allreduce(ai_comm *c, const comm_group *g, const void *in, void *out,
                                      size_t count, ai_dtype dt, ai_op op, size_t chunk_bytes);
 
