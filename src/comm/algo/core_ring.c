@@ -65,23 +65,29 @@ ai_status_t comm_core_flow(ai_comm *c, comm_flow_op *ops, int nops, const int *l
     size_t es = ai_dtype_size(dt);
     double moved_at = ai_now();
     for (;;) {
-        int open = 0, pending = 0;
-        for (int l = 0; l < nlanes; l++) {
-            for (; next[l] < lane_first[l + 1]; next[l]++) {
-                comm_flow_op *o = &ops[next[l]];
-                if (o->dep >= 0 && !(ops[o->dep].posted && reqs[o->dep].done))
-                    break;
-                comm_req *r = &reqs[next[l]];
-                if (o->kind == COMM_REQ_SEND)
-                    comm_isend(c, r, o->peer, o->sbuf, o->bytes);
-                else if (o->kind == COMM_REQ_RECV)
-                    comm_irecv(c, r, o->peer, o->rbuf, o->bytes);
-                else
-                    comm_irecv_reduce(c, r, o->peer, o->rbuf, o->src, o->bytes / es, dt, op);
-                o->posted = 1;
+        /* Post until nothing more can be: a zero-byte request is done when
+         * posted, so it may free an op of a lane already passed over. */
+        int open, pending = 0, posted;
+        do {
+            open = 0, posted = 0;
+            for (int l = 0; l < nlanes; l++) {
+                for (; next[l] < lane_first[l + 1]; next[l]++) {
+                    comm_flow_op *o = &ops[next[l]];
+                    if (o->dep >= 0 && !(ops[o->dep].posted && reqs[o->dep].done))
+                        break;
+                    comm_req *r = &reqs[next[l]];
+                    if (o->kind == COMM_REQ_SEND)
+                        comm_isend(c, r, o->peer, o->sbuf, o->bytes);
+                    else if (o->kind == COMM_REQ_RECV)
+                        comm_irecv(c, r, o->peer, o->rbuf, o->bytes);
+                    else
+                        comm_irecv_reduce(c, r, o->peer, o->rbuf, o->src, o->bytes / es, dt,
+                                          op);
+                    o->posted = posted = 1;
+                }
+                open |= next[l] < lane_first[l + 1];
             }
-            open |= next[l] < lane_first[l + 1];
-        }
+        } while (posted && open);
         for (int i = 0; i < nops && !pending; i++)
             pending = !reqs[i].done;
         if (!pending) {
