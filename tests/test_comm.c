@@ -258,18 +258,6 @@ static void test_wait_mode_switched_during_wait(void **state)
 
 /* ------------------------------------------------- rendezvous defences */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 /* One rank of a job, in a child: create, one allreduce, check, exit code. */
 static int child_rank(int rank, int size, int port, const char *token, double timeout_s,
                       ai_status_t want_create)
@@ -354,7 +342,7 @@ static int answer_contains(int fd, const char *what)
 
 static void test_wrong_token_refused(void **state)
 {
-    int port = free_port();
+    int port = ranks_free_port();
     /* rank 0 and 2 legitimate; an intruder claims rank 1 with another
      * token and is refused; the real rank 1 arrives later and the job
      * forms. */
@@ -370,7 +358,7 @@ static void test_wrong_token_refused(void **state)
 
 static void test_garbage_and_versions_refused(void **state)
 {
-    int port = free_port();
+    int port = ranks_free_port();
     pid_t r0 = spawn_rank(0, 2, port, "tok", 10, AI_OK);
     /* 1: an HTTP request. */
     int fd = connect_store(port);
@@ -396,7 +384,7 @@ static void test_garbage_and_versions_refused(void **state)
 
 static void test_rendezvous_timeout(void **state)
 {
-    int port = free_port();
+    int port = ranks_free_port();
     double t0 = ai_now();
     pid_t r0 = fork();
     assert_true(r0 >= 0);
@@ -413,7 +401,7 @@ static void test_rendezvous_timeout(void **state)
     /* And a rank whose rank 0 never shows up. */
     t0 = ai_now();
     ai_comm_config cfg = {.rank = 1, .size = 2, .store_host = "127.0.0.1",
-                          .store_port = free_port(), .token = "t", .timeout_s = 1.0};
+                          .store_port = ranks_free_port(), .token = "t", .timeout_s = 1.0};
     ai_comm *c;
     assert_int_equal(ai_comm_create(&cfg, &c), AI_ERR_TIMEOUT);
     assert_non_null(strstr(ai_last_error(), "rendezvous store"));

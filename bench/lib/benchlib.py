@@ -57,10 +57,11 @@ def bin_path(prog):
 
 
 def free_port():
-    """A loopback port free now (the kernel's pick, in the ephemeral range)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port free now, below the ephemeral range (autoinfra.ports:
+    no rank's connect or bind(0) takes it before its listener is up)."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from autoinfra.ports import rendezvous_port
+    return rendezvous_port()
 
 
 class PortPool:

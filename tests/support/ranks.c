@@ -1,12 +1,9 @@
 #include "support/ranks.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,24 +27,14 @@ static int decode(int wstatus)
     return e >= 100 && e < 200 ? 100 - e : e;
 }
 
-/* A port nobody listens on right now (another process may still take it
- * before rank 0 binds; that shows up as a failed create, not a hang). */
+/* The rendezvous port: the library's pick, below the ephemeral range, where
+ * no rank's connect or bind(0) (its own listener, starting up beside rank
+ * 0) can take it before rank 0 listens there. Another process may still
+ * bind it explicitly first; that shows up as a failed create, not a hang. */
 int ranks_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
     int port = -1;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-        port = ntohs(a.sin_port);
-    close(fd);
-    return port;
+    return ai_rendezvous_port("127.0.0.1", &port) == AI_OK ? port : -1;
 }
 
 static double now_s(void)

@@ -49,24 +49,18 @@ fails if any rank fails or the whole run exceeds its limit.
 """
 import datetime
 import os
-import socket
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from autoinfra.ports import rendezvous_port  # noqa: E402
 
 
 def parent(case, n, limit_s=150):
     env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+               MASTER_PORT=str(rendezvous_port()), OMP_NUM_THREADS="1")
     procs = [subprocess.Popen([sys.executable, __file__, case, str(n)],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
     end = time.time() + limit_s

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from autoinfra.ports import rendezvous_port  # noqa: E402
 
 KILL = 4            # the step (0-based) in which the last rank dies
 AFTER_GROW = 3      # steps on the full group again before the run ends
@@ -45,12 +45,6 @@ BATCH = 12          # global batch: even shares on 2 and 3 ranks
 LIMIT_S = float(os.environ.get("AUTOINFRA_ELASTIC_LIMIT_S", "50"))  # torch 2's import is slower
 LIMIT_RANK0_S = 2 * LIMIT_S
 TIMEOUT_S = 10
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def model_and_opt():
@@ -148,9 +142,9 @@ def reference(steps):
 
 
 def parent(n, mode, work):
-    door = "127.0.0.1:%d" % free_port()
+    door = "127.0.0.1:%d" % rendezvous_port()
     env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1", AUTOINFRA_JOIN_DOOR=door)
+               MASTER_PORT=str(rendezvous_port()), OMP_NUM_THREADS="1", AUTOINFRA_JOIN_DOOR=door)
     procs = [subprocess.Popen([sys.executable, __file__, "member", str(n), mode, f"{work}/r{r}.json"],
                               env=dict(env, RANK=str(r), LOCAL_RANK=str(r))) for r in range(n)]
     # The processes whose death calls in a joiner, in order.

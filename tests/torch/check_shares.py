@@ -17,7 +17,6 @@ docs/train.md "Batch shares"), run by ctest with /usr/bin/python3:
 """
 import importlib
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "python"))
+from autoinfra.ports import rendezvous_port  # noqa: E402
 
 # float32 gradients summed in another order (three ranks' partial sums,
 # the allreduce's order) differ by a few ulps; after SGD steps of lr 0.5
@@ -108,17 +108,11 @@ def rank_main(out):
     return 0
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_ranks(world, argv, limit, **extra_env):
     """world local ranks of argv (env://, the repo's python/ on PYTHONPATH),
     killed after limit seconds; their exit codes."""
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-               MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1",
+               MASTER_PORT=str(rendezvous_port()), OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([os.path.abspath(os.path.join(ROOT, "python"))] +
                                           [p for p in [os.environ.get("PYTHONPATH")] if p]),
                **extra_env)
@@ -136,7 +130,7 @@ def exact():
     import torch
     with tempfile.TemporaryDirectory(prefix="autoinfra-shares-") as out:
         env = dict(os.environ, WORLD_SIZE=str(WORLD), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(free_port()), OMP_NUM_THREADS="1")
+                   MASTER_PORT=str(rendezvous_port()), OMP_NUM_THREADS="1")
         procs = [subprocess.Popen([sys.executable, __file__, "rank", out], env=dict(env, RANK=str(r)))
                  for r in range(WORLD)]
         end = time.time() + 50
