@@ -351,6 +351,7 @@ static int run_case(ctx *x, const tcase *t)
 typedef struct sweep_cfg {
     int large;      /* several-MiB cases: 0 none, 1 f32 + bf16, 2 f32 only */
     _Atomic long *barrier_counter; /* shared between the ranks (MAP_SHARED) */
+    _Atomic long *cases;           /* rank 0's count of cases passed (MAP_SHARED) */
 } sweep_cfg;
 
 static int is_reducing(ai_coll k)
@@ -481,25 +482,27 @@ static int sweep_body(ai_comm *c, void *arg)
         goto out;
     rc = 0;
     if (x.rank == 0)
-        fprintf(stderr, "  p=%d: %ld cases passed\n", x.size, x.ncases);
+        atomic_store(cfg->cases, x.ncases);
 out:
     free(x.in);
     free(x.out);
     return rc;
 }
 
-static _Atomic long *shared_counter;
+static _Atomic long *shared_counter; /* [0]: the barrier check's, [1]: cases passed */
 
 static void run_sweep(int n, int nhosts, int round_robin, int large)
 {
-    atomic_store(shared_counter, 0);
-    sweep_cfg cfg = {.large = large, .barrier_counter = shared_counter};
+    atomic_store(&shared_counter[0], 0);
+    atomic_store(&shared_counter[1], 0);
+    sweep_cfg cfg = {.large = large, .barrier_counter = &shared_counter[0],
+                     .cases = &shared_counter[1]};
     ranks_opts o = {.nhosts = nhosts, .round_robin = round_robin, .timeout_s = 20,
                     .deadline_s = 150};
     double t0 = ai_now();
     assert_int_equal(ranks_run(n, &o, sweep_body, &cfg), 0);
-    fprintf(stderr, "  p=%d nhosts=%d%s: %.1f s\n", n, nhosts, round_robin ? " (round robin)" : "",
-            ai_now() - t0);
+    fprintf(stderr, "  p=%d nhosts=%d%s: %ld cases passed, %.1f s\n", n, nhosts,
+            round_robin ? " (round robin)" : "", atomic_load(&shared_counter[1]), ai_now() - t0);
 }
 
 /* One host, shared memory. The several-MiB cases (the last argument) run
@@ -884,7 +887,7 @@ static void test_harness(void **s)
 
 int main(void)
 {
-    shared_counter = mmap(NULL, sizeof *shared_counter, PROT_READ | PROT_WRITE,
+    shared_counter = mmap(NULL, 2 * sizeof *shared_counter, PROT_READ | PROT_WRITE,
                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (shared_counter == MAP_FAILED)
         return 1;
@@ -915,6 +918,6 @@ int main(void)
     if (getenv("TEST_FILTER"))
         cmocka_set_test_filter(getenv("TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
-    munmap((void *)shared_counter, sizeof *shared_counter);
+    munmap((void *)shared_counter, 2 * sizeof *shared_counter);
     return rc;
 }
