@@ -260,7 +260,7 @@ static ai_status_t coll_run(ai_comm *c, coll_args *a, const ai_algo_opts *opts, 
     if (!learned && (st = pick_algo(c, a->coll, opts, bytes, &arm.algo)) != AI_OK)
         return st;
     const coll_algo *al = arm.algo;
-    int ch = arm.channels > 0 ? arm.channels : c->channels;
+    int ch = arm.channels > 0 ? arm.channels : COMM_CALL_CHANNELS;
     c->active_channels = AI_MAX(1, AI_MIN(ch, c->channels));
     a->chunk_bytes = arm.chunk_bytes;
     int avg = a->op == AI_AVG;

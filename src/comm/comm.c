@@ -124,7 +124,7 @@ ai_status_t comm_alloc(int rank, int size, const comm_params *pp,
     c->size = size;
     c->timeout_s = pp->timeout_s;
     c->channels = pp->channels;
-    c->active_channels = c->channels;
+    c->active_channels = AI_MIN(COMM_CALL_CHANNELS, c->channels);
     c->state = AI_OK;
     struct comm_transport *tp = c->tp;
     tp->listen_fd = -1;

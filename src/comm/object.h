@@ -47,7 +47,7 @@ struct ai_comm {
     int local_rank, local_size; /* position within my host */
 
     double timeout_s;
-    int channels;        /* TCP connections per peer pair */
+    int channels;        /* TCP connections per peer pair: the most a call stripes over */
     int active_channels; /* channels the current call may use (<= channels) */
     uint32_t call_seq;   /* collective calls issued, for matching checks */
     comm_call_sig call;  /* the latest collective call (call_seq's) */
@@ -74,5 +74,13 @@ struct ai_comm {
      * (ai_comm_set_host_coll; comm/algo/host.c); NULL: none registered. */
     struct comm_host_coll *host_coll;
 };
+
+/* The channels a call stripes over when neither the learner nor the
+ * caller chose: one connection per pair of ranks, as gloo and Open MPI's
+ * TCP transport (btl_tcp_links 1). On shaped links two cost pairwise
+ * exchanges 1.06-1.39x the bound (rabenseifner on T1, one was 1.01-1.09x)
+ * and `weighted` 1.13-1.40x at 16-32 MiB (T4, one 1.08-1.12x), and rings
+ * the same either way (docs/runtime.md); the learner weighs both. */
+#define COMM_CALL_CHANNELS 1
 
 #endif

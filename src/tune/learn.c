@@ -296,7 +296,9 @@ static int add_arm(tune_bucket *b, const coll_algo *al, size_t chunk, int channe
 static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bucket *b)
 {
     static const size_t chunks[] = {0, 64 << 10, 512 << 10};
-    int chans[2] = {c->channels, 1}, nch = c->nhosts > 1 && c->channels > 1 ? 2 : 1;
+    /* the default first (COMM_CALL_CHANNELS), then striping over all */
+    int chans[2] = {COMM_CALL_CHANNELS, c->channels};
+    int nch = c->nhosts > 1 && c->channels > COMM_CALL_CHANNELS ? 2 : 1;
     b->s.narms = 0;
     for (int i = 0; i < comm_algo_count(coll); i++) {
         const coll_algo *al = comm_algo_at(coll, i);
@@ -318,7 +320,7 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
     /* Another library's own collective (ai_comm_set_host_coll). */
     const coll_algo *host = comm_host_algo(c, coll);
     if (host)
-        add_arm(b, host, 0, c->channels);
+        add_arm(b, host, 0, COMM_CALL_CHANNELS);
 }
 
 static int find_arm(const tune_bucket *b, const char *algo, size_t chunk, int channels)
@@ -337,7 +339,7 @@ static void set_priors(const ai_comm *c, ai_coll coll, size_t edge, tune_bucket 
     for (int i = 0; i < b->s.narms; i++) {
         const tune_arm_stat *a = &b->s.arm[i];
         double t = comm_select_model_time(c, coll, a->algo, edge);
-        bandit_prior(&b->s, i, t, a->chunk != 0 || a->channels != c->channels);
+        bandit_prior(&b->s, i, t, a->chunk != 0 || a->channels != COMM_CALL_CHANNELS);
         util_log(AI_LOG_DEBUG, "learner: %s %zu: prior %s/%zu/%d %.1f us (sd %.2f)",
                  ai_coll_name(coll), edge, a->algo, a->chunk, a->channels, t * 1e6, sqrt(a->v0));
     }
@@ -779,7 +781,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         if (first < 0) {
             /* No model: the fixed rule's choice goes first. */
             const char *rule = b->s.source[0] == PRIOR_BLIND ? ai_coll_auto_algo(c, coll, edge) : NULL;
-            first = rule ? find_arm(b, rule, 0, c->channels) : -1;
+            first = rule ? find_arm(b, rule, 0, COMM_CALL_CHANNELS) : -1;
             if (first < 0)
                 first = best >= 0 ? best : bandit_best_prior(&b->s);
         }
@@ -1243,7 +1245,7 @@ ai_status_t ai_comm_choice(const ai_comm *c, ai_coll coll, size_t bytes, ai_choi
         if (!name)
             return util_fail(AI_ERR_NOTFOUND, "no choice for %s", ai_coll_name(coll));
         snprintf(ch.algo, sizeof ch.algo, "%s", name);
-        ch.channels = c->channels;
+        ch.channels = COMM_CALL_CHANNELS;
         ch.source = comm_select_model(c, coll, bytes) ? "model" : "rule";
     }
     *out = ch;

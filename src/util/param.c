@@ -65,7 +65,9 @@ static const util_param_info table[UTIL_PARAM_COUNT] = {
                             "seconds every wait may take before a peer counts as stalled "
                             "(0: the default)"},
     [UTIL_PARAM_CHANNELS] = {"AUTOINFRA_CHANNELS", UTIL_PARAM_T_INT, "2", 0, 8, 0, NULL, 0,
-                             "TCP connections per peer pair (0: the default)"},
+                             "TCP connections per peer pair: the most a call stripes over "
+                             "(calls use one unless the learner or the caller picks more; "
+                             "0: the default)"},
     [UTIL_PARAM_NO_SHM] = {"AUTOINFRA_NO_SHM", UTIL_PARAM_T_INT, "0", 0, 1, 0, NULL, 0,
                            "1: never use shared memory, every peer over TCP"},
     [UTIL_PARAM_SPIN_US] = {"AUTOINFRA_SPIN_US", UTIL_PARAM_T_DOUBLE, "1000", 0, 1e6, 0, NULL, 0,
