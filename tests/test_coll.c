@@ -765,7 +765,9 @@ static void test_direct_bits(void **s)
  * (core_ring.c) give the bits of the lock-step versions: the same blocks,
  * the same chain of reductions. A chunk size as large as a block keeps
  * the lock-step ring, in one pass; on the hierarchical allreduce any
- * chunk size keeps the halving, ring and doubling one after another. */
+ * chunk size keeps the host steps and the ring one after another (on hosts
+ * of two ranks: the rails below 1 MiB, the leaders' ring from 1 MiB, as
+ * the streamed version splits the work). Both must also be the sum. */
 static int stream_bits_body(ai_comm *c, void *arg)
 {
     const char *algo = arg;
@@ -788,12 +790,20 @@ static int stream_bits_body(ai_comm *c, void *arg)
                 rc = 3;
             }
         }
-        for (size_t i = 0; i < n && !rc; i++)
+        for (size_t i = 0; i < n && !rc; i++) {
+            double want = 0; /* the sum, to within float rounding */
+            for (int r = 0; r < ai_comm_size(c); r++)
+                want += odd_val(r, i);
             if (memcmp(&out[0][i], &out[1][i], sizeof(float))) {
                 fprintf(stderr, "%s rank %d, %zu floats: [%zu] streamed %.9g, lock-step %.9g\n",
                         algo, me, n, i, out[0][i], out[1][i]);
                 rc = 4;
+            } else if (fabs(out[0][i] - want) > 1e-5 * fabs(want)) {
+                fprintf(stderr, "%s rank %d, %zu floats: [%zu] %.9g, the sum is %.9g\n", algo,
+                        me, n, i, out[0][i], want);
+                rc = 5;
             }
+        }
     }
 out:
     free(in);

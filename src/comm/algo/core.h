@@ -288,10 +288,12 @@ ai_status_t comm_core_flow(ai_comm *c, comm_flow_op *ops, int nops, const int *l
 
 /* Allreduce over hosts of two ranks each (local: this host's two ranks;
  * rail: local rank local->me of every host), the host step, the ring
- * across hosts and the gather streamed together (core_ring.c). */
-ai_status_t comm_core_rails2_allreduce(ai_comm *c, const comm_group *local, const comm_group *rail,
-                                       const void *in, void *out, size_t count, ai_dtype dt,
-                                       ai_op op);
+ * across hosts and the gather streamed together (core_ring.c). lead 0:
+ * each rank runs the ring on half the vector (both drive the network);
+ * lead 1: local rank 0 runs it on all of it (one flow per host). */
+ai_status_t comm_core_host2_allreduce(ai_comm *c, const comm_group *local, const comm_group *rail,
+                                      const void *in, void *out, size_t count, ai_dtype dt,
+                                      ai_op op, int lead);
 
 /* Allreduce: ring reduce-scatter + ring allgather. in may equal out.
  * chunk_bytes > 0 runs the ring over slices of n * chunk_bytes, lock-step;

@@ -189,25 +189,33 @@ static ai_status_t ring_stream(ai_comm *c, const comm_group *g, const unsigned c
     return comm_core_flow(c, ops, nops, lanes, 2, dt, op);
 }
 
-/* Hierarchical allreduce on hosts of two ranks, streamed. Local rank m
- * (0 or 1) owns half m of the vector: its partner sends it its input of
- * that half piece by piece, in the order the ring needs them, and the
- * ring over the hosts (the rail: local rank m of every host) runs on the
- * host sums as they arrive; each piece of the half that becomes final
- * goes to the partner at once. The host step, the ring and the gather
- * overlap instead of following each other (four lanes: to the
- * partner, from it, to the right, from the left). Each piece's host sum
- * is computed once, on the rank that owns it, and reaches the other
- * ranks as bits, so every rank gets the same result. */
-ai_status_t comm_core_rails2_allreduce(ai_comm *c, const comm_group *local, const comm_group *rail,
-                                       const void *in_, void *out_, size_t count, ai_dtype dt,
-                                       ai_op op)
+/* Hierarchical allreduce on hosts of two ranks, streamed. Each local rank
+ * m runs the ring over the hosts (on `rail`: local rank m of every host)
+ * on the elements it owns, on the host sums as they arrive: its partner
+ * sends it its input of them piece by piece, in the order the ring needs
+ * them, and each piece that becomes final goes back to the partner at
+ * once. The host step, the ring and the gather overlap instead of
+ * following each other (four lanes: to the partner, from it, to the
+ * right, from the left). Each piece's host sum is computed once, on the
+ * rank that owns it, and reaches the other ranks as bits, so every rank
+ * gets the same result.
+ *
+ * lead 0 (rails): each rank owns half of the vector, so both drive the
+ * network. lead 1: local rank 0 owns all of it, so each host puts one
+ * flow on the network instead of two (on a shared NIC two rings' flows
+ * take turns unevenly, and each ring waits on its slowest link), and
+ * rank 1 only sends its input and takes the result. */
+ai_status_t comm_core_host2_allreduce(ai_comm *c, const comm_group *local, const comm_group *rail,
+                                      const void *in_, void *out_, size_t count, ai_dtype dt,
+                                      ai_op op, int lead)
 {
     const unsigned char *in = in_;
     unsigned char *out = out_;
     size_t es = ai_dtype_size(dt);
-    int n = rail->n, me = rail->me, m = local->me, partner = g_rank(local, 1 - m);
-    size_t base[2] = {0, part_off(count, 2, 1)}, len[2] = {base[1], count - base[1]};
+    int n = rail->n, me = c->host_of[c->rank], m = local->me, partner = g_rank(local, 1 - m);
+    size_t half = lead ? count : part_off(count, 2, 1);
+    size_t base[2] = {0, half}, len[2] = {half, count - half};
+    int mine = len[m] > 0, theirs = len[1 - m] > 0;
     int K = ring_pieces(part_len(len[0], n, 0) * es);
     if (K < 1)
         K = 1;
@@ -219,39 +227,44 @@ ai_status_t comm_core_rails2_allreduce(ai_comm *c, const comm_group *local, cons
     if (st != AI_OK)
         return st;
     int *sum_op = (int *)(ops + 4 * nk + 2 * nt); /* the host sum of block me-j, piece k */
-    /* To the partner: its half's blocks in the order its ring needs them
-     * (block me, then me-1, me-2, ...: the rail's position is the same on
-     * both), then this half's pieces as they become final (the ring's
-     * last reduction, then the allgather's receives: ops[final + i]). */
-    int final = 4 * nk + nt + (n - 2) * K; /* the from-left lane's op of the first final piece */
+    /* To the partner: its elements' blocks in the order its ring needs
+     * them (block me, then me-1, me-2, ...: its position in its ring is
+     * this host's too), then this rank's pieces as they become final (the
+     * ring's last reduction, then the allgather's receives: ops[final +
+     * i], the from-left lane's, which follows two partner lanes and the
+     * to-right lane). */
+    int final = 2 * nk * (mine + theirs) + nt + (n - 2) * K;
     lanes[0] = nops;
-    for (int j = 0; j < nk; j++) {
+    for (int j = 0; theirs && j < nk; j++) {
         size_t o, l;
         piece(base[1 - m], len[1 - m], n, me - j / K, K, j % K, &o, &l);
         ops[nops++] = flow_send(partner, in + o * es, l * es, -1);
     }
-    for (int i = 0; i < nk; i++) {
+    for (int i = 0; mine && i < nk; i++) {
         int t = (n - 2) * K + i, s = t / K, rs = s < n - 1;
         size_t o, l;
         piece(base[m], len[m], n, rs ? me - s - 1 : me - (s - (n - 1)), K, t % K, &o, &l);
         ops[nops++] = flow_send(partner, out + o * es, l * es, final + i);
     }
-    /* From the partner: this half's host sums, then its half's final pieces. */
+    /* From the partner: this rank's host sums, then the partner's final
+     * pieces (posted with this rank's own when it has a ring). */
     lanes[1] = nops;
-    for (int j = 0; j < nk; j++) {
+    for (int j = 0; mine && j < nk; j++) {
         size_t o, l;
         piece(base[m], len[m], n, me - j / K, K, j % K, &o, &l);
         sum_op[j] = nops;
         ops[nops++] = flow_recv(partner, out + o * es, in + o * es, l * es, -1);
     }
-    for (int i = 0; i < nk; i++) {
+    for (int i = 0; theirs && i < nk; i++) {
         int t = (n - 2) * K + i, s = t / K, rs = s < n - 1;
         size_t o, l;
         piece(base[1 - m], len[1 - m], n, rs ? me - s - 1 : me - (s - (n - 1)), K, t % K, &o,
               &l);
-        ops[nops++] = flow_recv(partner, out + o * es, NULL, l * es, final + i);
+        ops[nops++] = flow_recv(partner, out + o * es, NULL, l * es, mine ? final + i : -1);
     }
-    ring_lanes(ops, &nops, lanes + 2, rail, me, out, out, out, base[m], len[m], es, K, sum_op);
+    lanes[2] = lanes[3] = nops;
+    if (mine)
+        ring_lanes(ops, &nops, lanes + 2, rail, me, out, out, out, base[m], len[m], es, K, sum_op);
     lanes[4] = nops;
     return comm_core_flow(c, ops, nops, lanes, 4, dt, op);
 }
