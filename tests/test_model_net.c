@@ -1,7 +1,8 @@
 /*
- * The network cost model against closed forms: ring and recursive
- * algorithms on a uniform switch, cut bounds on uniform and heterogeneous
- * clusters, rack uplinks, and the weighted shards.
+ * The network cost model against closed forms: ring (lock-step and
+ * streamed) and recursive algorithms on a uniform switch, cut bounds on
+ * uniform and heterogeneous clusters, rack uplinks, and the weighted
+ * shards.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -32,9 +33,15 @@ static void test_ring_closed_form(void **state)
     for (int p = 2; p <= 8; p++) {
         model_net n;
         uniform(&n, p, B, a);
-        /* ring allreduce = 2(p-1) alpha + 2(p-1)/p n beta */
+        /* ring allreduce, streamed (blocks of 2 MiB or more: 16 pieces,
+         * each a step's block time W / 16 > alpha behind): the links never
+         * idle between steps, 2(p-1)/p n beta + alpha */
         NEAR(model_net_algo_time(&n, AI_ALLREDUCE, "ring", bytes),
-             2 * (p - 1) * a + 2.0 * (p - 1) / p * bytes / B);
+             a + 2.0 * (p - 1) / p * bytes / B);
+        /* blocks under 64 KiB run lock-step: 2(p-1) alpha + 2(p-1)/p n beta */
+        double small = 40e3 * p;
+        NEAR(model_net_algo_time(&n, AI_ALLREDUCE, "ring", small),
+             2 * (p - 1) * a + 2.0 * (p - 1) / p * small / B);
         /* ring allgather / reduce-scatter = (p-1) alpha + (p-1)/p n beta */
         NEAR(model_net_algo_time(&n, AI_ALLGATHER, "ring", bytes), (p - 1) * a + (p - 1.0) / p * bytes / B);
         NEAR(model_net_algo_time(&n, AI_REDUCE_SCATTER, "ring", bytes), (p - 1) * a + (p - 1.0) / p * bytes / B);
@@ -42,6 +49,21 @@ static void test_ring_closed_form(void **state)
         NEAR(model_net_bound(&n, AI_ALLREDUCE, bytes),
              fmax(2.0 * (p - 1) / p * bytes / B, ceil(log2(p)) * a));
         NEAR(model_net_bound(&n, AI_ALLGATHER, bytes), fmax((p - 1.0) / p * bytes / B, ceil(log2(p)) * a));
+        model_net_free(&n);
+    }
+}
+
+/* The streamed ring where a piece's trip outlasts a block: 64 KiB blocks
+ * (two pieces) behind 1 ms of latency, so every step waits on its first
+ * piece: 2(p-1) (alpha + W/2) + alpha, W = 64 KiB beta. */
+static void test_ring_stream_latency(void **state)
+{
+    const double B = 62.5e6, a = 1e-3, W = 65536 / B;
+    for (int p = 2; p <= 8; p++) {
+        model_net n;
+        uniform(&n, p, B, a);
+        NEAR(model_net_algo_time(&n, AI_ALLREDUCE, "ring", 65536.0 * p),
+             2 * (p - 1) * (a + W / 2) + a);
         model_net_free(&n);
     }
 }
@@ -146,6 +168,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ring_closed_form),
+        cmocka_unit_test(test_ring_stream_latency),
         cmocka_unit_test(test_recursive_closed_form),
         cmocka_unit_test(test_heterogeneous_bound_and_shards),
         cmocka_unit_test(test_rack_uplink_bound),

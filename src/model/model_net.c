@@ -183,7 +183,9 @@ static void flow(sched *s, int src, int dst, double bytes)
     }
 }
 
-static void step_end(sched *s)
+/* The current step's bandwidth time (its busiest resource's load over its
+ * capacity) and, in *lat, its latency; the step's loads start over. */
+static double step_take(sched *s, double *lat)
 {
     const model_net *n = s->n;
     int H = n->nhosts;
@@ -199,10 +201,16 @@ static void step_end(sched *s)
         worst = AI_MAX(worst, s->load[i] / cap);
         s->load[i] = 0;
     }
-    if (s->nflows)
-        s->total += s->maxlat + worst;
+    *lat = s->nflows ? s->maxlat : 0;
     s->maxlat = 0;
     s->nflows = 0;
+    return worst;
+}
+
+static void step_end(sched *s)
+{
+    double lat, w = step_take(s, &lat);
+    s->total += lat + w;
 }
 
 static int pow2_floor(int p)
@@ -241,6 +249,31 @@ static void ring_steps(sched *s, const int *ranks, int p, int steps, double byte
             flow(s, ranks[i], ranks[(i + 1) % p], bytes);
         step_end(s);
     }
+}
+
+/* The ring allreduce across hosts streams each block in K pieces, as the
+ * runtime cuts them (core_ring.c: at least 32 KiB each, at most 16; under
+ * two it runs lock-step): piece k of a step waits only for piece k of the
+ * step before, so a link idles between steps only where one piece's trip
+ * (latency and its own bytes) outlasts the whole block. With W one
+ * step's bandwidth time: steps x max(W, latency + W/K) + latency, the
+ * last for the last piece's arrival. */
+#define RING_PIECE_MIN 32768.0
+#define RING_PIECES 16.0
+
+static void ring_stream_steps(sched *s, const int *ranks, int p, int steps, double bytes)
+{
+    int K = (int)AI_MIN(RING_PIECES, floor(bytes / RING_PIECE_MIN)), spans = 0;
+    for (int i = 1; i < p; i++)
+        spans |= s->n->host_of[ranks[i]] != s->n->host_of[ranks[0]];
+    if (K < 2 || !spans) {
+        ring_steps(s, ranks, p, steps, bytes);
+        return;
+    }
+    for (int i = 0; i < p; i++)
+        flow(s, ranks[i], ranks[(i + 1) % p], bytes);
+    double lat, w = step_take(s, &lat);
+    s->total += steps * AI_MAX(w, lat + w / K) + lat;
 }
 
 /* Fold the ranks beyond the largest power of two into partners (and back):
@@ -390,7 +423,7 @@ static double algo_time(const model_net *n, ai_coll coll, const char *algo, doub
     int q = pow2_floor(p);
     if (!strcmp(algo, "ring")) {
         if (coll == AI_ALLREDUCE)
-            ring_steps(&s, ranks, p, 2 * (p - 1), bytes / p);
+            ring_stream_steps(&s, ranks, p, 2 * (p - 1), bytes / p);
         else if (coll == AI_ALLGATHER || coll == AI_REDUCE_SCATTER)
             ring_steps(&s, ranks, p, p - 1, bytes / p);
         else
@@ -438,7 +471,7 @@ static double algo_time(const model_net *n, ai_coll coll, const char *algo, doub
         /* reduce to host leaders, allreduce among leaders, broadcast back */
         intra(&s, bytes, 1);
         if (!strcmp(algo, "hierarchical")) {
-            ring_steps(&s, lead, nl, 2 * (nl - 1), bytes / nl);
+            ring_stream_steps(&s, lead, nl, 2 * (nl - 1), bytes / nl);
         } else {
             double *bw = malloc((size_t)nl * sizeof(double));
             if (bw) {
