@@ -106,9 +106,9 @@ ai_status_t comm_reduce_bcast_allreduce(ai_comm *c, const coll_args *a)
 /* From this size a host of two ranks runs the streamed allreduce with
  * one flow per host (its leader's) instead of one per rank (the rails).
  * Two rails share the host's NIC; on T3 (one 0.5 Gbit/s NIC per host of
- * two ranks, docs/hetero.md) their two rings took 1.04-1.06x the bound
- * at 1-64 MiB, the leader's 1.02-1.03x, while below 1 MiB the rails
- * were the faster (1.03-1.04x against 1.05-1.06x). */
+ * two ranks) their two rings took 1.03-1.06x the bound at 1-64 MiB, the
+ * leader's 1.02-1.03x, while below 1 MiB the rails were the faster
+ * (1.031-1.037x against 1.045-1.056x): bench/results/hetero/one-flow. */
 #define HOST2_LEAD_BYTES ((size_t)1 << 20)
 
 /* Every host has the same number of ranks, a power of two >= 2. */
@@ -124,14 +124,15 @@ static int hosts_even_pow2(const ai_comm *c)
 }
 
 /* Large vectors on hosts of L ranks each (L a power of two; on hosts of
- * two, below HOST2_LEAD_BYTES with a chunk size): every rank carries a share of the network work. Recursive halving
- * within the host leaves local rank i with the host's sum of block i (of
- * L); the ranks of local index i on every host (rail i) run the ring
- * allreduce on block i, all L rails at once; recursive doubling within
- * the host gathers the blocks. Each NIC carries what the leaders' ring
- * carries (L rails of n/L), but the reductions are spread over L ranks
- * per host, and the host steps move each byte about twice in all instead
- * of a reduce to the leader followed by a broadcast. */
+ * two ranks only with a chunk size, below HOST2_LEAD_BYTES): every rank
+ * carries a share of the network work. Recursive halving within the host
+ * leaves local rank i with the host's sum of block i (of L); the ranks of
+ * local index i on every host (rail i) run the ring allreduce on block i,
+ * all L rails at once; recursive doubling within the host gathers the
+ * blocks. Each NIC carries what the leaders' ring carries (L rails of
+ * n/L), but the reductions are spread over L ranks per host, and the host
+ * steps move each byte about twice in all instead of a reduce to the
+ * leader followed by a broadcast. */
 static ai_status_t hierarchical_rails(ai_comm *c, const coll_args *a)
 {
     size_t es = ai_dtype_size(a->dt);
@@ -163,13 +164,11 @@ ai_status_t comm_hierarchical_allreduce(ai_comm *c, const coll_args *a)
     size_t bytes = a->count * ai_dtype_size(a->dt);
     comm_group local = group_host(c, c->host_of[c->rank]);
     if (bytes > ALGO_SMALL_BYTES && hosts_even_pow2(c)) {
-        /* From HOST2_LEAD_BYTES on hosts of two ranks the leader alone
-         * runs the ring, so each host's NIC carries one flow, not two. */
-        int lead = local.n == 2 && bytes >= HOST2_LEAD_BYTES;
         /* Hosts of two ranks: the host steps streamed into the ring across
-         * hosts, unless a chunk size was asked for (then the same blocks
-         * and sums one step after another: the rails, or the leaders'
-         * ring below). */
+         * hosts, the leader's alone from HOST2_LEAD_BYTES; with a chunk
+         * size the same blocks and sums one step after another (the
+         * rails, or the leaders' ring below). */
+        int lead = local.n == 2 && bytes >= HOST2_LEAD_BYTES;
         if (local.n == 2 && a->chunk_bytes == 0) {
             comm_group rail = {c->nhosts, c->host_of[c->rank], 0, c->host_first,
                                c->host_ranks + local.me, -1, -1};
