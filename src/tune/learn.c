@@ -93,6 +93,9 @@
                                 * windows wait, or every AUTOINFRA_TUNE_SAVE_S */
 #define TUNE_KB_CLOSE_MS 5000 /* at release, a busy KB is waited for this long */
 #define TUNE_FIRST_CALLS 3    /* a bucket's first calls, not learned from */
+#define TUNE_THIN 8           /* a rival measured in fewer calls (a third of an
+                               * exploration's budget) may have been timed in
+                               * one passing state (rivals_stale) */
 #define TUNE_KB_OPEN_MS 20    /* at the job's first call, a KB locked against
                                * reading is waited for this long; then its
                                * opening is retried at each save */
@@ -106,7 +109,7 @@
 #define TUNE_BIG 1e300
 #define TUNE_BIG_RATIO 1e9 /* sanity limit on an agreed cost ratio */
 
-enum { CMD_NONE = 0, CMD_REPROBE = 1 };
+enum { CMD_NONE = 0, CMD_REPROBE = 1, CMD_RELEARN = 2 };
 
 typedef struct tune_bucket {
     int ready;
@@ -125,6 +128,8 @@ typedef struct tune_bucket {
     double win_sum;
     int settled;    /* exploiting */
     int warm;       /* started from the knowledge base */
+    double ref_m;   /* rank 0, warm: the incumbent's log time when its rivals
+                     * were judged (the KB's, or when it took over) */
     long calls;
     unsigned char used[TUNE_MAX_ARMS]; /* arms that ran a call in this bucket */
     int strikes;    /* settled windows in a row that looked like drift */
@@ -787,6 +792,7 @@ static ai_status_t init_bucket(tuner *t, ai_comm *c, ai_coll coll, int bi, tune_
         }
         order[0] = first;
         order[1] = b->warm;
+        b->ref_m = b->s.arm[first].m;
         /* A warm bucket is trusted: quiet from the start, its first window
          * as long as the job's agreements allow against the KB's time. */
         b->quiet = b->warm ? TUNE_QUIET_MAX : 0;
@@ -879,6 +885,54 @@ typedef struct obs_window {
     double msg[8];
 } obs_window;
 
+/* Rank 0, on a window of a warm bucket's incumbent: are its rivals' times
+ * stale? The KB ranked the arms by times measured in one state of the
+ * machine. If the incumbent now runs a drift's margin faster than the KB
+ * knew it, the others were timed in a slower state, which need not have
+ * slowed them alike, and nothing measures them again: a warm job explores
+ * nothing, and an arm expected past the bound is never tried. On 4 ranks
+ * on 2 cores a cold job settled `single_copy` at 512 KiB at 551 us against
+ * `rabenseifner`'s 742 and `ring`'s 1178 (one call each, in a spell of
+ * slow copies between the cores), and the 29 warm jobs after it ran
+ * `single_copy` at 204-370 us where `ring` and `rabenseifner` take 105-135
+ * (docs/learner.md, "Stale rivals"). Faster only: a slower state is what
+ * the drift strikes are for, and learning in it is what went wrong. Only
+ * where some rival rests on fewer than TUNE_THIN calls (those go back to
+ * the model's priors and the bucket explores again): rivals measured often
+ * were measured in more than one state, and a KB from another machine is
+ * right about its arms against each other more than about their level
+ * (bandit_update). Not in the bucket's first TUNE_HORIZON calls, which a
+ * fresh process runs slower (strikes_out), and once per job (the bucket is
+ * no longer warm after). `d` holds this window's time. */
+static int thin(const tune_bucket *b, int inc, int i)
+{
+    return i != inc && b->s.arm[i].n > 0 && b->s.arm[i].n < TUNE_THIN;
+}
+
+static int rivals_stale(const ai_comm *c, const tune_bucket *b, const tune_bucket *d,
+                        const obs_window *w)
+{
+    if (!b->warm || b->calls <= TUNE_HORIZON || w->ran != b->inc || w->refining ||
+        d->s.arm[b->inc].m >= b->ref_m - (c->nhosts > 1 ? TUNE_DRIFT : TUNE_DRIFT_HOST))
+        return 0;
+    for (int i = 0; i < b->s.narms; i++)
+        if (thin(b, b->inc, i))
+            return 1;
+    return 0;
+}
+
+/* Rank 0: the thin rivals of incumbent `inc` go back to the model's priors. */
+static void forget_thin(const ai_comm *c, ai_coll coll, size_t edge, int inc, tune_bucket *b)
+{
+    for (int i = 0; i < b->s.narms; i++)
+        if (thin(b, inc, i)) {
+            const tune_arm_stat *a = &b->s.arm[i];
+            bandit_prior(&b->s, i, comm_select_model_time(c, coll, a->algo, edge),
+                         a->chunk != 0 || a->channels != COMM_CALL_CHANNELS);
+        }
+    bandit_update(&b->s);
+}
+
 /* Rank 0 decides the next window on a copy of the bucket that includes
  * its own time of this one: the arm, the incumbent, the settled window's
  * cost share and whether to measure the links again, into the message. */
@@ -907,6 +961,26 @@ static void decide_next(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, obs_
     b->s.rng = d->s.rng; /* the draws must not repeat */
     int settle = b->settled ||
                  (next == best && settles(t, d, best, b->info.explored + (b->exploring ? calls : 0)));
+    if (b->settled && best != b->inc)
+        b->ref_m = d->s.arm[best].m;
+    if (rivals_stale(c, b, d, w)) {
+        /* Learn the bucket again from the model's priors (every rank
+         * starts it in start_next_window). */
+        util_log(AI_LOG_INFO,
+                 "learner: %s %zu: %s/%zu/%d runs %.2fx faster than when its rivals were judged: "
+                 "learning the bucket again",
+                 ai_coll_name(coll), (size_t)1 << w->bi, d->s.arm[b->inc].algo,
+                 d->s.arm[b->inc].chunk, d->s.arm[b->inc].channels,
+                 exp(b->ref_m - d->s.arm[b->inc].m));
+        forget_thin(c, coll, (size_t)1 << w->bi, b->inc, d);
+        next = bandit_next(&d->s, t->bound);
+        b->s.rng = d->s.rng;
+        w->next_explores = 1;
+        msg[1] = msg[4] = next;
+        msg[2] = -1;
+        msg[3] = CMD_RELEARN;
+        return;
+    }
     /* Refining: in the job that learned the bucket, once settled,
      * every other window runs a near tie that may still be faster
      * (bandit_rival), in short windows, within AUTOINFRA_TUNE_REFINE
@@ -954,12 +1028,13 @@ static ai_status_t agree_window(tuner *t, ai_comm *c, tune_bucket *b, double msg
     b->agree_s = t->agree_s = ai_now() - t0;
     if (!(msg[0] > 0 && msg[1] >= 0 && msg[1] < b->s.narms && msg[4] >= 0 &&
           msg[4] < b->s.narms && (msg[2] == -1 || (msg[2] >= 0 && msg[2] <= TUNE_BIG_RATIO)) &&
+          (msg[3] == CMD_NONE || msg[3] == CMD_REPROBE || msg[3] == CMD_RELEARN) &&
           (msg[5] == 0 || msg[5] == 1) && msg[6] >= 0 && msg[6] <= msg[0] && msg[7] >= 0 &&
           msg[7] <= TUNE_BIG_RATIO))
         return util_fail(AI_ERR_PROTO,
                          "learner: invalid agreement message (arm %g, incumbent %g, cost %g, "
-                         "vote %g)",
-                         msg[1], msg[4], msg[2], msg[5]);
+                         "order %g, vote %g)",
+                         msg[1], msg[4], msg[2], msg[3], msg[5]);
     return AI_OK;
 }
 
@@ -1050,6 +1125,29 @@ static void learn_agreed(ai_comm *c, tune_bucket *b, const obs_window *w, double
     b->load_known = 1;
 }
 
+/* Every rank, on rank 0's order (rivals_stale): the bucket explores again
+ * as a cold job's does, within its budget and horizon, and refines after;
+ * rank 0 forgets its thin rivals' times. The bucket's first calls are not
+ * skipped again (their costs are paid), nor each arm's first call where
+ * it already ran. */
+static void relearn_bucket(const ai_comm *c, ai_coll coll, int bi, int inc, tune_bucket *b)
+{
+    b->warm = 0;
+    b->calls = TUNE_FIRST_CALLS;
+    b->strikes = 0;
+    b->strike_s = 0;
+    b->held_calls = 0;
+    b->held_sy = 0;
+    b->quiet = 0;
+    if (c->rank != 0)
+        return;
+    forget_thin(c, coll, (size_t)1 << bi, inc, b);
+    b->explored = b->refined = 0;
+    b->explore_s = 0;
+    b->info.explored = 0;
+    b->info.explore_s = 0;
+}
+
 /* The next window as agreed: its arm, incumbent and length, an order to
  * measure the links again, and on rank 0 the knowledge base's notes. */
 static void start_next_window(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b, const obs_window *w)
@@ -1073,6 +1171,8 @@ static void start_next_window(tuner *t, ai_comm *c, ai_coll coll, tune_bucket *b
     if (c->rank == 0)
         kb_note(t, coll, w->bi, b, w->ran, msg[0],
                 !w->was_settled ? "explore" : w->refining ? "refine" : "exploit");
+    if (msg[3] == CMD_RELEARN)
+        relearn_bucket(c, coll, w->bi, was_inc, b);
 }
 
 static ai_status_t tune_observe(void *ctx, ai_comm *c, ai_coll coll, size_t bytes, double seconds)
