@@ -9,7 +9,7 @@ root=${1:-.}
 cd "$root/bench" || exit 2
 bad=0
 for d in ab chaos compare learn-eval plan-baselines plan-fidelity shim-bench testbed testbed-speed \
-         torch-overhead train-compare train-faults vs-ompi gloo_bench.py ab-summary.py \
+         torch-overhead train-compare train-faults vs-ompi regime-ab gloo_bench.py ab-summary.py \
          compare-kb-summary.py hetero-summary.py learn-summary.py peer-to-kb.py prior-error.py; do
     case $d in *.py) cmd="/usr/bin/python3 ./$d" ;; *) cmd="./$d" ;; esac
     out=$($cmd --help 2>&1)
