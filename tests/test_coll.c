@@ -516,6 +516,49 @@ static void test_shm_5(void **s) { (void)s; run_sweep(5, 0, 0, 0); }
 static void test_shm_6(void **s) { (void)s; run_sweep(6, 0, 0, 0); }
 static void test_shm_7(void **s) { (void)s; run_sweep(7, 0, 0, 0); }
 static void test_shm_8(void **s) { (void)s; run_sweep(8, 0, 0, 2); }
+/* The sender's watch for slow spells, on the rates measured on the 2-vCPU
+ * machine (seconds a byte): a copy within the core 0.018e-9, the ring's
+ * copies 0.034e-9 outside a spell, 0.28-0.46e-9 in one. A window (8
+ * timed copies) counts by its fastest copy. */
+static void test_shm_watch(void **s)
+{
+    (void)s;
+    comm_chan ch = {.nt_mode = 2, .copy_local = 0.018e-9};
+    const double fast = 0.034e-9, spell = 0.3e-9;
+    for (int i = 0; i < 8; i++) /* a fast window: the best */
+        comm_shm_watch(&ch, i == 5 ? fast : 3 * fast, 1.0);
+    assert_true(ch.nt_until == 0 && ch.copy_best == fast);
+    for (int i = 0; i < 7; i++) /* a window is judged at its end only */
+        comm_shm_watch(&ch, spell, 2.0);
+    assert_true(ch.nt_until == 0);
+    comm_shm_watch(&ch, 2.5 * fast, 2.0); /* its fastest 2.5x the best: no spell */
+    assert_true(ch.nt_until == 0 && ch.copy_best == fast);
+    for (int i = 0; i < 8; i++) /* a window in a spell: past the cache for a while */
+        comm_shm_watch(&ch, spell + i * 1e-12, 3.0);
+    assert_true(ch.nt_until > 3.0 && ch.nt_until < 3.1);
+    /* A job that starts in a spell has no fast window: the copy within the
+     * core tells it. */
+    comm_chan cold = {.nt_mode = 2, .copy_local = 0.018e-9};
+    for (int i = 0; i < 8; i++)
+        comm_shm_watch(&cold, spell, 5.0);
+    assert_true(cold.nt_until > 5.0);
+    /* Without a reference (not measured), only the job's own best. */
+    comm_chan blind = {.nt_mode = 2};
+    for (int i = 0; i < 8; i++)
+        comm_shm_watch(&blind, spell, 5.0);
+    assert_true(blind.nt_until == 0 && blind.copy_best == spell);
+}
+
+/* Every collective and algorithm with the shared-memory rings written past
+ * the cache (non-temporal stores) wherever a copy is 32 KiB or more, as
+ * they are in a slow spell (shm.c). */
+static void test_shm_past_cache(void **s)
+{
+    (void)s;
+    setenv("AUTOINFRA_SHM_NT", "1", 1);
+    run_sweep(4, 0, 0, 0);
+    unsetenv("AUTOINFRA_SHM_NT");
+}
 /* Several host ids: TCP between them, shm within (mixed). */
 static void test_tcp_2x2(void **s) { (void)s; run_sweep(2, 2, 0, 2); }
 static void test_mixed_4_rr(void **s) { (void)s; run_sweep(4, 2, 1, 1); }
@@ -914,6 +957,8 @@ int main(void)
         cmocka_unit_test(test_shm_6),
         cmocka_unit_test(test_shm_7),
         cmocka_unit_test(test_shm_8),
+        cmocka_unit_test(test_shm_past_cache),
+        cmocka_unit_test(test_shm_watch),
         cmocka_unit_test(test_direct_bits),
         cmocka_unit_test(test_stream_bits),
         cmocka_unit_test(test_flow_zero),

@@ -17,11 +17,15 @@
 #include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define SHM_MAGIC 0x4d48534941ull /* "AISHM" */
 #define SHM_HEADER_BYTES 4096
@@ -139,6 +143,26 @@ static ai_status_t map_attach(ai_comm *c, const char *name, size_t bytes, double
     }
 }
 
+/* Seconds a byte of a 64 KiB copy within this core, warm: the fastest of
+ * 8, about 10 us in all (a slow spell's reference, ring_copy); 0: none. */
+static double local_copy_rate(void)
+{
+    enum { N = 64 * 1024 };
+    unsigned char *a = malloc(2 * N);
+    if (!a)
+        return 0;
+    memset(a, 1, 2 * N);
+    double best = 1.0;
+    for (int i = 0; i < 8; i++) {
+        double t0 = ai_now();
+        memcpy(a + N, a, N);
+        a[i] ^= a[N + N - 1 - i]; /* the copy is used */
+        best = AI_MIN(best, (ai_now() - t0) / N);
+    }
+    free(a);
+    return best > 0 && best < 1.0 ? best : 0;
+}
+
 static ai_status_t shm_setup(ai_comm *c)
 {
     int host = c->host_of[c->rank];
@@ -149,9 +173,13 @@ static ai_status_t shm_setup(ai_comm *c)
     if (nshm == 0)
         return AI_OK;
     uint64_t rb = 0;
+    int nt_mode = 2;
     ai_status_t st = ring_size(&rb);
+    if (st == AI_OK)
+        st = util_param_int(UTIL_PARAM_SHM_NT, &nt_mode);
     if (st != AI_OK)
         return st;
+    double copy_local = nt_mode == 2 ? local_copy_rate() : 0;
     int nsets = comm_slot_sets(nlocal, nlocal == c->size);
     size_t bytes = SHM_HEADER_BYTES + lines_bytes(nlocal) + slots_bytes(nsets, nlocal) +
                    (size_t)nlocal * (size_t)nlocal * ring_stride(rb);
@@ -186,6 +214,8 @@ static ai_status_t shm_setup(ai_comm *c)
         p->tx[0].data = (unsigned char *)p->tx[0].ring + sizeof(shm_ring);
         p->rx[0].data = (unsigned char *)p->rx[0].ring + sizeof(shm_ring);
         p->tx[0].ring_bytes = p->rx[0].ring_bytes = rb;
+        p->tx[0].nt_mode = nt_mode;
+        p->tx[0].copy_local = copy_local;
         /* Both directions wake the peer: its receive (data came) or its
          * send (space came). */
         p->tx[0].bell = p->rx[0].bell = &c->tp->bells[b];
@@ -241,6 +271,88 @@ ai_status_t comm_shm_check_local(ai_comm *c)
 
 /* ---------------------------------------------------------- moving bytes */
 
+/*
+ * Slow spells (docs/runtime.md). On a virtual machine whose two vCPUs the
+ * hypervisor runs apart for seconds at a time, writing into ring lines
+ * that the receiver's core read on the ring's last lap costs 8-13x the
+ * CPU time (0.28-0.46 ns a byte against 0.034-0.036, 4 ranks on 2 vCPUs,
+ * 512 KiB `ring`), while the receiver's copy out costs 1.6x: each line
+ * is first taken from the other core's cache. Non-temporal stores take no
+ * line: they ran through the spells (166-228 us a call against 736-1030)
+ * but took 1.85x the time outside them. So the sender times its large
+ * copies into the ring, one in SHM_TIME_EVERY; when a window's fastest
+ * runs SHM_SPELL times slower than the fastest window ever did, or
+ * SHM_SPELL_LOCAL times slower than a copy within its own core (a job
+ * that starts in a spell has no faster window: 64 KiB within one core
+ * took 0.018 ns a byte, the ring's copies 0.034 outside the spells),
+ * it writes past the cache for SHM_NT_HOLD_S, then tries the cache again.
+ * AUTOINFRA_SHM_NT=0 never does, 1 always does.
+ */
+#define SHM_NT_MIN (32 * 1024) /* copies timed, and written past the cache */
+#define SHM_TIME_EVERY 4       /* ... one timed in this many (two clock reads each) */
+#define SHM_WINDOW 8           /* timed copies a window */
+#define SHM_SPELL 4.0          /* its fastest this many times the best: a spell */
+#define SHM_SPELL_LOCAL 6.0    /* ... or this many times a copy within the core */
+#define SHM_NT_HOLD_S 0.02     /* then this long past the cache */
+
+/* n bytes to dst with non-temporal stores where the CPU has them (x86-64:
+ * SSE2); the caller fences before it publishes them. 0 where it cannot. */
+static int copy_past_cache(unsigned char *dst, const unsigned char *src, size_t n)
+{
+#if defined(__x86_64__)
+    size_t head = (16 - ((uintptr_t)dst & 15)) & 15, i;
+    head = AI_MIN(head, n);
+    memcpy(dst, src, head);
+    for (i = head; i + 16 <= n; i += 16) {
+        __m128i v = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        _mm_stream_si128((__m128i *)(void *)(dst + i), v);
+    }
+    memcpy(dst + i, src + i, n - i);
+    return 1;
+#else
+    memcpy(dst, src, n);
+    return 0;
+#endif
+}
+
+/* One copy into the ring; 1 if it went past the cache (to be fenced). */
+static int ring_copy(comm_chan *ch, unsigned char *dst, const unsigned char *src, size_t n)
+{
+    if (n < SHM_NT_MIN || ch->nt_mode == 0) {
+        memcpy(dst, src, n);
+        return 0;
+    }
+    if (ch->nt_mode == 1)
+        return copy_past_cache(dst, src, n);
+    if (ch->nt_until > 0) {
+        if (ai_now() < ch->nt_until)
+            return copy_past_cache(dst, src, n);
+        ch->nt_until = 0; /* the spell's hold is over: the cache again */
+    }
+    if (ch->copies++ % SHM_TIME_EVERY) {
+        memcpy(dst, src, n);
+        return 0;
+    }
+    double t0 = ai_now();
+    memcpy(dst, src, n);
+    double t1 = ai_now();
+    comm_shm_watch(ch, (t1 - t0) / (double)n, t1);
+    return 0;
+}
+
+void comm_shm_watch(comm_chan *ch, double rate, double now)
+{
+    int in_window = ch->timed++ % SHM_WINDOW;
+    ch->copy_min = in_window == 0 ? rate : AI_MIN(ch->copy_min, rate);
+    if (in_window < SHM_WINDOW - 1)
+        return;
+    if ((ch->copy_best > 0 && ch->copy_min > SHM_SPELL * ch->copy_best) ||
+        (ch->copy_local > 0 && ch->copy_min > SHM_SPELL_LOCAL * ch->copy_local))
+        ch->nt_until = now + SHM_NT_HOLD_S;
+    else if (ch->copy_best == 0 || ch->copy_min < ch->copy_best)
+        ch->copy_best = ch->copy_min;
+}
+
 static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
 {
     (void)c;
@@ -249,6 +361,7 @@ static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *
     uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
     uint64_t space = ch->ring_bytes - (tail - head);
     size_t pos = r->chan_done[k], total = comm_chan_total(r, k);
+    int past_cache = 0;
     if (space == 0)
         return AI_OK;
     while (space > 0 && pos < total) {
@@ -256,12 +369,16 @@ static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *
         const unsigned char *src = comm_frame_tx(r, k, pos, &n);
         size_t at = (size_t)(tail % ch->ring_bytes);
         n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
-        memcpy(ch->data + at, src, n);
+        past_cache |= ring_copy(ch, ch->data + at, src, n);
         tail += n;
         pos += n;
         space -= n;
     }
     r->chan_done[k] = pos;
+#if defined(__x86_64__)
+    if (past_cache)
+        _mm_sfence(); /* the non-temporal stores before the tail that publishes them */
+#endif
     atomic_store_explicit(&ring->tail, tail, memory_order_release);
     comm_bell_ring(ch->bell);
     *moved = 1;
