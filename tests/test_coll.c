@@ -523,40 +523,41 @@ static void test_shm_8(void **s) { (void)s; run_sweep(8, 0, 0, 2); }
 static void test_shm_watch(void **s)
 {
     (void)s;
-    comm_chan ch = {.nt_mode = 2, .copy_local = 0.018e-9};
+    comm_spell w = {.mode = 2, .local = 0.018e-9};
     const double fast = 0.034e-9, spell = 0.3e-9;
     for (int i = 0; i < 8; i++) /* a fast window: the best */
-        comm_shm_watch(&ch, i == 5 ? fast : 3 * fast, 1.0);
-    assert_true(ch.nt_until == 0 && ch.copy_best == fast);
+        comm_shm_watch(&w, i == 5 ? fast : 3 * fast, 1.0);
+    assert_true(w.until == 0 && w.best == fast);
     for (int i = 0; i < 7; i++) /* a window is judged at its end only */
-        comm_shm_watch(&ch, spell, 2.0);
-    assert_true(ch.nt_until == 0);
-    comm_shm_watch(&ch, 2.5 * fast, 2.0); /* its fastest 2.5x the best: no spell */
-    assert_true(ch.nt_until == 0 && ch.copy_best == fast);
+        comm_shm_watch(&w, spell, 2.0);
+    assert_true(w.until == 0);
+    comm_shm_watch(&w, 2.5 * fast, 2.0); /* its fastest 2.5x the best: no spell */
+    assert_true(w.until == 0 && w.best == fast);
     for (int i = 0; i < 8; i++) /* a window in a spell: past the cache for a while */
-        comm_shm_watch(&ch, spell + i * 1e-12, 3.0);
-    assert_true(ch.nt_until > 3.0 && ch.nt_until < 3.1);
+        comm_shm_watch(&w, spell + i * 1e-12, 3.0);
+    assert_true(w.until > 3.0 && w.until < 3.1);
     /* A job that starts in a spell has no fast window: the copy within the
      * core tells it. */
-    comm_chan cold = {.nt_mode = 2, .copy_local = 0.018e-9};
+    comm_spell cold = {.mode = 2, .local = 0.018e-9};
     for (int i = 0; i < 8; i++)
         comm_shm_watch(&cold, spell, 5.0);
-    assert_true(cold.nt_until > 5.0);
+    assert_true(cold.until > 5.0);
     /* Without a reference (not measured), only the job's own best. */
-    comm_chan blind = {.nt_mode = 2};
+    comm_spell blind = {.mode = 2};
     for (int i = 0; i < 8; i++)
         comm_shm_watch(&blind, spell, 5.0);
-    assert_true(blind.nt_until == 0 && blind.copy_best == spell);
+    assert_true(blind.until == 0 && blind.best == spell);
 }
 
-/* Every collective and algorithm with the shared-memory rings written past
- * the cache (non-temporal stores) wherever a copy is 32 KiB or more, as
- * they are in a slow spell (shm.c). */
+/* Every collective and algorithm with shared memory written past the
+ * cache (non-temporal stores: ring sends and `direct`'s slots) wherever a
+ * copy is COMM_SPELL_MIN bytes or more, as in a slow spell (shm.c). */
 static void test_shm_past_cache(void **s)
 {
     (void)s;
     setenv("AUTOINFRA_SHM_NT", "1", 1);
-    run_sweep(4, 0, 0, 0);
+    run_sweep(2, 0, 0, 0); /* direct as one reduction of every slot */
+    run_sweep(4, 0, 0, 0); /* ... and as a reduce-scatter */
     unsetenv("AUTOINFRA_SHM_NT");
 }
 /* Several host ids: TCP between them, shm within (mixed). */

@@ -83,9 +83,10 @@ static const util_param_info table[UTIL_PARAM_COUNT] = {
                              "shared-memory ring per direction and peer pair, a multiple "
                              "of 4K"},
     [UTIL_PARAM_SHM_NT] = {"AUTOINFRA_SHM_NT", UTIL_PARAM_T_INT, "2", 0, 2, 0, NULL, 0,
-                           "shared-memory ring writes of 32K or more past the cache "
-                           "(non-temporal stores): 0 never, 1 always, 2 while the ring's own "
-                           "copies run 4x slower than their best or 6x a copy within the core"},
+                           "shared-memory writes of 16K or more (ring sends, direct's slots) "
+                           "past the cache (non-temporal stores): 0 never, 1 always, 2 while "
+                           "such copies run 4x slower than their best or 6x a copy within "
+                           "the core"},
     [UTIL_PARAM_PROBE_BYTES] = {"AUTOINFRA_PROBE_BYTES", UTIL_PARAM_T_SIZE, "1M", 4 * KiB, GiB,
                                 0, NULL, 0, "message size of the link probe (ai_comm_probe)"},
     [UTIL_PARAM_TUNE] = {"AUTOINFRA_TUNE", UTIL_PARAM_T_INT, "1", 0, 1, 0, NULL, 0,

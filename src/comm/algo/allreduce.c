@@ -319,7 +319,7 @@ static ai_status_t slot_exchange(ai_comm *c, const comm_slot_board *b, const voi
     uint32_t call = ++*b->calls;
     slot_set set = slot_place(b, call, len);
     if (len)
-        memcpy(set.at + (size_t)me * set.stride, payload, len);
+        comm_shm_copy(b->spell, set.at + (size_t)me * set.stride, payload, len);
     shm_flag *mine = &b->flags[me];
     shm_slot_call *what = &mine->what[call & 1];
     what->call_seq = c->call_seq;

@@ -222,6 +222,29 @@ typedef struct shm_flag {
  * on it and it has shared memory: 1 with *b filled, else 0. calls counts
  * the exchanges run on it (the same on every local rank; the owner of the
  * protocol increments it). */
+/* The watch for slow spells (shm.c, "Slow spells"): one per process and
+ * communicator, fed by its large copies into shared memory that another
+ * core reads (ring sends, `direct`'s slots). */
+typedef struct comm_spell {
+    int mode;      /* AUTOINFRA_SHM_NT: 0 never past the cache, 1 always, 2 in a spell */
+    int copies;    /* large copies, counted */
+    int timed;     /* ... of which timed */
+    double best;   /* seconds a byte, the fastest window's fastest copy */
+    double min;    /* ... this window's fastest so far */
+    double local;  /* ... and of a copy within this core (0: unknown) */
+    double until;  /* ai_now() until which writes go past the cache */
+} comm_spell;
+/* n bytes from src to dst in shared memory that another core reads:
+ * through the cache, or, per w's mode and in a spell, past it
+ * (non-temporal stores, fenced before this returns, so that a release
+ * store after it publishes them). Copies of COMM_SPELL_MIN bytes or more
+ * are timed, one in a few, and watched. */
+void comm_shm_copy(comm_spell *w, void *dst, const void *src, size_t n);
+/* One timed copy, `rate` seconds a byte, ending at `now`; at the end of a
+ * window of them w->until says until when writes go past the cache. */
+void comm_shm_watch(comm_spell *w, double rate, double now);
+#define COMM_SPELL_MIN ((size_t)16 << 10)
+
 typedef struct comm_slot_board {
     int n, me;              /* local ranks; my local index */
     unsigned char *slots;   /* [nsets][n][COMM_SLOT_BYTES] */
@@ -233,6 +256,7 @@ typedef struct comm_slot_board {
                              * starts (algo/allreduce.c, slot_place) */
     int *cma;               /* single-copy reads between the local ranks:
                              * 0 not tried yet, 1 they work, -1 they do not */
+    comm_spell *spell;      /* this rank's writes into its slots */
 } comm_slot_board;
 int comm_slot_board_get(const ai_comm *c, comm_slot_board *b);
 /* Copy len bytes at address src in the process of local rank `rank` into

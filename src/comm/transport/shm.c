@@ -179,7 +179,7 @@ static ai_status_t shm_setup(ai_comm *c)
         st = util_param_int(UTIL_PARAM_SHM_NT, &nt_mode);
     if (st != AI_OK)
         return st;
-    double copy_local = nt_mode == 2 ? local_copy_rate() : 0;
+    c->tp->spell = (comm_spell){.mode = nt_mode, .local = nt_mode == 2 ? local_copy_rate() : 0};
     int nsets = comm_slot_sets(nlocal, nlocal == c->size);
     size_t bytes = SHM_HEADER_BYTES + lines_bytes(nlocal) + slots_bytes(nsets, nlocal) +
                    (size_t)nlocal * (size_t)nlocal * ring_stride(rb);
@@ -214,8 +214,13 @@ static ai_status_t shm_setup(ai_comm *c)
         p->tx[0].data = (unsigned char *)p->tx[0].ring + sizeof(shm_ring);
         p->rx[0].data = (unsigned char *)p->rx[0].ring + sizeof(shm_ring);
         p->tx[0].ring_bytes = p->rx[0].ring_bytes = rb;
-        p->tx[0].nt_mode = nt_mode;
-        p->tx[0].copy_local = copy_local;
+        /* This process's page tables for the rings it uses, now: left to
+         * first touch, a ring's first round took its first calls 4-6x
+         * their steady time (2 ranks, `ring` at 64 KiB: 50 us a call for
+         * its first 8 calls, 9 from then on), which the learner, timing
+         * an arm's first calls, took for the arm's time. */
+        populate((unsigned char *)p->tx[0].ring, ring_stride(rb));
+        populate((unsigned char *)p->rx[0].ring, ring_stride(rb));
         /* Both directions wake the peer: its receive (data came) or its
          * send (space came). */
         p->tx[0].bell = p->rx[0].bell = &c->tp->bells[b];
@@ -273,31 +278,30 @@ ai_status_t comm_shm_check_local(ai_comm *c)
 
 /*
  * Slow spells (docs/runtime.md). On a virtual machine whose two vCPUs the
- * hypervisor runs apart for seconds at a time, writing into ring lines
- * that the receiver's core read on the ring's last lap costs 8-13x the
- * CPU time (0.28-0.46 ns a byte against 0.034-0.036, 4 ranks on 2 vCPUs,
- * 512 KiB `ring`), while the receiver's copy out costs 1.6x: each line
- * is first taken from the other core's cache. Non-temporal stores take no
- * line: they ran through the spells (166-228 us a call against 736-1030)
- * but took 1.85x the time outside them. So the sender times its large
- * copies into the ring, one in SHM_TIME_EVERY; when a window's fastest
- * runs SHM_SPELL times slower than the fastest window ever did, or
- * SHM_SPELL_LOCAL times slower than a copy within its own core (a job
- * that starts in a spell has no faster window: 64 KiB within one core
- * took 0.018 ns a byte, the ring's copies 0.034 outside the spells),
- * it writes past the cache for SHM_NT_HOLD_S, then tries the cache again.
- * AUTOINFRA_SHM_NT=0 never does, 1 always does.
+ * hypervisor runs apart for seconds at a time, writing into lines that
+ * another core read last costs 8-13x the CPU time (ring sends: 0.28-0.46
+ * ns a byte against 0.034-0.036, 4 ranks on 2 vCPUs, 512 KiB `ring`),
+ * while that core's reads cost 1.6x: each line is first taken from the
+ * other core's cache. Non-temporal stores take no line: they ran through
+ * the spells (166-228 us a call against 736-1030) but took 1.85x the
+ * time outside them. So a rank times its large copies into shared memory
+ * (ring sends and `direct`'s slots), one in SHM_TIME_EVERY; when a
+ * window's fastest runs SHM_SPELL times slower than the fastest window
+ * ever did, or SHM_SPELL_LOCAL times slower than a copy within its own
+ * core (a job that starts in a spell has no faster window: 64 KiB within
+ * one core took 0.018 ns a byte, the ring's copies 0.034 outside the
+ * spells), it writes past the cache for SHM_NT_HOLD_S, then tries the
+ * cache again. AUTOINFRA_SHM_NT=0 never does, 1 always does.
  */
-#define SHM_NT_MIN (32 * 1024) /* copies timed, and written past the cache */
-#define SHM_TIME_EVERY 4       /* ... one timed in this many (two clock reads each) */
+#define SHM_TIME_EVERY 4       /* copies timed, one in this many (two clock reads each) */
 #define SHM_WINDOW 8           /* timed copies a window */
 #define SHM_SPELL 4.0          /* its fastest this many times the best: a spell */
 #define SHM_SPELL_LOCAL 6.0    /* ... or this many times a copy within the core */
 #define SHM_NT_HOLD_S 0.02     /* then this long past the cache */
 
-/* n bytes to dst with non-temporal stores where the CPU has them (x86-64:
- * SSE2); the caller fences before it publishes them. 0 where it cannot. */
-static int copy_past_cache(unsigned char *dst, const unsigned char *src, size_t n)
+/* n bytes to dst with non-temporal stores, fenced, where the CPU has them
+ * (x86-64: SSE2); a plain copy elsewhere. */
+static void copy_past_cache(unsigned char *dst, const unsigned char *src, size_t n)
 {
 #if defined(__x86_64__)
     size_t head = (16 - ((uintptr_t)dst & 15)) & 15, i;
@@ -308,60 +312,59 @@ static int copy_past_cache(unsigned char *dst, const unsigned char *src, size_t 
         _mm_stream_si128((__m128i *)(void *)(dst + i), v);
     }
     memcpy(dst + i, src + i, n - i);
-    return 1;
+    _mm_sfence(); /* the stores before whatever publishes them */
 #else
     memcpy(dst, src, n);
-    return 0;
 #endif
 }
 
-/* One copy into the ring; 1 if it went past the cache (to be fenced). */
-static int ring_copy(comm_chan *ch, unsigned char *dst, const unsigned char *src, size_t n)
+void comm_shm_copy(comm_spell *w, void *dst, const void *src, size_t n)
 {
-    if (n < SHM_NT_MIN || ch->nt_mode == 0) {
+    if (n < COMM_SPELL_MIN || w->mode == 0) {
         memcpy(dst, src, n);
-        return 0;
+        return;
     }
-    if (ch->nt_mode == 1)
-        return copy_past_cache(dst, src, n);
-    if (ch->nt_until > 0) {
-        if (ai_now() < ch->nt_until)
-            return copy_past_cache(dst, src, n);
-        ch->nt_until = 0; /* the spell's hold is over: the cache again */
+    if (w->mode == 1) {
+        copy_past_cache(dst, src, n);
+        return;
     }
-    if (ch->copies++ % SHM_TIME_EVERY) {
+    if (w->until > 0) {
+        if (ai_now() < w->until) {
+            copy_past_cache(dst, src, n);
+            return;
+        }
+        w->until = 0; /* the spell's hold is over: the cache again */
+    }
+    if (w->copies++ % SHM_TIME_EVERY) {
         memcpy(dst, src, n);
-        return 0;
+        return;
     }
     double t0 = ai_now();
     memcpy(dst, src, n);
     double t1 = ai_now();
-    comm_shm_watch(ch, (t1 - t0) / (double)n, t1);
-    return 0;
+    comm_shm_watch(w, (t1 - t0) / (double)n, t1);
 }
 
-void comm_shm_watch(comm_chan *ch, double rate, double now)
+void comm_shm_watch(comm_spell *w, double rate, double now)
 {
-    int in_window = ch->timed++ % SHM_WINDOW;
-    ch->copy_min = in_window == 0 ? rate : AI_MIN(ch->copy_min, rate);
+    int in_window = w->timed++ % SHM_WINDOW;
+    w->min = in_window == 0 ? rate : AI_MIN(w->min, rate);
     if (in_window < SHM_WINDOW - 1)
         return;
-    if ((ch->copy_best > 0 && ch->copy_min > SHM_SPELL * ch->copy_best) ||
-        (ch->copy_local > 0 && ch->copy_min > SHM_SPELL_LOCAL * ch->copy_local))
-        ch->nt_until = now + SHM_NT_HOLD_S;
-    else if (ch->copy_best == 0 || ch->copy_min < ch->copy_best)
-        ch->copy_best = ch->copy_min;
+    if ((w->best > 0 && w->min > SHM_SPELL * w->best) ||
+        (w->local > 0 && w->min > SHM_SPELL_LOCAL * w->local))
+        w->until = now + SHM_NT_HOLD_S;
+    else if (w->best == 0 || w->min < w->best)
+        w->best = w->min;
 }
 
 static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
 {
-    (void)c;
     shm_ring *ring = ch->ring;
     uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
     uint64_t space = ch->ring_bytes - (tail - head);
     size_t pos = r->chan_done[k], total = comm_chan_total(r, k);
-    int past_cache = 0;
     if (space == 0)
         return AI_OK;
     while (space > 0 && pos < total) {
@@ -369,16 +372,12 @@ static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *
         const unsigned char *src = comm_frame_tx(r, k, pos, &n);
         size_t at = (size_t)(tail % ch->ring_bytes);
         n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
-        past_cache |= ring_copy(ch, ch->data + at, src, n);
+        comm_shm_copy(&c->tp->spell, ch->data + at, src, n);
         tail += n;
         pos += n;
         space -= n;
     }
     r->chan_done[k] = pos;
-#if defined(__x86_64__)
-    if (past_cache)
-        _mm_sfence(); /* the non-temporal stores before the tail that publishes them */
-#endif
     atomic_store_explicit(&ring->tail, tail, memory_order_release);
     comm_bell_ring(ch->bell);
     *moved = 1;
@@ -474,6 +473,7 @@ int comm_slot_board_get(const ai_comm *c, comm_slot_board *b)
     b->calls = &tp->slot_calls;
     b->cursor = &tp->slot_cursor;
     b->cma = &tp->cma;
+    b->spell = &tp->spell;
     return 1;
 }
 

@@ -53,14 +53,6 @@ typedef struct comm_chan {
     shm_bell *bell;        /* the peer's doorbell: rung after every move */
     unsigned char *data;
     uint64_t ring_bytes;
-    /* shm send side: its writes past the cache (shm.c, "Slow spells") */
-    int nt_mode;           /* AUTOINFRA_SHM_NT */
-    int copies;            /* large copies into the ring, counted */
-    int timed;             /* ... of which timed */
-    double copy_best;      /* seconds a byte, the fastest window's fastest copy */
-    double copy_min;       /* ... this window's fastest so far */
-    double copy_local;     /* ... and of a copy within this core (0: unknown) */
-    double nt_until;       /* ai_now() until which writes bypass the cache */
     /* tcp */
     int fd;
     unsigned char *bounce; /* received bytes not yet consumed: [start, end) */
@@ -133,6 +125,7 @@ struct comm_transport {
     uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
     size_t slot_cursor;     /* comm_slot_board.cursor */
     int cma;                /* comm_slot_board.cma */
+    comm_spell spell;       /* slow spells, this rank's writes (shm.c) */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
@@ -358,10 +351,6 @@ static inline size_t comm_chan_total(const comm_req *r, int k)
 }
 /* The next contiguous piece of channel k's outgoing stream at `pos`. */
 const unsigned char *comm_frame_tx(const comm_req *r, int k, size_t pos, size_t *n);
-/* The shared-memory sender's watch for slow spells (shm.c): one timed copy
- * into the ring, `rate` seconds a byte, ending at `now`; at the end of a
- * window of them ch->nt_until says until when writes bypass the cache. */
-void comm_shm_watch(comm_chan *ch, double rate, double now);
 /* Feed n contiguous incoming bytes to channel k of a receive (checking
  * the header, copying or reducing the payload). Returns the bytes used:
  * fewer than n when the channel's message ends, or when a reduce needs
