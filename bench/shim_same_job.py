@@ -83,7 +83,11 @@ def summary(dirs, goal):
     over the runs, and per run how many points met the goal."""
     runs = []
     for d in dirs:
-        with open(os.path.join(d, "same-job.json")) as f:
+        path = os.path.join(d, "same-job.json")
+        if not os.path.isfile(path):
+            sys.exit(f"shim-bench --summary: {d} holds no same-job.json (give the folders of "
+                     f"`shim-bench --same-job --out DIR` runs)")
+        with open(path) as f:
             runs.append(json.load(f))
     by = {}
     for run in runs:
