@@ -222,9 +222,11 @@ typedef struct shm_flag {
  * on it and it has shared memory: 1 with *b filled, else 0. calls counts
  * the exchanges run on it (the same on every local rank; the owner of the
  * protocol increments it). */
-/* The watch for slow spells (shm.c, "Slow spells"): one per process and
- * communicator, fed by its large copies into shared memory that another
- * core reads (ring sends, `direct`'s slots). */
+/* The watch for slow spells (shm.c, "Slow spells"), fed by a rank's large
+ * copies into shared memory that another core reads: one per ring it
+ * sends on (a pair of ranks on one core never sees a spell, and a watch
+ * shared with it would not either), and one for its slots, which every
+ * other local rank reads. */
 typedef struct comm_spell {
     int mode;      /* AUTOINFRA_SHM_NT: 0 never past the cache, 1 always, 2 in a spell */
     int copies;    /* large copies, counted */

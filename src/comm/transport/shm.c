@@ -214,6 +214,7 @@ static ai_status_t shm_setup(ai_comm *c)
         p->tx[0].data = (unsigned char *)p->tx[0].ring + sizeof(shm_ring);
         p->rx[0].data = (unsigned char *)p->rx[0].ring + sizeof(shm_ring);
         p->tx[0].ring_bytes = p->rx[0].ring_bytes = rb;
+        p->tx[0].spell = c->tp->spell;
         /* This process's page tables for the rings it uses, now: left to
          * first touch, a ring's first round took its first calls 4-6x
          * their steady time (2 ranks, `ring` at 64 KiB: 50 us a call for
@@ -360,6 +361,7 @@ void comm_shm_watch(comm_spell *w, double rate, double now)
 
 static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *moved)
 {
+    (void)c;
     shm_ring *ring = ch->ring;
     uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
     uint64_t head = atomic_load_explicit(&ring->head, memory_order_acquire);
@@ -372,7 +374,7 @@ static ai_status_t shm_send(ai_comm *c, comm_req *r, int k, comm_chan *ch, int *
         const unsigned char *src = comm_frame_tx(r, k, pos, &n);
         size_t at = (size_t)(tail % ch->ring_bytes);
         n = AI_MIN(n, AI_MIN((size_t)space, (size_t)ch->ring_bytes - at));
-        comm_shm_copy(&c->tp->spell, ch->data + at, src, n);
+        comm_shm_copy(&ch->spell, ch->data + at, src, n);
         tail += n;
         pos += n;
         space -= n;

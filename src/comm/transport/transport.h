@@ -53,6 +53,7 @@ typedef struct comm_chan {
     shm_bell *bell;        /* the peer's doorbell: rung after every move */
     unsigned char *data;
     uint64_t ring_bytes;
+    comm_spell spell;      /* send side: slow spells on this pair (shm.c) */
     /* tcp */
     int fd;
     unsigned char *bounce; /* received bytes not yet consumed: [start, end) */
@@ -125,7 +126,7 @@ struct comm_transport {
     uint32_t slot_calls;    /* slot exchanges run (comm_slot_board.calls) */
     size_t slot_cursor;     /* comm_slot_board.cursor */
     int cma;                /* comm_slot_board.cma */
-    comm_spell spell;       /* slow spells, this rank's writes (shm.c) */
+    comm_spell spell;       /* slow spells, this rank's slot writes (shm.c) */
     int listen_fd;          /* data-plane listener, closed after setup */
     /* shared memory */
     void *shm_base;
