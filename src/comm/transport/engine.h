@@ -218,10 +218,6 @@ typedef struct shm_flag {
     char pad[8];
 } shm_flag;
 
-/* The board of this rank's host, when every rank of the communicator is
- * on it and it has shared memory: 1 with *b filled, else 0. calls counts
- * the exchanges run on it (the same on every local rank; the owner of the
- * protocol increments it). */
 /* The watch for slow spells (shm.c, "Slow spells"), fed by a rank's large
  * copies into shared memory that another core reads: one per ring it
  * sends on (a pair of ranks on one core never sees a spell, and a watch
@@ -247,6 +243,10 @@ void comm_shm_copy(comm_spell *w, void *dst, const void *src, size_t n);
 void comm_shm_watch(comm_spell *w, double rate, double now);
 #define COMM_SPELL_MIN ((size_t)16 << 10)
 
+/* The board of this rank's host, when every rank of the communicator is
+ * on it and it has shared memory: 1 with *b filled, else 0. calls counts
+ * the exchanges run on it (the same on every local rank; the owner of the
+ * protocol increments it). */
 typedef struct comm_slot_board {
     int n, me;              /* local ranks; my local index */
     unsigned char *slots;   /* [nsets][n][COMM_SLOT_BYTES] */

@@ -214,7 +214,7 @@ static ai_status_t shm_setup(ai_comm *c)
         p->tx[0].data = (unsigned char *)p->tx[0].ring + sizeof(shm_ring);
         p->rx[0].data = (unsigned char *)p->rx[0].ring + sizeof(shm_ring);
         p->tx[0].ring_bytes = p->rx[0].ring_bytes = rb;
-        p->tx[0].spell = c->tp->spell;
+        p->tx[0].spell = c->tp->spell; /* its mode and the copy within the core */
         /* This process's page tables for the rings it uses, now: left to
          * first touch, a ring's first round took its first calls 4-6x
          * their steady time (2 ranks, `ring` at 64 KiB: 50 us a call for
