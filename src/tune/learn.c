@@ -298,6 +298,13 @@ static int add_arm(tune_bucket *b, const coll_algo *al, size_t chunk, int channe
     return 1;
 }
 
+/* The arms of a bucket. Not reduce_bcast where every rank is on one host
+ * with shared memory: between ranks that all reach each other alike its
+ * 2 log2(p) steps of the whole vector are twice recursive_doubling's
+ * log2(p), and forced on 2, 4 and 8 ranks of the 2-vCPU machine it took
+ * 1.29-3.84x the best algorithm's time at every size from 16 KiB to 4
+ * MiB (docs/learner.md, "Arms"); timed in a good moment, it held 128-512
+ * KiB on 4 ranks for several jobs at 1.2-2x the others' time. */
 static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bucket *b)
 {
     static const size_t chunks[] = {0, 64 << 10, 512 << 10};
@@ -313,7 +320,8 @@ static void enumerate_arms(const ai_comm *c, ai_coll coll, size_t bytes, tune_bu
              (!comm_shm_direct_ok(c) ||
               comm_direct_reads(c, bytes) > AI_MAX(TUNE_DIRECT_READS, 2 * bytes))) ||
             (!strcmp(al->name, "single_copy") &&
-             (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)))
+             (!comm_shm_direct_ok(c) || bytes < TUNE_SINGLE_COPY_MIN)) ||
+            (!strcmp(al->name, "reduce_bcast") && comm_shm_direct_ok(c)))
             continue;
         for (size_t k = 0; k < AI_ARRAY_LEN(chunks); k++) {
             if (k > 0 && (!takes_chunk(coll, al->name) || 2 * chunks[k] > bytes))
